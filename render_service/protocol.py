@@ -1,0 +1,379 @@
+"""Wire shapes of vLLM 0.33's render tier, as plain ordered dicts.
+
+Requests are decoded with orjson and validated by hand: the raw dicts keep the caller's key
+order (tool schemas reach the chat template exactly as sent) and decoding a 9k-token
+request stays a few microseconds. Responses are built in vLLM's declaration order with
+nulls included (vLLM serializes them with `model_dump()`), so the JSON is byte-compatible.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from render_service.exceptions import BadRequestError, RequestValidationError
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+OUTPUT_KIND_DELTA = 1
+OUTPUT_KIND_FINAL_ONLY = 2
+MAX_STOP_STRINGS = 4  # VLLM_MAX_STOP_STRINGS
+
+# ChatCompletionRequest._DEFAULT_SAMPLING_PARAMS: always sent by vLLM (see sampling_params).
+DEFAULT_SAMPLING_FLOATS: dict[str, float | int] = {
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": 0.0,
+}
+
+
+def schema_error(param: str, message: str, value: Any = None) -> RequestValidationError:
+    """A schema failure reported as vLLM's validation handler reports it."""
+    summary = _summarize(value)
+    detail = {"type": "value_error", "loc": param, "msg": message, "input": summary}
+    return RequestValidationError(f"1 validation error:\n  {detail}", param=param)
+
+
+def validator_error(message: str, param: str | None = None, value: Any = None) -> RequestValidationError:
+    """A VLLMValidationError raised inside a request model validator."""
+    extras = []
+    if param is not None:
+        extras.append(f"parameter={param}")
+    if value is not None:
+        extras.append(f"value={value}")
+    text = f"{message} ({', '.join(extras)})" if extras else message
+    return schema_error(param or "body", f"Value error, {text}", None)
+
+
+def handler_error(message: str, param: str | None = None, value: Any = None) -> BadRequestError:
+    """A VLLMValidationError raised in a handler: str() carries parameter and value."""
+    extras = []
+    if param is not None:
+        extras.append(f"parameter={param}")
+    if value is not None:
+        extras.append(f"value={value}")
+    text = f"{message} ({', '.join(extras)})" if extras else message
+    return BadRequestError(text, param=param)
+
+
+def _summarize(value: Any) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= 200 else value[:200] + "...[truncated]"
+    if isinstance(value, (list, tuple, dict)):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    return value
+
+
+# -- field checks ---------------------------------------------------------------------------
+
+def check_type(
+    body: dict[str, Any], name: str, types: tuple[type, ...], *, nullable: bool = True, prefix: str = "body"
+) -> Any:
+    value = body.get(name)
+    if value is None:
+        if not nullable and name in body:
+            raise schema_error(f"{prefix}.{name}", "Input should not be None", value)
+        return None
+    if bool in types or not isinstance(value, bool) or bool in types:
+        if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
+            return value
+    names = " or ".join(t.__name__ for t in types)
+    raise schema_error(f"{prefix}.{name}", f"Input should be a valid {names}", value)
+
+
+def opt_int(body: dict[str, Any], name: str, *, lo: int = INT64_MIN, hi: int = INT64_MAX,
+            prefix: str = "body") -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise schema_error(f"{prefix}.{name}", "Input should be a valid integer", value)
+    if not lo <= value <= hi:
+        raise schema_error(f"{prefix}.{name}", f"Input should be between {lo} and {hi}", value)
+    return value
+
+
+def opt_float(body: dict[str, Any], name: str, prefix: str = "body") -> float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise schema_error(f"{prefix}.{name}", "Input should be a valid number", value)
+    return float(value)
+
+
+def opt_bool(body: dict[str, Any], name: str, default: bool | None = None, prefix: str = "body") -> bool | None:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise schema_error(f"{prefix}.{name}", "Input should be a valid boolean", value)
+    return value
+
+
+def opt_str(body: dict[str, Any], name: str, prefix: str = "body") -> str | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise schema_error(f"{prefix}.{name}", "Input should be a valid string", value)
+    return value
+
+
+def opt_dict(body: dict[str, Any], name: str, prefix: str = "body") -> dict[str, Any] | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise schema_error(f"{prefix}.{name}", "Input should be a valid dictionary", value)
+    return value
+
+
+def int_list(value: Any, param: str, *, non_negative: bool = False) -> list[int]:
+    if not isinstance(value, list):
+        raise schema_error(param, "Input should be a valid list", value)
+    for index, item in enumerate(value):
+        if not isinstance(item, int) or isinstance(item, bool):
+            raise schema_error(f"{param}.{index}", "Input should be a valid integer", item)
+        if non_negative and item < 0:
+            raise schema_error(f"{param}.{index}", "Input should be greater than or equal to 0", item)
+    return value
+
+
+def str_list(value: Any, param: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise schema_error(param, "Input should be a valid list of strings", value)
+    return value
+
+
+def validate_cache_salt(salt: Any) -> None:
+    """vLLM's `validate_cache_salt` (generate/base/protocol.py)."""
+    if salt is None:
+        return
+    if not isinstance(salt, str):
+        raise schema_error("body.cache_salt", "Input should be a valid string", salt)
+    if not 1 <= len(salt) <= 128:
+        raise validator_error("Parameter 'cache_salt' must be between 1 and 128 characters long.",
+                              "cache_salt")
+    if any(ch in salt for ch in "@/\\\x00"):
+        raise validator_error("Parameter 'cache_salt' must not contain '@', '/', '\\\\' or NUL.",
+                              "cache_salt")
+
+
+# -- SamplingParams ---------------------------------------------------------------------------
+
+# SamplingParams declaration order (sampling_params.py) and the declared defaults that
+# msgspec's omit_defaults compares against. Floats compare by identity in msgspec, and vLLM
+# always passes fresh float objects for the fields in DEFAULT_SAMPLING_FLOATS, so those are
+# always on the wire; every other field is omitted when equal to its default.
+_SAMPLING_ORDER: tuple[tuple[str, Any], ...] = (
+    ("n", 1),
+    ("presence_penalty", None),
+    ("frequency_penalty", None),
+    ("repetition_penalty", None),
+    ("temperature", None),
+    ("watermarking", None),
+    ("top_p", None),
+    ("top_k", 0),
+    ("min_p", None),
+    ("seed", None),
+    ("stop", None),
+    ("stop_token_ids", None),
+    ("ignore_eos", False),
+    ("max_tokens", 16),
+    ("min_tokens", 0),
+    ("logprobs", None),
+    ("prompt_logprobs", None),
+    ("prompt_logprob_token_ids", None),
+    ("prompt_logprob_start", None),
+    ("logprob_token_ids", None),
+    ("flat_logprobs", False),
+    ("detokenize", True),
+    ("skip_special_tokens", True),
+    ("spaces_between_special_tokens", True),
+    ("include_stop_str_in_output", False),
+    ("output_kind", 0),
+    ("stream_interval", None),
+    ("skip_clone", False),
+    ("output_text_buffer_length", 0),
+    ("structured_outputs", None),
+    ("logit_bias", None),
+    ("allowed_token_ids", None),
+    ("extra_args", None),
+    ("bad_words", None),
+    ("skip_reading_prefix_cache", None),
+    ("thinking_token_budget", None),
+    ("repetition_detection", None),
+    ("routed_experts_prompt_start", 0),
+    ("trace_decode_token_ids", None),
+)
+_ALWAYS_SENT = frozenset(DEFAULT_SAMPLING_FLOATS) - {"top_k"}
+_SAMPLING_EPS = 1e-5
+_MAX_TEMP = 1e-2
+
+
+def sampling_params_wire(values: dict[str, Any]) -> dict[str, Any]:
+    """`SamplingParams.from_optional(**values)` after `__post_init__`, as vLLM serializes it."""
+    params = dict(values)
+    temperature = params["temperature"]
+    if 0 < temperature < _MAX_TEMP:
+        params["temperature"] = max(temperature, _MAX_TEMP)
+    if params.get("seed") == -1:
+        params["seed"] = None
+    stop = params.get("stop")
+    params["stop"] = [] if stop is None else [stop] if isinstance(stop, str) else stop
+    stop_ids = params.get("stop_token_ids")
+    params["stop_token_ids"] = [] if stop_ids is None else list(dict.fromkeys(stop_ids))
+    bad_words = params.get("bad_words")
+    params["bad_words"] = [] if bad_words is None else list(dict.fromkeys(bad_words))
+    if params["stop"] and not params.get("include_stop_str_in_output", False):
+        params["output_text_buffer_length"] = max(len(s) for s in params["stop"]) - 1
+    _verify_sampling(params)
+    if params["temperature"] < _SAMPLING_EPS:
+        params["top_p"] = 1.0
+        params["top_k"] = 0
+        params["min_p"] = 0.0
+        if params.get("n", 1) > 1:
+            raise handler_error(f"n must be 1 when using greedy sampling, got {params['n']}.")
+    if params.get("skip_reading_prefix_cache") is None:
+        params["skip_reading_prefix_cache"] = (
+            params.get("prompt_logprobs") is not None
+            or params.get("prompt_logprob_token_ids") is not None
+        )
+    wire: dict[str, Any] = {}
+    for name, default in _SAMPLING_ORDER:
+        if name not in params:
+            continue
+        value = params[name]
+        if name in _ALWAYS_SENT or _differs(value, default):
+            wire[name] = value
+    if "logit_bias" in wire and wire["logit_bias"] is not None:
+        wire["logit_bias"] = {str(k): v for k, v in wire["logit_bias"].items()}
+    return wire
+
+
+def _differs(value: Any, default: Any) -> bool:
+    if value is None or default is None:
+        return value is not default
+    if isinstance(value, bool) or isinstance(default, bool):
+        return value is not default
+    return value != default
+
+
+def _verify_sampling(p: dict[str, Any]) -> None:
+    n = p.get("n", 1)
+    if n < 1:
+        raise handler_error(f"n must be at least 1, got {n}.", "n", n)
+    if n > 16384:
+        raise handler_error(f"n must be at most 16384, got {n}.", "n", n)
+    if not -2.0 <= p["presence_penalty"] <= 2.0:
+        raise handler_error(f"presence_penalty must be in [-2, 2], got {p['presence_penalty']}.")
+    if not -2.0 <= p["frequency_penalty"] <= 2.0:
+        raise handler_error(f"frequency_penalty must be in [-2, 2], got {p['frequency_penalty']}.")
+    rep = p["repetition_penalty"]
+    if not math.isfinite(rep):
+        raise handler_error(f"repetition_penalty must be a finite number, got {rep}.")
+    if rep <= 0.0:
+        raise handler_error(f"repetition_penalty must be greater than zero, got {rep}.")
+    t = p["temperature"]
+    if not math.isfinite(t):
+        raise handler_error(f"temperature must be a finite number, got {t}.", "temperature", t)
+    if t < 0.0:
+        raise handler_error(f"temperature must be non-negative, got {t}.", "temperature", t)
+    if t > 2.0:
+        raise handler_error(f"temperature must be in [0, 2], got {t}.", "temperature", t)
+    if not 0.0 < p["top_p"] <= 1.0:
+        raise handler_error(f"top_p must be in (0, 1], got {p['top_p']}.", "top_p", p["top_p"])
+    if p["top_k"] < -1:
+        raise handler_error(f"top_k must be 0 (disable), or at least 1, got {p['top_k']}.")
+    if not 0.0 <= p["min_p"] <= 1.0:
+        raise handler_error(f"min_p must be in [0, 1], got {p['min_p']}.")
+    max_tokens = p.get("max_tokens")
+    if max_tokens is not None and max_tokens < 1:
+        raise handler_error(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens", max_tokens)
+    min_tokens = p.get("min_tokens", 0)
+    if min_tokens < 0:
+        raise handler_error(f"min_tokens must be greater than or equal to 0, got {min_tokens}.")
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise handler_error(
+            f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}."
+        )
+    logprobs = p.get("logprobs")
+    if logprobs is not None and logprobs != -1 and logprobs < 0:
+        raise handler_error(f"logprobs must be non-negative or -1, got {logprobs}.", "logprobs", logprobs)
+    if any(not s for s in p["stop"]):
+        raise handler_error("stop cannot contain an empty string.")
+    if any(not w for w in p["bad_words"]):
+        raise handler_error(f"bad_words cannot contain an empty string. Got bad_words={p['bad_words']}")
+
+
+# -- GenerateRequest ----------------------------------------------------------------------------
+
+def generate_request(
+    *,
+    request_id: str,
+    token_ids: list[int],
+    sampling_params: dict[str, Any],
+    model: str | None,
+    reasoning_ended: bool | None = None,
+    reasoning_parser_kwargs: dict[str, Any] | None = None,
+    return_token_ids: bool | None = None,
+    parse_context: dict[str, Any] | None = None,
+    stream: bool = False,
+    stream_options: dict[str, Any] | None = None,
+    cache_salt: str | None = None,
+    priority: int = 0,
+    kv_transfer_params: dict[str, Any] | None = None,
+    ec_transfer_params: dict[str, Any] | None = None,
+    token_offsets: list[list[int]] | None = None,
+) -> dict[str, Any]:
+    """A `GenerateRequest` in declaration order (ttio/protocol.py), nulls included."""
+    return {
+        "request_id": request_id,
+        "token_ids": token_ids,
+        "token_offsets": token_offsets,
+        "features": None,
+        "content_parts": None,
+        "sampling_params": sampling_params,
+        "model": model,
+        "reasoning_ended": reasoning_ended,
+        "reasoning_parser_kwargs": reasoning_parser_kwargs,
+        "return_token_ids": return_token_ids,
+        "output_mode": "tokens",
+        "parse_context": parse_context,
+        "stream": stream,
+        "stream_options": stream_options,
+        "cache_salt": cache_salt,
+        "priority": priority,
+        "kv_transfer_params": kv_transfer_params,
+        "ec_transfer_params": ec_transfer_params,
+    }
+
+
+def stream_options_wire(options: Any) -> dict[str, Any] | None:
+    if options is None:
+        return None
+    if not isinstance(options, dict):
+        raise schema_error("body.stream_options", "Input should be a valid dictionary", options)
+    include_usage = opt_bool(options, "include_usage", False, prefix="body.stream_options")
+    continuous = opt_bool(options, "continuous_usage_stats", False, prefix="body.stream_options")
+    return {"include_usage": include_usage, "continuous_usage_stats": continuous}
+
+
+def first_not_none(*values: Any) -> Any:
+    for value in values:
+        if value is not None:
+            return value
+    return None
+
+
+def each(items: Iterable[Any], check: Callable[[Any, int], None]) -> None:
+    for index, item in enumerate(items):
+        check(item, index)

@@ -1,0 +1,160 @@
+"""Every option of the service, named as vLLM names its flags, validated once at start."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+REASONING_PARSERS = ("deepseek_r1", "qwen3")
+TOOL_PARSERS = ("hermes", "qwen3_json")
+CONTENT_FORMATS = ("auto", "string", "openai")
+STREAM_STATE_MODES = ("full", "compact")
+
+
+class SettingsError(ValueError):
+    """An option that cannot work: reported at start with the flag's name."""
+
+
+@dataclass
+class Settings:
+    model: str
+    host: str = "0.0.0.0"
+    port: int = 8000
+    served_model_name: list[str] = field(default_factory=list)
+    tokenizer: str | None = None
+    revision: str | None = None
+    tokenizer_revision: str | None = None
+    trust_remote_code: bool = False
+    chat_template: str | None = None
+    chat_template_content_format: str = "auto"
+    default_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    cohere_format: str = "cmd4"
+    trust_request_chat_template: bool = False
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
+    enable_auto_tool_choice: bool = False
+    exclude_tools_when_tool_choice_none: bool = False
+    max_model_len: int | None = None
+    generation_config: str = "auto"
+    override_generation_config: dict[str, Any] = field(default_factory=dict)
+    max_logprobs: int = 20
+    api_key: str | None = None
+    tokenizer_backend: str = "auto"
+    max_request_body_bytes: int = 64 << 20
+    redis_url: str | None = None
+    snapshot_key: str | None = None
+    stream_state_mode: str = "full"
+    snapshot_ttl_seconds: int = 600
+    log_level: str = "info"
+
+    @property
+    def served_names(self) -> list[str]:
+        return self.served_model_name or [self.model]
+
+    @property
+    def default_template_kwargs(self) -> dict[str, Any]:
+        """vLLM's `_renderer_default_chat_template_kwargs`: `--cohere-format` folded in."""
+        kwargs = dict(self.default_chat_template_kwargs)
+        if self.cohere_format:
+            kwargs.setdefault("cohere_format", self.cohere_format)
+        return kwargs
+
+    def validate(self) -> Settings:
+        if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
+            raise SettingsError(
+                f"--reasoning-parser {self.reasoning_parser!r} is not supported; "
+                f"choose one of {', '.join(REASONING_PARSERS)}")
+        if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_PARSERS:
+            raise SettingsError(
+                f"--tool-call-parser {self.tool_call_parser!r} is not supported; "
+                f"choose one of {', '.join(TOOL_PARSERS)}")
+        if self.enable_auto_tool_choice and self.tool_call_parser is None:
+            raise SettingsError("--enable-auto-tool-choice requires --tool-call-parser")
+        if self.chat_template_content_format not in CONTENT_FORMATS:
+            raise SettingsError("--chat-template-content-format must be one of auto, string, openai")
+        if self.stream_state_mode not in STREAM_STATE_MODES:
+            raise SettingsError("--stream-state-mode must be full or compact")
+        if self.max_logprobs < -1:
+            raise SettingsError("--max-logprobs must be -1 or non-negative")
+        if self.max_model_len is not None and self.max_model_len < -1:
+            raise SettingsError("--max-model-len must be positive, or -1 for the model's value")
+        if self.tokenizer_backend not in ("auto", "hf"):
+            raise SettingsError("--tokenizer-backend must be auto or hf")
+        return self
+
+
+def _json_dict(flag: str) -> Any:
+    def parse(text: str) -> dict[str, Any]:
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{flag} must be a JSON object: {exc}") from exc
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError(f"{flag} must be a JSON object")
+        return value
+    return parse
+
+
+def _max_model_len(text: str) -> int:
+    """vLLM accepts 1k/1K/1m-style suffixes and -1/auto."""
+    lowered = text.strip().lower()
+    if lowered in ("auto", "-1"):
+        return -1
+    multipliers = {"k": 1000, "m": 1000 ** 2, "g": 1000 ** 3}
+    if lowered[-1:] in multipliers:
+        unit = multipliers[lowered[-1]] if text.strip()[-1].islower() else {
+            "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}[lowered[-1]]
+        return int(float(lowered[:-1]) * unit)
+    return int(lowered)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags shared by `serve` and `fingerprint`: everything that shapes outputs."""
+    parser.add_argument("model", help="local model folder or Hugging Face id")
+    parser.add_argument("--served-model-name", nargs="+", default=[])
+    parser.add_argument("--tokenizer")
+    parser.add_argument("--revision")
+    parser.add_argument("--tokenizer-revision")
+    parser.add_argument("--trust-remote-code", action="store_true")
+    parser.add_argument("--chat-template", help="a file path or an inline Jinja template")
+    parser.add_argument("--chat-template-content-format", default="auto", choices=CONTENT_FORMATS)
+    parser.add_argument("--default-chat-template-kwargs", type=_json_dict("--default-chat-template-kwargs"),
+                        default={})
+    parser.add_argument("--cohere-format", default="cmd4")
+    parser.add_argument("--trust-request-chat-template", action="store_true")
+    parser.add_argument("--reasoning-parser")
+    parser.add_argument("--tool-call-parser")
+    parser.add_argument("--enable-auto-tool-choice", action="store_true")
+    parser.add_argument("--exclude-tools-when-tool-choice-none", action="store_true")
+    parser.add_argument("--max-model-len", type=_max_model_len)
+    parser.add_argument("--generation-config", default="auto")
+    parser.add_argument("--override-generation-config",
+                        type=_json_dict("--override-generation-config"), default={})
+    parser.add_argument("--max-logprobs", type=int, default=20)
+    parser.add_argument("--tokenizer-backend", default="auto", choices=("auto", "hf"),
+                        help="auto: fastokens when its self-test matches HF tokenizers")
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--api-key", default=None, help="or VLLM_API_KEY")
+    parser.add_argument("--max-request-body-bytes", type=int, default=64 << 20)
+    parser.add_argument("--redis-url", default=None)
+    parser.add_argument("--snapshot-key", default=None, help="HMAC key for snapshots (or RENDER_SNAPSHOT_KEY)")
+    parser.add_argument("--stream-state-mode", default="full", choices=STREAM_STATE_MODES)
+    parser.add_argument("--snapshot-ttl-seconds", type=int, default=600)
+    parser.add_argument("--log-level", default="info")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    values = {name: getattr(args, name) for name in Settings.__dataclass_fields__ if hasattr(args, name)}
+    settings = Settings(**values)
+    if settings.api_key is None:
+        settings.api_key = os.environ.get("VLLM_API_KEY") or None
+    if settings.snapshot_key is None:
+        settings.snapshot_key = os.environ.get("RENDER_SNAPSHOT_KEY") or None
+    return settings.validate()
