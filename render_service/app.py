@@ -1,0 +1,235 @@
+"""The Starlette app: routes, body decoding, error mapping, auth and lifespan.
+
+Handlers are thin: decode the body, call a pure function (`render`, `derender`, ...), encode
+the result with orjson. Every error is a `RenderServiceError` rendered in vLLM's shape;
+anything else is a bug, logged with its traceback and answered with a 500 in the same shape.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from render_service import __version__, render
+from render_service.exceptions import (
+    PayloadTooLargeError,
+    RenderServiceError,
+    RequestValidationError,
+    UnauthorizedError,
+)
+from render_service.metrics import Metrics
+from render_service.model import Model, load_model
+from render_service.settings import Settings
+
+logger = logging.getLogger("render_service.app")
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+VLLM_COMPAT_VERSION = "0.33.0"
+
+
+class JSONResponse(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def error_response(exc: RenderServiceError) -> Response:
+    return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers())
+
+
+class AuthMiddleware:
+    """vLLM's API-key check: Bearer token, constant-time, only on the guarded prefixes."""
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        self.app = app
+        self.token_hash = hashlib.sha256(api_key.encode()).digest()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("method") != "OPTIONS":
+            path = scope["path"].removeprefix(scope.get("root_path", ""))
+            if path.startswith(GUARDED_PREFIXES) and not self._verify(scope):
+                await error_response(UnauthorizedError("Unauthorized"))(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _verify(self, scope: Scope) -> bool:
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                scheme, _, token = value.decode("latin-1").partition(" ")
+                if scheme.lower() != "bearer":
+                    return False
+                return secrets.compare_digest(hashlib.sha256(token.encode()).digest(), self.token_hash)
+        return False
+
+
+class State:
+    """Everything a handler reads: immutable after start-up."""
+
+    def __init__(self, settings: Settings, model: Model | None = None) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.model = model
+        self.ready = False
+        self.started = int(time.time())
+
+    def load(self) -> None:
+        if self.model is None:
+            self.model = load_model(self.settings)
+        self.context = render.RenderContext(self.model, self.settings)
+        self.metrics.tokenizer_backend.labels(self.model.backend.name).set(1)
+        self.metrics.model_info.labels(self.settings.served_names[0], str(self.model.max_model_len)).set(1)
+        self.ready = True
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    content_type = request.headers.get("content-type", "").lower().split(";", 1)[0].strip()
+    if content_type != "application/json":
+        raise RequestValidationError(
+            "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLargeError(f"Request body of {declared} bytes exceeds the limit of {limit} bytes.")
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLargeError(f"Request body exceeds the limit of {limit} bytes.")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        detail = {"type": "json_invalid", "loc": "body", "msg": "JSON decode error",
+                  "input": {}, "ctx": {"error": str(exc).split(":")[0]}}
+        raise RequestValidationError(f"1 validation error:\n  {detail}", param="body") from None
+
+
+def _object_body(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise RequestValidationError(
+            "1 validation error:\n  {'type': 'model_attributes_type', 'loc': 'body', "
+            "'msg': 'Input should be a valid dictionary or object to extract fields from'}", param="body")
+    return body
+
+
+def create_app(settings: Settings, model: Model | None = None) -> Starlette:
+    state = State(settings, model)
+    limit = settings.max_request_body_bytes
+
+    def endpoint(name: str, handler: Callable[[Request, Any], Any]) -> Callable[[Request], Any]:
+        async def run(request: Request) -> Response:
+            metrics = state.metrics
+            try:
+                if not state.ready:
+                    from render_service.exceptions import OverloadedError
+                    raise OverloadedError("The model is still loading.", retry_after=5)
+                body = await read_json(request, limit)
+                with metrics.measure(name):
+                    result = handler(request, body)
+                response = result if isinstance(result, Response) else JSONResponse(result)
+            except RenderServiceError as exc:
+                response = error_response(exc)
+            except Exception:
+                logger.exception("unhandled error on %s", name)
+                response = error_response(RenderServiceError("Internal server error"))
+            metrics.requests.labels(name, str(response.status_code)).inc()
+            return response
+        return run
+
+    def chat_render(request: Request, body: Any) -> Any:
+        body = _object_body(body)
+        result = render.render_chat(state.context, body, request.headers.get("x-request-id"))
+        state.metrics.prompt_tokens.inc(len(result["token_ids"]))
+        return result
+
+    def completion_render(request: Request, body: Any) -> Any:
+        body = _object_body(body)
+        results = render.render_completion(state.context, body, request.headers.get("x-request-id"))
+        state.metrics.prompt_tokens.inc(sum(len(r["token_ids"]) for r in results))
+        return results
+
+    def tokenize(request: Request, body: Any) -> Any:
+        from render_service.tokenize import tokenize as run_tokenize
+        return run_tokenize(state.context, _object_body(body))
+
+    def detokenize(request: Request, body: Any) -> Any:
+        from render_service.tokenize import detokenize as run_detokenize
+        return run_detokenize(state.context, _object_body(body))
+
+    async def health(request: Request) -> Response:
+        return Response(status_code=200 if state.ready else 503)
+
+    async def version(request: Request) -> Response:
+        return JSONResponse({"version": VLLM_COMPAT_VERSION, "render_service": __version__})
+
+    async def models(request: Request) -> Response:
+        max_model_len = state.model.max_model_len if state.model else None
+        cards = [{
+            "id": name,
+            "object": "model",
+            "created": state.started,
+            "owned_by": "vllm",
+            "root": settings.model,
+            "parent": None,
+            "max_model_len": max_model_len,
+            "permission": [{
+                "id": f"modelperm-{render.random_uuid()}",
+                "object": "model_permission",
+                "created": state.started,
+                "allow_create_engine": False,
+                "allow_sampling": True,
+                "allow_logprobs": True,
+                "allow_search_indices": False,
+                "allow_view": True,
+                "allow_fine_tuning": False,
+                "organization": "*",
+                "group": None,
+                "is_blocking": False,
+            }],
+        } for name in settings.served_names]
+        return JSONResponse({"object": "list", "data": cards})
+
+    async def metrics_endpoint(request: Request) -> Response:
+        return Response(state.metrics.export(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def load(request: Request) -> Response:
+        return JSONResponse({"server_load": 0})
+
+    routes = [
+        Route("/v1/chat/completions/render", endpoint("chat_render", chat_render), methods=["POST"]),
+        Route("/v1/completions/render", endpoint("completion_render", completion_render), methods=["POST"]),
+        Route("/tokenize", endpoint("tokenize", tokenize), methods=["POST"]),
+        Route("/detokenize", endpoint("detokenize", detokenize), methods=["POST"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/ping", health, methods=["GET", "POST"]),
+        Route("/version", version, methods=["GET"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        Route("/load", load, methods=["GET"]),
+    ]
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        state.load()
+        logger.info("ready: %s (max_model_len=%d, tokenizer backend %s)", settings.served_names[0],
+                    state.model.max_model_len, state.model.backend.name)
+        yield
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.render = state
+    if settings.api_key:
+        app.add_middleware(AuthMiddleware, api_key=settings.api_key)
+    return app

@@ -1,0 +1,60 @@
+"""`render-service serve | fingerprint | example-model`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from render_service.settings import SettingsError, add_model_arguments, add_server_arguments, settings_from_args
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="render-service", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve the render/derender endpoints")
+    add_model_arguments(serve)
+    add_server_arguments(serve)
+    example = commands.add_parser("example-model", help="build a tiny local model folder (no hub needed)")
+    example.add_argument("directory")
+    example.add_argument("--family", default="qwen3", choices=("qwen3", "deepseek"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "example-model":
+        from render_service.example_model import build_example_model
+
+        print(build_example_model(args.directory, args.family))
+        return 0
+    try:
+        settings = settings_from_args(args)
+    except SettingsError as exc:
+        print(f"render-service: error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "serve":
+        return serve(settings)
+    return 1
+
+
+def serve(settings) -> int:
+    import uvicorn
+
+    from render_service.app import create_app
+    from render_service.model import ModelLoadError, load_model
+
+    try:
+        model = load_model(settings)
+    except ModelLoadError as exc:
+        print(f"render-service: error: {exc}", file=sys.stderr)
+        return 2
+    app = create_app(settings, model)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
+                loop="uvloop", http="httptools", access_log=False, timeout_graceful_shutdown=30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

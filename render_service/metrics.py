@@ -1,0 +1,52 @@
+"""Prometheus metrics: one registry per app, so tests and several apps in one process stay apart."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("render_requests", "Requests by endpoint and status", ["endpoint", "status"],
+                                registry=r)
+        self.latency = Histogram("render_request_seconds", "Wall time per request", ["endpoint"],
+                                 buckets=_LATENCY_BUCKETS, registry=r)
+        self.cpu_seconds = Counter("render_cpu_seconds", "Thread CPU time spent per endpoint", ["endpoint"],
+                                   registry=r)
+        self.prompt_tokens = Counter("render_prompt_tokens", "Prompt tokens rendered", registry=r)
+        self.tokenizer_backend = Gauge("render_tokenizer_backend_info", "Tokenizer backend in use (1)",
+                                       ["backend"], registry=r)
+        self.model_info = Gauge("render_model_info", "Loaded model (1)", ["model", "max_model_len"], registry=r)
+        # Snapshot store and derender (issue: derender).
+        self.snapshot_hits = Counter("render_snapshot_hits", "Parser snapshots found", ["tier"], registry=r)
+        self.snapshot_misses = Counter("render_snapshot_misses", "Parser snapshots missing", registry=r)
+        self.snapshot_rejected = Counter("render_snapshot_rejected", "Snapshots rejected", ["reason"], registry=r)
+        self.replays = Counter("render_stream_replays", "Streaming chunks served by replay", registry=r)
+        self.replayed_tokens = Counter("render_stream_replayed_tokens", "Tokens replayed", registry=r)
+        self.snapshot_bytes = Histogram("render_snapshot_bytes", "Encoded snapshot size", registry=r,
+                                        buckets=(64, 128, 256, 512, 1024, 2048, 4096, 16384, 65536))
+        self.redis_latency = Histogram("render_redis_seconds", "Redis round trips", ["op"],
+                                       buckets=_LATENCY_BUCKETS, registry=r)
+        self.redis_errors = Counter("render_redis_errors", "Redis failures (served by replay)", ["op"],
+                                    registry=r)
+
+    def export(self) -> bytes:
+        return generate_latest(self.registry)
+
+    @contextmanager
+    def measure(self, endpoint: str) -> Iterator[None]:
+        wall = time.perf_counter()
+        cpu = time.thread_time()
+        try:
+            yield
+        finally:
+            self.cpu_seconds.labels(endpoint).inc(time.thread_time() - cpu)
+            self.latency.labels(endpoint).observe(time.perf_counter() - wall)
