@@ -13,7 +13,7 @@ import json
 import logging
 from collections import deque
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar
 
 import jinja2
 import jinja2.ext
@@ -176,7 +176,7 @@ def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
 class _GenerationTag(jinja2.ext.Extension):
     """HF's `{% generation %}` block, needed only to parse templates that use it."""
 
-    tags = {"generation"}
+    tags: ClassVar[set[str]] = {"generation"}
 
     def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
         lineno = next(parser.stream).lineno
