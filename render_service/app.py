@@ -111,10 +111,24 @@ async def read_json(request: Request, limit: int) -> Any:
     raw = b"".join(chunks)
     try:
         return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        detail = {"type": "json_invalid", "loc": "body", "msg": "JSON decode error",
-                  "input": {}, "ctx": {"error": str(exc).split(":")[0]}}
-        raise RequestValidationError(f"1 validation error:\n  {detail}", param="body") from None
+    except orjson.JSONDecodeError:
+        raise _json_error(raw) from None
+
+
+def _json_error(raw: bytes) -> RequestValidationError:
+    """FastAPI's report of a body that is not JSON: stdlib json's message and offset."""
+    import json
+
+    try:
+        json.loads(raw)
+        reason, position = "Invalid JSON", 0
+    except json.JSONDecodeError as exc:
+        reason, position = exc.msg, exc.pos
+    except UnicodeDecodeError:
+        reason, position = "Invalid UTF-8", 0
+    detail = {"type": "json_invalid", "loc": f"body.{position}", "msg": "JSON decode error",
+              "input": "<dict of 0 items>", "ctx": {"error": reason}}
+    return RequestValidationError(f"1 validation error:\n  {detail}", param=f"body.{position}")
 
 
 def _object_body(body: Any) -> dict[str, Any]:
@@ -173,7 +187,8 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
         return Response(status_code=200 if state.ready else 503)
 
     async def version(request: Request) -> Response:
-        return JSONResponse({"version": VLLM_COMPAT_VERSION, "render_service": __version__})
+        return JSONResponse({"version": VLLM_COMPAT_VERSION},
+                            headers={"X-Render-Service-Version": __version__})
 
     async def models(request: Request) -> Response:
         max_model_len = state.model.max_model_len if state.model else None
@@ -228,7 +243,14 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
                     state.model.max_model_len, state.model.backend.name)
         yield
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return JSONResponse({"detail": "Not Found"}, status_code=404)
+
+    async def method_not_allowed(request: Request, exc: Exception) -> Response:
+        return JSONResponse({"detail": "Method Not Allowed"}, status_code=405)
+
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={404: not_found, 405: method_not_allowed})
     app.state.render = state
     if settings.api_key:
         app.add_middleware(AuthMiddleware, api_key=settings.api_key)

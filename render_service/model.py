@@ -41,6 +41,7 @@ class Model:
     hf_tokenizer: Any  # transformers PreTrainedTokenizerFast
     backend: TokenizerBackend
     chat_template: str | None
+    flag_chat_template: str | None
     special_tokens: dict[str, Any]
     max_model_len: int
     vocab_size: int
@@ -51,6 +52,11 @@ class Model:
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return self.backend.encode(text, add_special_tokens)
+
+    def encode_with_offsets(self, text: str, add_special_tokens: bool = False) -> tuple[list[int], list[list[int]]]:
+        """Ids and char offsets, for `return_token_offsets` (HF's offset mapping, as vLLM reports it)."""
+        encoded = self.hf_tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+        return list(encoded["input_ids"]), [[int(s), int(e)] for s, e in encoded["offset_mapping"]]
 
 
 def resolve_model_path(model: str, revision: str | None) -> Path:
@@ -115,6 +121,7 @@ def load_model(settings: Settings) -> Model:
         hf_tokenizer=hf_tokenizer,
         backend=backend,
         chat_template=chat_template,
+        flag_chat_template=chat_template if settings.chat_template is not None else None,
         special_tokens=_special_tokens_map(hf_tokenizer),
         max_model_len=max_model_len,
         vocab_size=len(hf_tokenizer),

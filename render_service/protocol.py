@@ -39,15 +39,13 @@ def schema_error(param: str, message: str, value: Any = None) -> RequestValidati
     return RequestValidationError(f"1 validation error:\n  {detail}", param=param)
 
 
-def validator_error(message: str, param: str | None = None, value: Any = None) -> RequestValidationError:
-    """A VLLMValidationError raised inside a request model validator."""
-    extras = []
-    if param is not None:
-        extras.append(f"parameter={param}")
-    if value is not None:
-        extras.append(f"value={value}")
-    text = f"{message} ({', '.join(extras)})" if extras else message
-    return schema_error(param or "body", f"Value error, {text}", None)
+def validator_error(message: str, param: str | None = None, value: Any = None) -> BadRequestError:
+    """A VLLMValidationError raised inside a request model validator.
+
+    pydantic does not wrap it (it is not a ValueError), so vLLM's VLLMError handler answers
+    it like a handler error: "BadRequestError", the parameter as `param`.
+    """
+    return handler_error(message, param, value)
 
 
 def handler_error(message: str, param: str | None = None, value: Any = None) -> BadRequestError:
@@ -59,6 +57,7 @@ def handler_error(message: str, param: str | None = None, value: Any = None) -> 
         extras.append(f"value={value}")
     text = f"{message} ({', '.join(extras)})" if extras else message
     return BadRequestError(text, param=param)
+
 
 
 def _summarize(value: Any) -> Any:
@@ -159,12 +158,11 @@ def validate_cache_salt(salt: Any) -> None:
         return
     if not isinstance(salt, str):
         raise schema_error("body.cache_salt", "Input should be a valid string", salt)
-    if not 1 <= len(salt) <= 128:
-        raise validator_error("Parameter 'cache_salt' must be between 1 and 128 characters long.",
-                              "cache_salt")
-    if any(ch in salt for ch in "@/\\\x00"):
-        raise validator_error("Parameter 'cache_salt' must not contain '@', '/', '\\\\' or NUL.",
-                              "cache_salt")
+    if not salt:
+        raise validator_error("Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
+    if len(salt) > 128 or any(ch in salt for ch in "@/\\\x00"):
+        raise validator_error("Parameter 'cache_salt' must be at most 128 characters and must not contain "
+                              "'@', '/', '\\\\', or NUL.", "cache_salt")
 
 
 # -- SamplingParams ---------------------------------------------------------------------------
@@ -175,14 +173,14 @@ def validate_cache_salt(salt: Any) -> None:
 # always on the wire; every other field is omitted when equal to its default.
 _SAMPLING_ORDER: tuple[tuple[str, Any], ...] = (
     ("n", 1),
-    ("presence_penalty", None),
-    ("frequency_penalty", None),
-    ("repetition_penalty", None),
-    ("temperature", None),
+    ("presence_penalty", 0.0),
+    ("frequency_penalty", 0.0),
+    ("repetition_penalty", 1.0),
+    ("temperature", 1.0),
     ("watermarking", None),
-    ("top_p", None),
+    ("top_p", 1.0),
     ("top_k", 0),
-    ("min_p", None),
+    ("min_p", 0.0),
     ("seed", None),
     ("stop", None),
     ("stop_token_ids", None),
@@ -236,10 +234,13 @@ def sampling_params_wire(values: dict[str, Any]) -> dict[str, Any]:
     if params["stop"] and not params.get("include_stop_str_in_output", False):
         params["output_text_buffer_length"] = max(len(s) for s in params["stop"]) - 1
     _verify_sampling(params)
+    always_sent = _ALWAYS_SENT
     if params["temperature"] < _SAMPLING_EPS:
+        # __post_init__ resets these to the declared defaults themselves, so msgspec omits them.
         params["top_p"] = 1.0
         params["top_k"] = 0
         params["min_p"] = 0.0
+        always_sent = _ALWAYS_SENT - {"top_p", "min_p"}
         if params.get("n", 1) > 1:
             raise handler_error(f"n must be 1 when using greedy sampling, got {params['n']}.")
     if params.get("skip_reading_prefix_cache") is None:
@@ -252,7 +253,7 @@ def sampling_params_wire(values: dict[str, Any]) -> dict[str, Any]:
         if name not in params:
             continue
         value = params[name]
-        if name in _ALWAYS_SENT or _differs(value, default):
+        if name in always_sent or _differs(value, default):
             wire[name] = value
     if "logit_bias" in wire and wire["logit_bias"] is not None:
         wire["logit_bias"] = {str(k): v for k, v in wire["logit_bias"].items()}
@@ -270,9 +271,10 @@ def _differs(value: Any, default: Any) -> bool:
 def _verify_sampling(p: dict[str, Any]) -> None:
     n = p.get("n", 1)
     if n < 1:
-        raise handler_error(f"n must be at least 1, got {n}.", "n", n)
+        raise handler_error(f"n must be at least 1, got {n}.")
     if n > 16384:
-        raise handler_error(f"n must be at most 16384, got {n}.", "n", n)
+        raise handler_error(f"n must be at most 16384, got {n}. To increase this limit, set the "
+                            "VLLM_MAX_N_SEQUENCES environment variable.")
     if not -2.0 <= p["presence_penalty"] <= 2.0:
         raise handler_error(f"presence_penalty must be in [-2, 2], got {p['presence_penalty']}.")
     if not -2.0 <= p["frequency_penalty"] <= 2.0:

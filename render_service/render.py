@@ -18,6 +18,7 @@ from render_service.protocol import (
     DEFAULT_SAMPLING_FLOATS,
     INT64_MAX,
     INT64_MIN,
+    MAX_STOP_STRINGS,
     OUTPUT_KIND_DELTA,
     OUTPUT_KIND_FINAL_ONLY,
     check_type,
@@ -94,6 +95,9 @@ def _validate_common(body: dict[str, Any]) -> None:
     stop = body.get("stop")
     if stop is not None and not isinstance(stop, str):
         str_list(stop, "body.stop")
+        if len(stop) > MAX_STOP_STRINGS:
+            raise schema_error("body.stop", f"List should have at most {MAX_STOP_STRINGS} items after "
+                               f"validation, not {len(stop)}", stop)
     if body.get("stop_token_ids") is not None:
         int_list(body["stop_token_ids"], "body.stop_token_ids")
     if body.get("allowed_token_ids") is not None:
@@ -128,8 +132,9 @@ def _validate_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
             raise schema_error(param, "Input should be a valid dictionary", message)
         role = message.get("role")
         if not isinstance(role, str):
-            raise schema_error(f"{param}.role", "Field required" if role is None else
-                               "Input should be a valid string", role)
+            # pydantic reports the first branch of vLLM's message union.
+            raise schema_error(f"{param}.ChatCompletionDeveloperMessageParam.role",
+                               "Field required" if role is None else "Input should be 'developer'", role)
         content = message.get("content")
         if content is not None and not isinstance(content, (str, list)):
             raise schema_error(f"{param}.content", "Input should be a valid string or list", content)
@@ -137,6 +142,14 @@ def _validate_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
             tool_calls = message.get("tool_calls")
             if tool_calls is not None and not isinstance(tool_calls, list):
                 raise schema_error(f"{param}.tool_calls", "Input should be a valid list", tool_calls)
+            for call_index, call in enumerate(tool_calls or ()):
+                # vLLM validates tool_calls lazily (an Iterable), so the loc starts at the call.
+                call_param = f"body.{call_index}.ChatCompletionMessageFunctionToolCallParam"
+                function = call.get("function") if isinstance(call, dict) else None
+                if not isinstance(function, dict):
+                    raise schema_error(f"{call_param}.function", "Field required", call)
+                if not isinstance(function.get("name"), str) or not isinstance(function.get("arguments"), str):
+                    raise schema_error(f"{call_param}.function", "Input should be a valid string", function)
         if role == "tool" and message.get("tool_call_id") is not None and not isinstance(
                 message.get("tool_call_id"), str):
             raise schema_error(f"{param}.tool_call_id", "Input should be a valid string", message["tool_call_id"])
@@ -245,7 +258,7 @@ def _request_id(prefix: str, body: dict[str, Any], header_id: str | None) -> str
 
 
 def _check_lengths(ctx: RenderContext, token_count: int, max_output: int | None, output_param: str,
-                   truncate: int | None) -> None:
+                   truncate: int | None, from_text: bool = False) -> None:
     """`TokenizeParams.__post_init__` and `_token_len_check`."""
     max_total = ctx.model.max_model_len
     if max_output is not None and max_output > max_total:
@@ -256,9 +269,13 @@ def _check_lengths(ctx: RenderContext, token_count: int, max_output: int | None,
                             f"= {max_total}. Please request a smaller truncation size.",
                             "truncate_prompt_tokens", truncate)
     if token_count > max_total:
+        # vLLM's tokenizer truncates text to max_model_len + 1 tokens before this check.
+        if from_text and truncate is None:
+            token_count = max_total + 1
+        qualifier = "at least " if token_count == max_total + 1 else ""
         raise handler_error(
             f"This model's maximum context length is {max_total} tokens. However, your prompt contains "
-            f"{token_count} input tokens, which exceeds this limit even without any output tokens. "
+            f"{qualifier}{token_count} input tokens, which exceeds this limit even without any output tokens. "
             "Please reduce the length of the input prompt.", "input_tokens", token_count)
 
 
@@ -526,7 +543,10 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
     # TokenizeParams validates before anything is rendered.
     _check_lengths(ctx, 0, max_output, output_param, truncate)
 
-    chat_template = body.get("chat_template") or user_kwargs.get("chat_template") or ctx.model.chat_template
+    # ChatParams.chat_template (request, else --chat-template) wins over a template in the kwargs,
+    # which wins over the tokenizer's own (resolved last, in safe_apply_chat_template).
+    chat_template = (body.get("chat_template") or ctx.model.flag_chat_template
+                     or user_kwargs.get("chat_template") or ctx.model.chat_template)
     if chat_template is None:
         raise BadRequestError("As of transformers v4.44, default chat template is no longer allowed, so you "
                               "must provide a chat template if the tokenizer does not define one.")
@@ -535,13 +555,16 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
         content_format = templating.detect_content_format(chat_template)
     conversation = templating.build_conversation(body["messages"], content_format)
     template_kwargs = effective_template_kwargs(ctx, body)
-    render_kwargs = dict(template_kwargs)
-    render_kwargs.pop("tools", None)
+    render_kwargs = {k: v for k, v in template_kwargs.items() if k not in ("tools", "chat_template", "tokenize")}
     prompt = templating.render_prompt(ctx.model.hf_tokenizer, chat_template, conversation, rendered_tools,
                                       render_kwargs)
-    token_ids = ctx.model.encode(prompt, bool(body.get("add_special_tokens", False)))
+    offsets = None
+    if body.get("return_token_offsets"):
+        token_ids, offsets = ctx.model.encode_with_offsets(prompt, bool(body.get("add_special_tokens", False)))
+    else:
+        token_ids = ctx.model.encode(prompt, bool(body.get("add_special_tokens", False)))
     token_ids = _truncate(token_ids, truncate, body.get("truncation_side"), ctx.model.max_model_len)
-    _check_lengths(ctx, len(token_ids), max_output, output_param, truncate)
+    _check_lengths(ctx, len(token_ids), max_output, output_param, truncate, from_text=True)
 
     skip_special_tokens = body.get("skip_special_tokens")
     if settings.reasoning_parser is not None or tool_choice != "none":
@@ -589,6 +612,7 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
         priority=body.get("priority", 0),
         kv_transfer_params=kv_params,
         ec_transfer_params=ec_params,
+        token_offsets=offsets,
     )
 
 
@@ -611,8 +635,10 @@ def _prompts(body: dict[str, Any]) -> list[str | list[int]]:
     if body.get("prompt_embeds") is not None:
         raise BadRequestError("prompt_embeds are not supported by this render tier (no torch).",
                               param="prompt_embeds")
-    if prompt is None or prompt == "" or prompt == []:
-        raise validator_error("Either prompt or prompt_embeds must be provided and non-empty.")
+    if prompt == []:
+        raise validator_error("You must pass at least one prompt", "prompt")
+    if prompt is None or prompt == "":
+        raise validator_error("Either prompt or prompt_embeds must be provided and non-empty.", "prompt")
     if isinstance(prompt, str):
         return [prompt]
     if not isinstance(prompt, list):
@@ -634,6 +660,8 @@ def _prompts(body: dict[str, Any]) -> list[str | list[int]]:
 
 def render_completion(ctx: RenderContext, body: dict[str, Any],
                       header_request_id: str | None = None) -> list[dict[str, Any]]:
+    if body.get("max_tokens", 16) is None:
+        body["max_tokens"] = 16  # CompletionRequest.normalize_null_max_tokens
     _validate_common(body)
     for name in ("max_tokens", "logprobs"):
         opt_int(body, name)
@@ -643,7 +671,8 @@ def render_completion(ctx: RenderContext, body: dict[str, Any],
     if body.get("use_beam_search"):
         raise BadRequestError("Beam search is not supported by the render endpoint")
     if body.get("suffix"):
-        raise BadRequestError("suffix is not supported for this model")
+        raise BadRequestError("suffix is only supported for models with FIM completion rendering",
+                              param="suffix")
     if body.get("mm_processor_kwargs") or body.get("media_io_kwargs"):
         raise BadRequestError("mm_processor_kwargs and media_io_kwargs are only accepted with "
                               "--trust-request-mm-kwargs")
@@ -654,12 +683,16 @@ def render_completion(ctx: RenderContext, body: dict[str, Any],
     base = _request_id("cmpl-", body, header_request_id)
     out = []
     for index, prompt in enumerate(prompts):
-        if isinstance(prompt, str):
+        offsets = None
+        if isinstance(prompt, str) and body.get("return_token_offsets"):
+            token_ids, offsets = ctx.model.encode_with_offsets(prompt, add_special)
+        elif isinstance(prompt, str):
             token_ids = ctx.model.encode(prompt, add_special)
         else:
             token_ids = list(prompt)
         token_ids = _truncate(token_ids, truncate, body.get("truncation_side"), ctx.model.max_model_len)
-        _check_lengths(ctx, len(token_ids), max_tokens_requested or 0, "max_tokens", truncate)
+        _check_lengths(ctx, len(token_ids), max_tokens_requested or 0, "max_tokens", truncate,
+                       from_text=isinstance(prompt, str))
         if not token_ids:
             raise BadRequestError("No token_ids rendered")
         max_tokens = get_max_tokens(ctx, max_tokens_requested, len(token_ids), truncate)
@@ -680,5 +713,6 @@ def render_completion(ctx: RenderContext, body: dict[str, Any],
             priority=body.get("priority", 0),
             kv_transfer_params=kv_params,
             ec_transfer_params=ec_params,
+            token_offsets=offsets,
         ))
     return out
