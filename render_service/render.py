@@ -455,13 +455,13 @@ def _merge_kwargs(defaults: dict[str, Any] | None, overrides: dict[str, Any] | N
 
 def prompt_reasoning_ended(ctx: RenderContext, token_ids: list[int], template_kwargs: dict[str, Any]) -> bool:
     """The reasoning parser's `is_reasoning_end(prompt)`, for qwen3 (engine) and deepseek_r1."""
-    vocab = ctx.model.hf_tokenizer.get_vocab()
-    start_id = vocab.get("<think>")
-    end_id = vocab.get("</think>")
+    ids = ctx.model.marker_ids
+    start_id = ids.get("<think>")
+    end_id = ids.get("</think>")
     if ctx.settings.reasoning_parser == "qwen3":
         thinking = template_kwargs.get("enable_thinking", True)
-        end_ids = {i for i in (end_id, vocab.get("<tool_call>")) if i is not None}
-        boundaries = {vocab[t] for t in _CHATML_BOUNDARIES if t in vocab}
+        end_ids = {i for i in (end_id, ids.get("<tool_call>")) if i is not None}
+        boundaries = {ids[t] for t in _CHATML_BOUNDARIES if t in ids}
         for token_id in reversed(token_ids):
             if token_id in end_ids:
                 return True
