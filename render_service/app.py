@@ -8,6 +8,7 @@ anything else is a bug, logged with its traceback and answered with a 500 in the
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 import secrets
 import time
@@ -22,16 +23,18 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from render_service import __version__, render
+from render_service import __version__, derender, render
 from render_service.exceptions import (
     PayloadTooLargeError,
     RenderServiceError,
     RequestValidationError,
     UnauthorizedError,
 )
+from render_service.fingerprint import fingerprint
 from render_service.metrics import Metrics
 from render_service.model import Model, load_model
 from render_service.settings import Settings
+from render_service.snapshots import LocalStore, RedisStore, SnapshotCodec, SnapshotStore
 
 logger = logging.getLogger("render_service.app")
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
@@ -88,9 +91,22 @@ class State:
         if self.model is None:
             self.model = load_model(self.settings)
         self.context = render.RenderContext(self.model, self.settings)
+        self.fingerprint = fingerprint(self.settings, self.model)
+        self.store = build_store(self.settings, self.metrics)
+        self.derender = derender.make_context(self.context, self.fingerprint["fingerprint"], self.store, self.metrics)
         self.metrics.tokenizer_backend.labels(self.model.backend.name).set(1)
         self.metrics.model_info.labels(self.settings.served_names[0], str(self.model.max_model_len)).set(1)
         self.ready = True
+
+
+def build_store(settings: Settings, metrics: Metrics) -> SnapshotStore:
+    """In-process LRU always; Redis too when configured (then a shared HMAC key is required)."""
+    key = settings.snapshot_key.encode() if settings.snapshot_key else secrets.token_bytes(32)
+    redis = None
+    if settings.redis_url:
+        redis = RedisStore(settings.redis_url, metrics, ttl=settings.snapshot_ttl_seconds)
+    local = LocalStore(ttl=settings.snapshot_ttl_seconds)
+    return SnapshotStore(SnapshotCodec(key), metrics, local=local, redis=redis)
 
 
 async def read_json(request: Request, limit: int) -> Any:
@@ -139,6 +155,14 @@ def _object_body(body: Any) -> dict[str, Any]:
     return body
 
 
+def _batch_only(body: dict[str, Any]) -> None:
+    stream = body.get("stream", False)
+    if stream not in (False, None):
+        raise RequestValidationError(
+            f"1 validation error:\n  {{'type': 'literal_error', 'loc': 'body.stream', 'msg': "
+            f"\"Input should be False\", 'input': {stream!r}}}", param="body.stream")
+
+
 def create_app(settings: Settings, model: Model | None = None) -> Starlette:
     state = State(settings, model)
     limit = settings.max_request_body_bytes
@@ -153,6 +177,8 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
                 body = await read_json(request, limit)
                 with metrics.measure(name):
                     result = handler(request, body)
+                    if inspect.isawaitable(result):
+                        result = await result
                 response = result if isinstance(result, Response) else JSONResponse(result)
             except RenderServiceError as exc:
                 response = error_response(exc)
@@ -174,6 +200,20 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
         results = render.render_completion(state.context, body, request.headers.get("x-request-id"))
         state.metrics.prompt_tokens.inc(sum(len(r["token_ids"]) for r in results))
         return results
+
+    def chat_derender(request: Request, body: Any) -> Any:
+        body = _object_body(body)
+        if body.get("stream") is True:
+            return derender.derender_chat_stream(state.derender, body)
+        _batch_only(body)
+        return derender.derender_chat(state.derender, body)
+
+    def completion_derender(request: Request, body: Any) -> Any:
+        body = _object_body(body)
+        if body.get("stream") is True:
+            return derender.derender_completion_stream(state.derender, body)
+        _batch_only(body)
+        return derender.derender_completion(state.derender, body)
 
     def tokenize(request: Request, body: Any) -> Any:
         from render_service.tokenize import tokenize as run_tokenize
@@ -226,6 +266,8 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
     routes = [
         Route("/v1/chat/completions/render", endpoint("chat_render", chat_render), methods=["POST"]),
         Route("/v1/completions/render", endpoint("completion_render", completion_render), methods=["POST"]),
+        Route("/v1/chat/completions/derender", endpoint("chat_derender", chat_derender), methods=["POST"]),
+        Route("/v1/completions/derender", endpoint("completion_derender", completion_derender), methods=["POST"]),
         Route("/tokenize", endpoint("tokenize", tokenize), methods=["POST"]),
         Route("/detokenize", endpoint("detokenize", detokenize), methods=["POST"]),
         Route("/health", health, methods=["GET"]),
@@ -239,9 +281,11 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette):
         state.load()
-        logger.info("ready: %s (max_model_len=%d, tokenizer backend %s)", settings.served_names[0],
-                    state.model.max_model_len, state.model.backend.name)
+        logger.info("ready: %s (max_model_len=%d, tokenizer backend %s, fingerprint %s)",
+                    settings.served_names[0], state.model.max_model_len, state.model.backend.name,
+                    state.fingerprint["fingerprint"])
         yield
+        await state.store.close()
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return JSONResponse({"detail": "Not Found"}, status_code=404)

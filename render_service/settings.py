@@ -81,6 +81,9 @@ class Settings:
             raise SettingsError("--max-logprobs must be -1 or non-negative")
         if self.max_model_len is not None and self.max_model_len < -1:
             raise SettingsError("--max-model-len must be positive, or -1 for the model's value")
+        if self.redis_url and not self.snapshot_key:
+            raise SettingsError("--redis-url needs --snapshot-key (or RENDER_SNAPSHOT_KEY): replicas must share "
+                                "the HMAC key that signs parser snapshots")
         if self.tokenizer_backend not in ("auto", "hf"):
             raise SettingsError("--tokenizer-backend must be auto or hf")
         return self
