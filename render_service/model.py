@@ -127,7 +127,8 @@ def load_model(settings: Settings) -> Model:
         flag_chat_template=chat_template if settings.chat_template is not None else None,
         special_tokens=_special_tokens_map(hf_tokenizer),
         max_model_len=max_model_len,
-        vocab_size=len(hf_tokenizer),
+        # vLLM's bound: the larger of the tokenizer's and the model's vocabularies.
+        vocab_size=max(len(hf_tokenizer), int((config.get("text_config") or config).get("vocab_size") or 0)),
         default_sampling=default_sampling,
         override_max_tokens=override_max_tokens,
         eos_token_id=hf_tokenizer.eos_token_id,

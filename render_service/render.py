@@ -136,6 +136,9 @@ def _validate_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
             raise schema_error(f"{param}.ChatCompletionDeveloperMessageParam.role",
                                "Field required" if role is None else "Input should be 'developer'", role)
         content = message.get("content")
+        if content is None and role != "assistant":
+            raise schema_error(f"{param}.ChatCompletionDeveloperMessageParam.content", "Field required"
+                               if "content" not in message else "Input should be a valid string", content)
         if content is not None and not isinstance(content, (str, list)):
             raise schema_error(f"{param}.content", "Input should be a valid string or list", content)
         if role == "assistant":
@@ -249,6 +252,33 @@ def _validate_logprobs(body: dict[str, Any]) -> None:
 
 
 # -- shared steps ---------------------------------------------------------------------------
+
+def _check_mm_kwargs(body: dict[str, Any]) -> None:
+    """`validate_request_mm_kwargs` without --trust-request-mm-kwargs (not offered: text-only tier)."""
+    for name, what in (("mm_processor_kwargs", "preprocessing"), ("media_io_kwargs", "media loading")):
+        if body.get(name):
+            raise handler_error(
+                f"Per-request {name} are disabled by default because they can change multimodal {what} "
+                "resource usage. Start the server with --trust-request-mm-kwargs only when clients are trusted.",
+                name)
+
+
+def reused_prompt_ids(ctx: RenderContext, body: dict[str, Any]) -> list[int] | None:
+    """Decode-side reuse: prompt ids forwarded in `kv_transfer_params` skip templating (vLLM pops them)."""
+    kv = body.get("kv_transfer_params")
+    if not isinstance(kv, dict) or kv.get("prompt_token_ids") is None:
+        return None
+    ids = kv.pop("prompt_token_ids")
+    if body.get("echo") or templating.has_non_text_content(body.get("messages")):
+        return None
+    if (not isinstance(ids, list) or not ids
+            or any(type(x) is not int or x < 0 for x in ids)):
+        raise handler_error("`kv_transfer_params['prompt_token_ids']` must be a non-empty list of non-negative "
+                            "integers.", "kv_transfer_params.prompt_token_ids")
+    if max(ids) >= ctx.model.vocab_size:
+        raise handler_error(f"Token id {max(ids)} is out of vocabulary", "kv_transfer_params.prompt_token_ids")
+    return ids
+
 
 def _request_id(prefix: str, body: dict[str, Any], header_id: str | None) -> str:
     if header_id is not None:
@@ -532,9 +562,7 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
             body.get("chat_template") is not None or user_kwargs.get("chat_template") is not None):
         raise BadRequestError("Chat template is passed with request, but --trust-request-chat-template is "
                               "not set. Refused request with untrusted chat template.")
-    if body.get("mm_processor_kwargs") or body.get("media_io_kwargs"):
-        raise BadRequestError("mm_processor_kwargs and media_io_kwargs are only accepted with "
-                              "--trust-request-mm-kwargs")
+    _check_mm_kwargs(body)
 
     max_completion = body.get("max_completion_tokens")
     max_output = max_completion if max_completion is not None else body.get("max_tokens")
@@ -547,24 +575,15 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
     # which wins over the tokenizer's own (resolved last, in safe_apply_chat_template).
     chat_template = (body.get("chat_template") or ctx.model.flag_chat_template
                      or user_kwargs.get("chat_template") or ctx.model.chat_template)
-    if chat_template is None:
-        raise BadRequestError("As of transformers v4.44, default chat template is no longer allowed, so you "
-                              "must provide a chat template if the tokenizer does not define one.")
-    content_format = settings.chat_template_content_format
-    if content_format == "auto":
-        content_format = templating.detect_content_format(chat_template)
-    conversation = templating.build_conversation(body["messages"], content_format)
     template_kwargs = effective_template_kwargs(ctx, body)
-    render_kwargs = {k: v for k, v in template_kwargs.items() if k not in ("tools", "chat_template", "tokenize")}
-    prompt = templating.render_prompt(ctx.model.hf_tokenizer, chat_template, conversation, rendered_tools,
-                                      render_kwargs)
     offsets = None
-    if body.get("return_token_offsets"):
-        token_ids, offsets = ctx.model.encode_with_offsets(prompt, bool(body.get("add_special_tokens", False)))
+    reused = reused_prompt_ids(ctx, body)
+    if reused is not None:
+        token_ids = reused
     else:
-        token_ids = ctx.model.encode(prompt, bool(body.get("add_special_tokens", False)))
+        token_ids, offsets = _render_chat_tokens(ctx, body, chat_template, rendered_tools, template_kwargs)
     token_ids = _truncate(token_ids, truncate, body.get("truncation_side"), ctx.model.max_model_len)
-    _check_lengths(ctx, len(token_ids), max_output, output_param, truncate, from_text=True)
+    _check_lengths(ctx, len(token_ids), max_output, output_param, truncate, from_text=reused is None)
 
     skip_special_tokens = body.get("skip_special_tokens")
     if settings.reasoning_parser is not None or tool_choice != "none":
@@ -616,6 +635,26 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
     )
 
 
+def _render_chat_tokens(ctx: RenderContext, body: dict[str, Any], chat_template: str | None,
+                        rendered_tools: list[dict[str, Any]] | None,
+                        template_kwargs: dict[str, Any]) -> tuple[list[int], list[list[int]] | None]:
+    """Template the conversation and tokenize it (the part forwarded prompt ids skip)."""
+    if chat_template is None:
+        raise BadRequestError("As of transformers v4.44, default chat template is no longer allowed, so you "
+                              "must provide a chat template if the tokenizer does not define one.")
+    content_format = ctx.settings.chat_template_content_format
+    if content_format == "auto":
+        content_format = templating.detect_content_format(chat_template)
+    conversation = templating.build_conversation(body["messages"], content_format)
+    render_kwargs = {k: v for k, v in template_kwargs.items() if k not in ("tools", "chat_template", "tokenize")}
+    prompt = templating.render_prompt(ctx.model.hf_tokenizer, chat_template, conversation, rendered_tools,
+                                      render_kwargs)
+    add_special = bool(body.get("add_special_tokens", False))
+    if body.get("return_token_offsets"):
+        return ctx.model.encode_with_offsets(prompt, add_special)
+    return ctx.model.encode(prompt, add_special), None
+
+
 def _history_tool_calls(messages: list[dict[str, Any]]) -> int:
     count = 0
     for message in messages:
@@ -650,8 +689,9 @@ def _prompts(body: dict[str, Any]) -> list[str | list[int]]:
     elif all(isinstance(p, list) for p in prompt):
         prompts = [int_list(p, f"body.prompt.{i}", non_negative=True) for i, p in enumerate(prompt)]
     else:
-        raise schema_error("body.prompt", "Input should be a string, a list of strings, a list of token ids "
-                           "or a list of token-id lists", prompt)
+        # pydantic reports the first union branch (list[int]) first: its first bad element.
+        bad = next(i for i, p in enumerate(prompt) if not isinstance(p, int) or isinstance(p, bool) or p < 0)
+        raise schema_error(f"body.prompt.{bad}", "Input should be a valid integer", prompt[bad])
     if len(prompts) > MAX_COMPLETION_PROMPTS:
         raise validator_error(f"The number of prompts ({len(prompts)}) exceeds the maximum of "
                               f"{MAX_COMPLETION_PROMPTS}.", "prompt")
@@ -670,12 +710,16 @@ def render_completion(ctx: RenderContext, body: dict[str, Any],
     check_model(ctx, body.get("model"))
     if body.get("use_beam_search"):
         raise BadRequestError("Beam search is not supported by the render endpoint")
-    if body.get("suffix"):
+    if body.get("suffix") is not None:
+        if body.get("echo"):
+            raise BadRequestError("Echo is unsupported with suffix.", param="suffix")
+        if body.get("truncate_prompt_tokens") is not None:
+            raise BadRequestError("suffix is not supported with truncate_prompt_tokens", param="suffix")
+        if not (isinstance(body.get("prompt"), str) or all(isinstance(p, str) for p in body.get("prompt") or [])):
+            raise BadRequestError("suffix requires text prompt input for FIM completion rendering", param="suffix")
         raise BadRequestError("suffix is only supported for models with FIM completion rendering",
                               param="suffix")
-    if body.get("mm_processor_kwargs") or body.get("media_io_kwargs"):
-        raise BadRequestError("mm_processor_kwargs and media_io_kwargs are only accepted with "
-                              "--trust-request-mm-kwargs")
+    _check_mm_kwargs(body)
     max_tokens_requested = body.get("max_tokens", 16)
     truncate = body.get("truncate_prompt_tokens")
     _check_lengths(ctx, 0, max_tokens_requested or 0, "max_tokens", truncate)

@@ -213,6 +213,19 @@ def supports_developer_role(chat_template: str) -> bool:
 
 # -- conversation ---------------------------------------------------------------------------
 
+def has_non_text_content(messages: Any) -> bool:
+    """Whether any message carries media (then forwarded prompt ids are ignored)."""
+    if not isinstance(messages, list):
+        return False
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and (part.get("type") in _MEDIA_TYPES or _MEDIA_TYPES & part.keys()):
+                    return True
+    return False
+
+
 def _part_text(part: Any) -> tuple[str, Any]:
     """(part_type, content) as vLLM's `parse_chat_message_content_mm_part` returns them."""
     if isinstance(part, str):

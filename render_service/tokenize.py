@@ -13,8 +13,8 @@ def tokenize(ctx: render.RenderContext, body: dict[str, Any]) -> dict[str, Any]:
     render.check_model(ctx, body.get("model"))
     model = ctx.model
     if "messages" in body:
+        # vLLM's /tokenize renders messages directly: the chat-request validators do not run.
         render._validate_messages(body)
-        render._validate_tools(body)
         user_kwargs = body.get("chat_template_kwargs") or {}
         if not ctx.settings.trust_request_chat_template and (
                 body.get("chat_template") is not None or user_kwargs.get("chat_template") is not None):
@@ -49,8 +49,6 @@ def detokenize(ctx: render.RenderContext, body: dict[str, Any]) -> dict[str, Any
     if "tokens" not in body:
         raise schema_error("body.tokens", "Field required", body)
     ids = int_list(body["tokens"], "body.tokens", non_negative=True)
-    vocab = ctx.model.vocab_size
-    bad = next((i for i in ids if i >= vocab), None)
-    if bad is not None:
-        raise BadRequestError(f"Token id {bad} is out of vocabulary (size {vocab}).", param="tokens")
-    return {"prompt": ctx.model.hf_tokenizer.decode(ids)}
+    # vLLM drops ids the tokenizer does not know instead of failing.
+    known = len(ctx.model.hf_tokenizer)
+    return {"prompt": ctx.model.hf_tokenizer.decode([i for i in ids if i < known])}

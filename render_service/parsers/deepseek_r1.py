@@ -1,0 +1,115 @@
+"""DeepSeek-R1 reasoning parser (`deepseek_r1`): `<think>...</think>` by token id.
+
+Port of vLLM 0.33's `DeepSeekR1ReasoningParser` (+ `BaseThinkingReasoningParser`). vLLM's
+version is stateless but asks `start_token_id in previous_token_ids` on every chunk (a scan of
+all output ids); the only fact that scan yields is whether `<think>` was seen, kept here as one
+bool. Output is identical chunk by chunk, including vLLM's chunking-dependent quirks:
+- a chunk that is exactly one `<think>` or `</think>` token yields nothing;
+- a multi-token chunk that contains `<think>` but not `</think>` yields its whole text as
+  reasoning, `<think>` text included;
+- batch `extract_reasoning` ignores the prompt (streaming does not: see `prompt_ends_reasoning`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from render_service.detokenize import TokenizerInfo
+from render_service.parsers.base import Delta
+
+STATE_VERSION = 1
+
+
+@dataclass(slots=True)
+class DeepSeekR1State:
+    seen_start: bool = False  # `<think>` among the output ids so far
+
+    def to_obj(self) -> list[Any]:
+        return [STATE_VERSION, self.seen_start]
+
+    @classmethod
+    def from_obj(cls, obj: list[Any]) -> DeepSeekR1State:
+        if obj[0] != STATE_VERSION:
+            raise ValueError(f"unsupported deepseek_r1 state version {obj[0]!r}")
+        return cls(bool(obj[1]))
+
+
+class DeepSeekR1ReasoningParser:
+    name = "deepseek_r1"
+    version = 1
+    engine_based_streaming = False
+    start_token = "<think>"
+    end_token = "</think>"
+
+    def __init__(self, tokenizer: Any, **_: Any) -> None:
+        info = TokenizerInfo.of(tokenizer)
+        start_id = info.token_to_id(self.start_token)
+        end_id = info.token_to_id(self.end_token)
+        if start_id is None or end_id is None:
+            raise ValueError("deepseek_r1 reasoning parser could not locate think start/end tokens in the tokenizer")
+        self.start_token_id: int = start_id
+        self.end_token_id: int = end_id
+
+    def new_state(self) -> DeepSeekR1State:
+        return DeepSeekR1State()
+
+    def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
+        """`is_reasoning_end(prompt)`: the last think token of the prompt is `</think>`."""
+        start, end = self.start_token_id, self.end_token_id
+        for tid in reversed(prompt_token_ids):
+            if tid == start:
+                return False
+            if tid == end:
+                return True
+        return False
+
+    def _split_at_end(self, text: str) -> Delta:
+        end_index = text.find(self.end_token)
+        content = text[end_index + len(self.end_token) :]
+        return Delta(reasoning=text[:end_index], content=content if content else None)
+
+    def stream(self, st: DeepSeekR1State, delta_text: str, delta_ids: Sequence[int]) -> tuple[Delta | None, bool]:
+        """`extract_reasoning_streaming`, then whether reasoning ends in this chunk."""
+        start, end = self.start_token_id, self.end_token_id
+        start_prev = st.seen_start
+        start_delta = start in delta_ids
+        end_delta = end in delta_ids
+        st.seen_start = start_prev or start_delta
+        if len(delta_ids) == 1 and delta_ids[0] in (start, end):
+            return None, end_delta
+        # (an end token among previous ids would already have ended the reasoning phase)
+        if start_prev:
+            out = self._split_at_end(delta_text) if end_delta else Delta(reasoning=delta_text)
+        elif start_delta:
+            if end_delta:
+                start_index = delta_text.find(self.start_token)
+                end_index = delta_text.find(self.end_token)
+                content = delta_text[end_index + len(self.end_token) :]
+                out = Delta(
+                    reasoning=delta_text[start_index + len(self.start_token) : end_index],
+                    content=content if content else None,
+                )
+            else:
+                out = Delta(reasoning=delta_text)
+        else:  # DeepSeek-R1 override: no <think> at all means reasoning until </think>
+            out = self._split_at_end(delta_text) if end_delta else Delta(reasoning=delta_text)
+        return out, end_delta
+
+    def flush_on_transition(self, st: DeepSeekR1State) -> Delta | None:
+        return None
+
+    def finish(self, st: DeepSeekR1State) -> Delta | None:
+        return None
+
+    def extract(
+        self, model_output: str, prompt_token_ids: Sequence[int] | None = None
+    ) -> tuple[str | None, str | None]:
+        """Batch `extract_reasoning` (vLLM does not look at the prompt here)."""
+        before, sep, after = model_output.partition(self.start_token)
+        model_output = after if sep else before
+        if self.end_token not in model_output:
+            return model_output, None
+        reasoning, _, content = model_output.partition(self.end_token)
+        return reasoning, content or None
