@@ -773,7 +773,7 @@ async def _parsed_stream(ctx: DerenderContext, body: dict[str, Any], chunk: dict
         new_state.update(rs_sid=sid, rs_pos=new_position, rs_fp=ctx.fingerprint[:16])
     if ctx.store is not None and (delta_ids or snapshot is None):
         digest = None if ctx.compact else _digest(new_state.get("output_token_ids", []))
-        ctx.store.put(
+        await ctx.store.put(
             snapshot_key(ctx.fingerprint, sid, new_position),
             {"v": STATE_VERSION, "sid": sid, "pos": new_position, "fp": ctx.fingerprint, "digest": digest,
              "prev": snapshot_key(ctx.fingerprint, sid, position) if delta_ids else prev_key,

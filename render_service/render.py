@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from render_service import templating
+from render_service import structured, templating
 from render_service.exceptions import BadRequestError, NotFoundError
 from render_service.model import Model
 from render_service.protocol import (
@@ -334,6 +334,10 @@ def get_max_tokens(ctx: RenderContext, requested: int | None, input_length: int,
 
 def _sampling_values(ctx: RenderContext, body: dict[str, Any], max_tokens: int, *, chat: bool,
                      skip_special_tokens: bool | None) -> dict[str, Any]:
+    settings = ctx.settings
+    structured_outputs = structured.structured_outputs_wire(
+        body, chat=chat, tool_parser=settings.tool_call_parser,
+        enable_auto_tool_choice=settings.enable_auto_tool_choice, reasoning_parser=settings.reasoning_parser)
     defaults = ctx.model.default_sampling
     values: dict[str, Any] = {}
     for name, fallback in DEFAULT_SAMPLING_FLOATS.items():
@@ -396,7 +400,7 @@ def _sampling_values(ctx: RenderContext, body: dict[str, Any], max_tokens: int, 
         include_stop_str_in_output=body.get("include_stop_str_in_output", False),
         output_kind=OUTPUT_KIND_DELTA if body.get("stream") else OUTPUT_KIND_FINAL_ONLY,
         stream_interval=body.get("stream_interval"),
-        structured_outputs=body.get("structured_outputs"),
+        structured_outputs=structured_outputs,
         logit_bias=logit_bias,
         bad_words=body.get("bad_words", []),
         thinking_token_budget=body.get("thinking_token_budget"),
@@ -517,6 +521,7 @@ def validate_chat_request(body: dict[str, Any]) -> None:
     _validate_logprobs(body)
     _validate_tools(body)
     _validate_tool_choice(body)
+    structured.validate_structured(body, chat=True)
     if body.get("continue_final_message") and body.get("add_generation_prompt"):
         raise validator_error("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
     for name in ("max_tokens", "max_completion_tokens", "top_logprobs"):
@@ -706,6 +711,7 @@ def render_completion(ctx: RenderContext, body: dict[str, Any],
     for name in ("max_tokens", "logprobs"):
         opt_int(body, name)
     check_type(body, "suffix", (str,))
+    structured.validate_structured(body, chat=False)
     prompts = _prompts(body)
     check_model(ctx, body.get("model"))
     if body.get("use_beam_search"):

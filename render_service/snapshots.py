@@ -135,13 +135,14 @@ class RedisStore:
             self._metrics.redis_latency.labels("get").observe(time.perf_counter() - start)
         return value if isinstance(value, bytes) else None
 
-    def put(self, key: str, value: bytes, stale_key: str | None = None) -> None:
+    def put(self, key: str, value: bytes, stale_key: str | None = None) -> asyncio.Task[None] | None:
         """Schedule a pipelined write (and the delete of a superseded snapshot); returns at once."""
         if not self.available:
-            return
+            return None
         task = asyncio.get_running_loop().create_task(self._write(key, value, stale_key))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
+        return task
 
     async def _write(self, key: str, value: bytes, stale_key: str | None) -> None:
         start = time.perf_counter()
@@ -172,7 +173,8 @@ class SnapshotStore:
     """In-process first, then Redis (when configured); counts hits, misses and rejections."""
 
     def __init__(self, codec: SnapshotCodec, metrics: Metrics, local: LocalStore | None = None,
-                 redis: RedisStore | None = None) -> None:
+                 redis: RedisStore | None = None, write_wait: float = 0.005) -> None:
+        self.write_wait = write_wait
         self.codec = codec
         self.local = local
         self.redis = redis
@@ -204,7 +206,10 @@ class SnapshotStore:
             found.append(("redis", blob))
         return found
 
-    def put(self, key: str, snapshot: dict[str, Any], stale_key: str | None = None) -> int:
+    async def put(self, key: str, snapshot: dict[str, Any], stale_key: str | None = None) -> int:
+        """Store locally at once; give the Redis write up to `write_wait` seconds, then let it finish
+        in the background. The bounded wait is what lets the next chunk, sent at once to another
+        replica, find the snapshot instead of replaying."""
         blob = self.codec.encode(snapshot)
         self.metrics.snapshot_bytes.observe(len(blob))
         if self.local is not None:
@@ -212,7 +217,9 @@ class SnapshotStore:
             if stale_key is not None:
                 self.local.delete(stale_key)
         if self.redis is not None:
-            self.redis.put(key, blob, stale_key)
+            task = self.redis.put(key, blob, stale_key)
+            if task is not None and self.write_wait > 0:
+                await asyncio.wait({task}, timeout=self.write_wait)
         return len(blob)
 
     async def close(self) -> None:

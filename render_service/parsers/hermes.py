@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -527,8 +526,3 @@ class HermesToolParser:
             return False, [], model_output
         content = model_output[: model_output.find(TOOL_CALL_START)]
         return True, calls, content or None
-
-
-def feed_all(parser: HermesToolParser, st: HermesState, chunks: Sequence[str], tool_id: ToolIdFn) -> list[Delta | None]:
-    """Convenience for tests: feed several chunks."""
-    return [parser.feed(st, c, tool_id) for c in chunks]
