@@ -30,7 +30,7 @@ from render_service.exceptions import (
     RequestValidationError,
     UnauthorizedError,
 )
-from render_service.fingerprint import fingerprint
+from render_service.fingerprint import components_header, fingerprint, fingerprint_conflict
 from render_service.metrics import Metrics
 from render_service.model import Model, load_model
 from render_service.settings import Settings
@@ -92,6 +92,7 @@ class State:
             self.model = load_model(self.settings)
         self.context = render.RenderContext(self.model, self.settings)
         self.fingerprint = fingerprint(self.settings, self.model)
+        self.fingerprint_components = components_header(self.fingerprint)
         self.store = build_store(self.settings, self.metrics)
         self.derender = derender.make_context(self.context, self.fingerprint["fingerprint"], self.store, self.metrics)
         self.metrics.tokenizer_backend.labels(self.model.backend.name).set(1)
@@ -180,6 +181,9 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
                     if inspect.isawaitable(result):
                         result = await result
                 response = result if isinstance(result, Response) else JSONResponse(result)
+                response.headers["X-Render-Fingerprint"] = state.fingerprint["fingerprint"]
+                if name.endswith("_render"):
+                    response.headers["X-Render-Fingerprint-Components"] = state.fingerprint_components
             except RenderServiceError as exc:
                 response = error_response(exc)
             except Exception:
@@ -201,8 +205,20 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
         state.metrics.prompt_tokens.inc(sum(len(r["token_ids"]) for r in results))
         return results
 
+    def check_fingerprint(request: Request, body: dict[str, Any]) -> None:
+        """Fail closed when the caller says its render (or stream) came from another configuration."""
+        ours = state.fingerprint["fingerprint"]
+        claimed = request.headers.get("x-render-fingerprint")
+        stream_state = body.get("stream_state")
+        if claimed is None and isinstance(stream_state, dict) and isinstance(stream_state.get("rs_fp"), str):
+            claimed = stream_state["rs_fp"]
+        if claimed is None or (ours.startswith(claimed[:32]) and len(claimed) >= 16):
+            return
+        raise fingerprint_conflict(state.fingerprint, claimed, request.headers.get("x-render-fingerprint-components"))
+
     def chat_derender(request: Request, body: Any) -> Any:
         body = _object_body(body)
+        check_fingerprint(request, body)
         if body.get("stream") is True:
             return derender.derender_chat_stream(state.derender, body)
         _batch_only(body)
@@ -210,6 +226,7 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
 
     def completion_derender(request: Request, body: Any) -> Any:
         body = _object_body(body)
+        check_fingerprint(request, body)
         if body.get("stream") is True:
             return derender.derender_completion_stream(state.derender, body)
         _batch_only(body)
@@ -260,6 +277,12 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
     async def metrics_endpoint(request: Request) -> Response:
         return Response(state.metrics.export(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    async def render_config(request: Request) -> Response:
+        return JSONResponse({**state.fingerprint, "vllm_parity_version": VLLM_COMPAT_VERSION,
+                             "service_version": __version__},
+                            headers={"X-Render-Fingerprint": state.fingerprint["fingerprint"],
+                                     "X-Render-Fingerprint-Components": components_header(state.fingerprint)})
+
     async def load(request: Request) -> Response:
         return JSONResponse({"server_load": 0})
 
@@ -276,6 +299,7 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
         Route("/v1/models", models, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/load", load, methods=["GET"]),
+        Route("/v1/render/config", render_config, methods=["GET"]),
     ]
 
     @asynccontextmanager

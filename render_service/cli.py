@@ -15,6 +15,11 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve the render/derender endpoints")
     add_model_arguments(serve)
     add_server_arguments(serve)
+    fp = commands.add_parser("fingerprint", help="print the config fingerprint without starting a server")
+    add_model_arguments(fp)
+    audit = commands.add_parser("audit", help="check render replicas and engines agree (see README)",
+                                add_help=False)
+    audit.add_argument("rest", nargs=argparse.REMAINDER)
     example = commands.add_parser("example-model", help="build a tiny local model folder (no hub needed)")
     example.add_argument("directory")
     example.add_argument("--family", default="qwen3", choices=("qwen3", "deepseek"))
@@ -28,6 +33,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(build_example_model(args.directory, args.family))
         return 0
+    if args.command == "audit":
+        from render_service.audit import main_audit
+
+        return main_audit(args.rest)
     try:
         settings = settings_from_args(args)
     except SettingsError as exc:
@@ -36,7 +45,26 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
         return serve(settings)
+    if args.command == "fingerprint":
+        return print_fingerprint(settings)
     return 1
+
+
+def print_fingerprint(settings) -> int:
+    import json
+
+    from render_service import __version__
+    from render_service.fingerprint import fingerprint
+    from render_service.model import ModelLoadError, load_model
+
+    try:
+        model = load_model(settings)
+    except ModelLoadError as exc:
+        print(f"render-service: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({**fingerprint(settings, model), "vllm_parity_version": "0.33.0",
+                      "service_version": __version__}, indent=2, ensure_ascii=False, default=str))
+    return 0
 
 
 def serve(settings) -> int:

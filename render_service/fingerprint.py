@@ -13,7 +13,9 @@ import json
 from typing import Any
 
 from render_service import __version__
+from render_service.exceptions import ConflictError
 from render_service.model import Model
+from render_service.parsers import parser_versions
 from render_service.settings import Settings
 
 # Bump when a parser's output for the same input changes: snapshots and fingerprints follow.
@@ -46,6 +48,7 @@ def components(settings: Settings, model: Model) -> dict[str, Any]:
             "enable_auto_tool_choice": settings.enable_auto_tool_choice,
             "exclude_tools_when_tool_choice_none": settings.exclude_tools_when_tool_choice_none,
             "implementation_version": PARSER_IMPLEMENTATION_VERSION,
+            "parser_versions": parser_versions(settings.reasoning_parser, settings.tool_call_parser),
         },
         "max_model_len": model.max_model_len,
         "max_logprobs": settings.max_logprobs,
@@ -66,3 +69,23 @@ def fingerprint(settings: Settings, model: Model) -> dict[str, Any]:
     # that changes nothing observable must not look like a mismatch.
     overall = _digest({k: v for k, v in hashes.items() if k != "service_version"})[:32]
     return {"fingerprint": overall, "components": hashes, "values": parts}
+
+
+def components_header(print_: dict[str, Any]) -> str:
+    """`name=hash,...`: what a caller forwards so a mismatch can be explained component by component."""
+    return ",".join(f"{name}={digest}" for name, digest in print_["components"].items())
+
+
+def fingerprint_conflict(ours: dict[str, Any], claimed: str, claimed_components: str | None) -> ConflictError:
+    """The 409 for a derender whose render (or stream) used another configuration."""
+    differing: list[str] = []
+    if claimed_components:
+        theirs = dict(part.split("=", 1) for part in claimed_components.split(",") if "=" in part)
+        differing = sorted(name for name, digest in ours["components"].items() if theirs.get(name) != digest)
+    detail = (f"differing components: {', '.join(differing)}" if differing else
+              "send X-Render-Fingerprint-Components (from the render response or GET /v1/render/config) "
+              "to see which components differ")
+    return ConflictError(
+        f"config fingerprint mismatch: the request was rendered under {claimed[:32]!r} but this replica runs "
+        f"{ours['fingerprint']!r}; {detail}. Route it to a matching replica or restart the stream.",
+        code="fingerprint_mismatch", param="X-Render-Fingerprint")
