@@ -12,8 +12,8 @@ import inspect
 import logging
 import secrets
 import time
-from collections.abc import Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import orjson
@@ -156,6 +156,20 @@ def _object_body(body: Any) -> dict[str, Any]:
     return body
 
 
+@contextmanager
+def union_params(body: dict[str, Any], batch_model: str) -> Iterator[None]:
+    """Name schema errors as vLLM does: derender bodies validate against a batch | stream union,
+    and the batch model's errors come first (so a stream body's first error is its `stream`)."""
+    try:
+        yield
+    except RequestValidationError as exc:
+        if body.get("stream") is True:
+            exc.param = f"body.{batch_model}stream"
+        elif exc.param and exc.param.startswith("body."):
+            exc.param = f"body.{batch_model}{exc.param[5:]}"
+        raise
+
+
 def _batch_only(body: dict[str, Any]) -> None:
     stream = body.get("stream", False)
     if stream not in (False, None):
@@ -216,21 +230,24 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
             return
         raise fingerprint_conflict(state.fingerprint, claimed, request.headers.get("x-render-fingerprint-components"))
 
-    def chat_derender(request: Request, body: Any) -> Any:
+    async def chat_derender(request: Request, body: Any) -> Any:
         body = _object_body(body)
         check_fingerprint(request, body)
-        if body.get("stream") is True:
-            return derender.derender_chat_stream(state.derender, body)
-        _batch_only(body)
-        return derender.derender_chat(state.derender, body)
+        with union_params(body, "DerenderChatRequest."):
+            if body.get("stream") is True:
+                return await derender.derender_chat_stream(state.derender, body)
+            _batch_only(body)
+            return derender.derender_chat(state.derender, body)
 
-    def completion_derender(request: Request, body: Any) -> Any:
+    async def completion_derender(request: Request, body: Any) -> Any:
         body = _object_body(body)
         check_fingerprint(request, body)
-        if body.get("stream") is True:
-            return derender.derender_completion_stream(state.derender, body)
-        _batch_only(body)
-        return derender.derender_completion(state.derender, body)
+        # DerenderCompletionRequest has a model validator, whose label vLLM's cleaner drops.
+        with union_params(body, ""):
+            if body.get("stream") is True:
+                return await derender.derender_completion_stream(state.derender, body)
+            _batch_only(body)
+            return derender.derender_completion(state.derender, body)
 
     def tokenize(request: Request, body: Any) -> Any:
         from render_service.tokenize import tokenize as run_tokenize

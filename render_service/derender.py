@@ -321,6 +321,7 @@ def derender_chat(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
             "stop_reason": stop_reason,
             "token_ids": token_ids if return_token_ids else None,
             "routed_experts": None,
+            "weight_versions": None,
         })
     prompt_tokens = body.get("prompt_tokens") or 0
     completion_tokens = sum(len(c.get("token_ids") or []) for c in gen["choices"])
@@ -417,6 +418,7 @@ def derender_completion(ctx: DerenderContext, body: dict[str, Any]) -> dict[str,
                 "prompt_logprobs": None,
                 "prompt_token_ids": gen.get("prompt_token_ids") if return_token_ids else None,
                 "routed_experts": None,
+                "weight_versions": None,
             })
             total_completion += len(token_ids)
             index += 1
@@ -536,6 +538,7 @@ def _chat_chunk(ctx: DerenderContext, body: dict[str, Any], chunk: dict[str, Any
         "prompt_token_ids": prompt_token_ids,
         "prompt_text": None,
         "metrics": chunk.get("metrics"),
+        "kv_transfer_params": None,
     }
 
 
@@ -656,6 +659,7 @@ def _plain_chat_stream(ctx: DerenderContext, body: dict[str, Any], chunk: dict[s
             "finish_reason": choice.get("finish_reason"),
             "stop_reason": stop_reason,
             "token_ids": choice.get("token_ids") if return_token_ids else None,
+            "weight_versions": None,
         })
     state.update(prev_tokens=detok.prev_tokens, prefix_offset=detok.prefix_offset, read_offset=detok.read_offset)
     prompt_out = chunk.get("prompt_token_ids") if return_token_ids else None
@@ -757,6 +761,7 @@ async def _parsed_stream(ctx: DerenderContext, body: dict[str, Any], chunk: dict
             "finish_reason": finish_reason,
             "stop_reason": stop_reason,
             "token_ids": choice.get("token_ids") if req.return_token_ids and not hide else None,
+            "weight_versions": None,
         })
     tools_streamed = parsed.parser.tools_streamed
     new_position = position + len(delta_ids)
@@ -853,6 +858,7 @@ async def derender_completion_stream(ctx: DerenderContext, body: dict[str, Any])
             "stop_reason": stop_reason,
             "prompt_token_ids": chunk.get("prompt_token_ids") if return_token_ids else None,
             "token_ids": choice.get("token_ids") if return_token_ids else None,
+            "weight_versions": None,
         })
     state.update(prev_tokens=detok.prev_tokens, prefix_offset=detok.prefix_offset, read_offset=detok.read_offset,
                  logprob_context_token_ids=context, logprob_text_offset=text_offset)
@@ -865,5 +871,6 @@ async def derender_completion_stream(ctx: DerenderContext, body: dict[str, Any])
         "usage": _chunk_usage(chunk, body.get("prompt_tokens")),
         "system_fingerprint": None,
         "metrics": chunk.get("metrics"),
+        "kv_transfer_params": None,
     }
     return {"chunk": out_chunk, "stream_state": state}

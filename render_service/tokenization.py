@@ -8,6 +8,7 @@ ids as HF on a self-test corpus for this very tokenizer, or the service falls ba
 from __future__ import annotations
 
 import logging
+import unicodedata
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -62,7 +63,7 @@ class HFBackend:
 class FastokensBackend:
     name = "fastokens"
 
-    def __init__(self, tokenizer_json: str, segment_cache_bytes: int = 64 << 20) -> None:
+    def __init__(self, tokenizer_json: str, segment_cache_bytes: int = 16 << 20) -> None:
         import fastokens
 
         self._tokenizer = fastokens.Tokenizer.from_json_str(tokenizer_json)
@@ -71,6 +72,78 @@ class FastokensBackend:
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+
+class TiktokenBackend:
+    """fastokens over tiktoken-style ranks built from a byte-level BPE `tokenizer.json`.
+
+    The same encoder, loaded from ranks instead of `tokenizer.json`, takes ~3x less memory.
+    It does not apply the JSON's normalizer itself, so NFC is applied here; the start-up
+    self-test decides whether the result is exactly HF's.
+    """
+
+    name = "fastokens-tiktoken"
+
+    def __init__(self, ranks_file: str, pattern: str, special_tokens: dict[str, int], nfc: bool,
+                 segment_cache_bytes: int = 16 << 20) -> None:
+        import fastokens
+
+        self._tokenizer = fastokens.Tokenizer.from_tiktoken(ranks_file, pattern=pattern,
+                                                           special_tokens=special_tokens)
+        if segment_cache_bytes:
+            self._tokenizer.enable_segment_cache(segment_cache_bytes)
+        self._nfc = nfc
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        if self._nfc and not text.isascii():
+            text = unicodedata.normalize("NFC", text)
+        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+
+def tiktoken_equivalent(tokenizer_json: str, directory: str) -> TiktokenBackend | None:
+    """A `TiktokenBackend` when the tokenizer is a plain byte-level BPE with a split regex."""
+    import base64
+    import json
+    from pathlib import Path
+
+    spec = json.loads(tokenizer_json)
+    model = spec.get("model") or {}
+    pre = spec.get("pre_tokenizer") or {}
+    normalizer = spec.get("normalizer")
+    if model.get("type") != "BPE" or (spec.get("post_processor") or {}).get("type") not in (None, "ByteLevel"):
+        return None
+    if normalizer is not None and normalizer.get("type") != "NFC":
+        return None
+    steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else None
+    if (not steps or len(steps) != 2 or steps[0].get("type") != "Split" or steps[1].get("type") != "ByteLevel"
+            or "Regex" not in (steps[0].get("pattern") or {}) or steps[1].get("use_regex")):
+        return None
+    byte_of = {ch: byte for byte, ch in _bytes_to_unicode().items()}
+    lines = []
+    try:
+        for token, rank in model["vocab"].items():
+            raw = bytes(byte_of[ch] for ch in token)
+            lines.append(f"{base64.b64encode(raw).decode()} {rank}")
+    except KeyError:
+        return None
+    ranks_file = Path(directory) / "ranks.tiktoken"
+    ranks_file.write_text("\n".join(lines) + "\n", encoding="ascii")
+    specials = {tok["content"]: tok["id"] for tok in spec.get("added_tokens") or []}
+    return TiktokenBackend(str(ranks_file), steps[0]["pattern"]["Regex"], specials, normalizer is not None)
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte <-> printable-unicode table used by byte-level BPE vocabularies."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
+        range(ord("®"), ord("ÿ") + 1))
+    chars = list(printable)
+    extra = 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            chars.append(256 + extra)
+            extra += 1
+    return dict(zip(printable, map(chr, chars), strict=True))
 
 
 def self_test(candidate: TokenizerBackend, reference: TokenizerBackend,
@@ -91,13 +164,22 @@ def choose_backend(hf_tokenizer: object, tokenizer_json: str | None, preferred: 
     reference = HFBackend(hf_tokenizer)
     if preferred == "hf" or tokenizer_json is None:
         return reference
-    try:
-        candidate = FastokensBackend(tokenizer_json)
-    except Exception as exc:  # unsupported normalizer, pre-tokenizer, ...
-        logger.warning("fastokens cannot load this tokenizer (%s); using HF tokenizers", exc)
-        return reference
-    mismatch = self_test(candidate, reference, (*SELF_TEST_CORPUS, *extra_corpus))
-    if mismatch is not None:
-        logger.warning("fastokens differs from HF tokenizers on %s; using HF tokenizers", mismatch)
-        return reference
-    return candidate
+    import tempfile
+
+    corpus = (*SELF_TEST_CORPUS, *extra_corpus)
+    with tempfile.TemporaryDirectory() as directory:
+        builders = (lambda: tiktoken_equivalent(tokenizer_json, directory), lambda: FastokensBackend(tokenizer_json))
+        for build in builders:
+            try:
+                candidate = build()
+            except Exception as exc:  # unsupported normalizer, pre-tokenizer, ...
+                logger.warning("fastokens cannot load this tokenizer (%s)", exc)
+                continue
+            if candidate is None:
+                continue
+            mismatch = self_test(candidate, reference, corpus)
+            if mismatch is None:
+                return candidate
+            logger.warning("%s differs from HF tokenizers on %s; not used", candidate.name, mismatch)
+    logger.warning("using HF tokenizers (slower): no faster backend matched it exactly")
+    return reference

@@ -252,7 +252,7 @@ class DerenderCase:
     render_body: dict[str, Any] | None  # rendered to get the prompt token ids (None: no prompt)
     build: Builder = field(compare=False)
     n_outputs: int = 1  # engine outputs (choices) in this case
-    error: bool = False
+    error: bool = False  # built to be rejected (an error case of protocol sections 4 and 7)
 
     @property
     def family(self) -> str:
@@ -933,10 +933,10 @@ def _error_cases(b: CorpusBuilder) -> None:
     b.chat_batch("err_batch_stream_true", "parsers", req, out, error=True,
                  patch=lambda body, i: body.update(stream=True))
     # out-of-vocabulary ids in the replay buffer / in a plain-path delta
-    b.chat_stream("err_stream_state_out_of_vocab", "parsers", streaming(req), out, error=True, **first,
+    b.chat_stream("stream_state_out_of_vocab", "parsers", streaming(req), out, **first,
                   patch=state(role_sent=True, output_token_ids=[999999], output_chunk_lens=[1]))
     b.cmpl_stream("cmpl_stream_out_of_vocab_delta", "plain", cmpl("Hi", stream=True), Out((" a", IM_END)),
-                  error=True, max_calls=1,
+                  max_calls=1,
                   patch=lambda body, i: body["generate_chunk"]["choices"][0].update(token_ids=[999999]))
     # plain path: prompt ids and chat_request are optional; a stale state from another stream is accepted
     b.chat_stream("plain_crafted_state_stream", "plain", streaming(req), out, max_calls=3,
