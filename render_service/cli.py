@@ -6,15 +6,23 @@ import argparse
 import logging
 import sys
 
-from render_service.settings import SettingsError, add_model_arguments, add_server_arguments, settings_from_args
+from render_service.settings import (
+    SettingsError,
+    add_model_arguments,
+    add_server_arguments,
+    apply_environment,
+    settings_from_args,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="render-service", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="serve the render/derender endpoints")
+    serve = commands.add_parser("serve", help="serve the render/derender endpoints (every flag also as "
+                                "RENDER_<FLAG> in the environment)")
     add_model_arguments(serve)
     add_server_arguments(serve)
+    apply_environment(serve)
     fp = commands.add_parser("fingerprint", help="print the config fingerprint without starting a server")
     add_model_arguments(fp)
     audit = commands.add_parser("audit", help="check render replicas and engines agree (see README)",

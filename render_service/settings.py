@@ -161,3 +161,32 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     if settings.snapshot_key is None:
         settings.snapshot_key = os.environ.get("RENDER_SNAPSHOT_KEY") or None
     return settings.validate()
+
+
+ENV_PREFIX = "RENDER_"
+
+
+def apply_environment(parser: argparse.ArgumentParser, environ: dict[str, str] | None = None) -> None:
+    """Every option can come from the environment as RENDER_<FLAG> (e.g. RENDER_MAX_MODEL_LEN=8192,
+    RENDER_ENABLE_AUTO_TOOL_CHOICE=true, RENDER_SERVED_MODEL_NAME="a b"); flags on the command line
+    win. This is what container images and Helm values set."""
+    environ = dict(os.environ if environ is None else environ)
+    defaults: dict[str, Any] = {}
+    for action in parser._actions:
+        if not action.option_strings or action.dest in ("help",):
+            continue
+        value = environ.get(ENV_PREFIX + action.dest.upper())
+        if value is None:
+            continue
+        if action.nargs == 0:  # store_true
+            defaults[action.dest] = value.strip().lower() in ("1", "true", "yes", "on")
+        elif action.nargs in ("+", "*"):
+            defaults[action.dest] = [action.type(v) if action.type else v for v in value.split()]
+        else:
+            defaults[action.dest] = action.type(value) if action.type else value
+    if "model" in [a.dest for a in parser._actions] and environ.get(ENV_PREFIX + "MODEL"):
+        for action in parser._actions:
+            if action.dest == "model":
+                action.nargs = "?"
+                action.default = environ[ENV_PREFIX + "MODEL"]
+    parser.set_defaults(**defaults)

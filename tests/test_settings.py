@@ -1,0 +1,61 @@
+"""Settings and CLI: vLLM flag names, failures at start, and the environment."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from render_service.cli import _parser
+from render_service.settings import Settings, SettingsError, apply_environment, settings_from_args
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "render_service.cli", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_vllm_flags_parse() -> None:
+    args = _parser().parse_args([
+        "serve", "m", "--served-model-name", "a", "b", "--max-model-len", "16k", "--reasoning-parser", "qwen3",
+        "--tool-call-parser", "hermes", "--enable-auto-tool-choice", "--default-chat-template-kwargs",
+        '{"enable_thinking": false}', "--override-generation-config", '{"temperature": 0.1}',
+        "--chat-template-content-format", "openai", "--max-logprobs", "5", "--trust-request-chat-template"])
+    settings = settings_from_args(args)
+    assert settings.served_names == ["a", "b"] and settings.max_model_len == 16000
+    assert settings.default_template_kwargs == {"enable_thinking": False, "cohere_format": "cmd4"}
+    assert settings.override_generation_config == {"temperature": 0.1}
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"reasoning_parser": "nope"}, "--reasoning-parser 'nope' is not supported"),
+    ({"tool_call_parser": "mistral"}, "--tool-call-parser 'mistral' is not supported"),
+    ({"enable_auto_tool_choice": True}, "--enable-auto-tool-choice requires --tool-call-parser"),
+    ({"redis_url": "redis://x"}, "--snapshot-key"),
+])
+def test_bad_settings_fail_at_start(values: dict, message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        Settings(model="m", **values).validate()
+
+
+def test_unknown_flag_and_parser_fail_with_clear_messages(qwen3_model_dir: Path) -> None:
+    result = run_cli("serve", str(qwen3_model_dir), "--tensor-parallel-size", "2")
+    assert result.returncode == 2 and "unrecognized arguments: --tensor-parallel-size" in result.stderr
+    result = run_cli("serve", str(qwen3_model_dir), "--reasoning-parser", "granite")
+    assert result.returncode == 2 and "--reasoning-parser 'granite' is not supported" in result.stderr
+    result = run_cli("serve", "/does/not/exist/model", "--port", "0")
+    assert result.returncode == 2 and "cannot find model" in result.stderr
+
+
+def test_every_flag_from_the_environment() -> None:
+    parser = _parser()
+    serve = next(a for a in parser._actions if a.dest == "command").choices["serve"]
+    apply_environment(serve, {"RENDER_MODEL": "/models/x", "RENDER_MAX_MODEL_LEN": "8192",
+                              "RENDER_ENABLE_AUTO_TOOL_CHOICE": "true", "RENDER_TOOL_CALL_PARSER": "hermes",
+                              "RENDER_SERVED_MODEL_NAME": "a b", "RENDER_PORT": "9000"})
+    args = parser.parse_args(["serve"])
+    assert (args.model, args.max_model_len, args.enable_auto_tool_choice, args.served_model_name, args.port) == (
+        "/models/x", 8192, True, ["a", "b"], 9000)
+    assert parser.parse_args(["serve", "/other", "--port", "1"]).port == 1  # the command line wins
