@@ -275,6 +275,8 @@ def test_live_derender_parity(case_name: str, derender_cases: dict[str, Derender
     import httpx
 
     case = derender_cases[case_name]
+    if case_name in DELIBERATE_DIFFERENCES:
+        pytest.skip(f"deliberate difference: {DELIBERATE_DIFFERENCES[case_name][1]} (checked offline)")
     oracle = live_derender_oracle(case.config)
     with httpx.Client(base_url=oracle.base_url, timeout=300) as http:
         render = case.render_request()
