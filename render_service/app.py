@@ -7,9 +7,11 @@ anything else is a bug, logged with its traceback and answered with a 500 in the
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import inspect
 import logging
+import os
 import secrets
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from render_service import __version__, derender, render
 from render_service.exceptions import (
+    OverloadedError,
     PayloadTooLargeError,
     RenderServiceError,
     RequestValidationError,
@@ -86,6 +89,7 @@ class State:
         self.model = model
         self.ready = False
         self.started = int(time.time())
+        self.inflight = 0
 
     def load(self) -> None:
         if self.model is None:
@@ -185,10 +189,15 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
     def endpoint(name: str, handler: Callable[[Request, Any], Any]) -> Callable[[Request], Any]:
         async def run(request: Request) -> Response:
             metrics = state.metrics
+            state.inflight += 1
+            metrics.inflight.set(state.inflight)
             try:
                 if not state.ready:
-                    from render_service.exceptions import OverloadedError
                     raise OverloadedError("The model is still loading.", retry_after=5)
+                if state.inflight > settings.max_inflight:
+                    metrics.rejected.inc()
+                    raise OverloadedError(f"Server busy: {state.inflight - 1} requests in flight on this worker; "
+                                          "retry shortly or on another replica.", retry_after=1)
                 body = await read_json(request, limit)
                 with metrics.measure(name):
                     result = handler(request, body)
@@ -203,6 +212,9 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
             except Exception:
                 logger.exception("unhandled error on %s", name)
                 response = error_response(RenderServiceError("Internal server error"))
+            finally:
+                state.inflight -= 1
+                metrics.inflight.set(state.inflight)
             metrics.requests.labels(name, str(response.status_code)).inc()
             return response
         return run
@@ -319,13 +331,24 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
         Route("/v1/render/config", render_config, methods=["GET"]),
     ]
 
+    async def watch_loop_lag() -> None:
+        """CPU work runs inline on each worker's loop; this proves it never blocks the loop long."""
+        interval = 0.05
+        while True:
+            start = time.perf_counter()
+            await asyncio.sleep(interval)
+            state.metrics.loop_lag.observe(max(0.0, time.perf_counter() - start - interval))
+
     @asynccontextmanager
     async def lifespan(app: Starlette):
         state.load()
+        state.metrics.worker_info.labels(os.environ.get("RENDER_WORKER_ID", "0")).set(1)
+        lag_task = asyncio.get_running_loop().create_task(watch_loop_lag())
         logger.info("ready: %s (max_model_len=%d, tokenizer backend %s, fingerprint %s)",
                     settings.served_names[0], state.model.max_model_len, state.model.backend.name,
                     state.fingerprint["fingerprint"])
         yield
+        lag_task.cancel()
         await state.store.close()
 
     async def not_found(request: Request, exc: Exception) -> Response:

@@ -76,8 +76,11 @@ def print_fingerprint(settings) -> int:
 
 
 def serve(settings) -> int:
-    import uvicorn
+    import os
 
+    # Workers are forked after the model loads: keep HF tokenizers' thread pool out of it.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from render_service import workers
     from render_service.app import create_app
     from render_service.model import ModelLoadError, load_model
 
@@ -86,10 +89,11 @@ def serve(settings) -> int:
     except ModelLoadError as exc:
         print(f"render-service: error: {exc}", file=sys.stderr)
         return 2
-    app = create_app(settings, model)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                loop="uvloop", http="httptools", access_log=False, timeout_graceful_shutdown=30)
-    return 0
+    count = settings.workers or workers.available_cpus()
+    if count > 1:
+        workers.main_guard()
+    return workers.serve(lambda: create_app(settings, model), settings.host, settings.port, count,
+                         settings.log_level)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,17 @@ class Metrics:
         self.redis_errors = Counter("render_redis_errors", "Redis failures (served by replay)", ["op"],
                                     registry=r)
 
+        # Worker pool (one registry per worker process).
+        self.worker_info = Gauge("render_worker_info", "This worker's index (1)", ["worker"], registry=r)
+        self.inflight = Gauge("render_inflight_requests", "Requests in flight in this worker (the queue)",
+                              registry=r)
+        self.rejected = Counter("render_overload_rejections", "Requests refused with 503 (back-pressure)",
+                                registry=r)
+        self.queue_wait = Histogram("render_queue_wait_seconds", "Time from accept to handler start",
+                                    buckets=_LATENCY_BUCKETS, registry=r)
+        self.loop_lag = Histogram("render_event_loop_lag_seconds", "How late a 50 ms timer fires on the event loop",
+                                  buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5), registry=r)
+
     def export(self) -> bytes:
         return generate_latest(self.registry)
 

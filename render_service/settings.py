@@ -49,6 +49,8 @@ class Settings:
     stream_state_mode: str = "full"
     snapshot_ttl_seconds: int = 600
     log_level: str = "info"
+    workers: int = 0  # 0: the CPUs this process may use (affinity and cgroup quota)
+    max_inflight: int = 256  # per worker; above it requests get a fast 503 with Retry-After
 
     @property
     def served_names(self) -> list[str]:
@@ -151,6 +153,10 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stream-state-mode", default="full", choices=STREAM_STATE_MODES)
     parser.add_argument("--snapshot-ttl-seconds", type=int, default=600)
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="worker processes on one listening socket (0: the CPUs available to this process)")
+    parser.add_argument("--max-inflight", type=int, default=256,
+                        help="requests in flight per worker before answering 503 with Retry-After")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
