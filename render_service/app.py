@@ -90,6 +90,7 @@ class State:
         self.ready = False
         self.started = int(time.time())
         self.inflight = 0
+        self.audit: Any = None
 
     def load(self) -> None:
         if self.model is None:
@@ -270,7 +271,8 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
         return run_detokenize(state.context, _object_body(body))
 
     async def health(request: Request) -> Response:
-        return Response(status_code=200 if state.ready else 503)
+        healthy = state.ready and (state.audit is None or not settings.audit_gates_readiness or state.audit.healthy)
+        return Response(status_code=200 if healthy else 503)
 
     async def version(request: Request) -> Response:
         return JSONResponse({"version": VLLM_COMPAT_VERSION},
@@ -344,11 +346,19 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
         state.load()
         state.metrics.worker_info.labels(os.environ.get("RENDER_WORKER_ID", "0")).set(1)
         lag_task = asyncio.get_running_loop().create_task(watch_loop_lag())
+        if settings.audit_engine or settings.audit_render:
+            from render_service.audit import ContinuousAudit
+
+            state.audit = ContinuousAudit(settings.audit_render, settings.audit_engine, local=(settings, state.model),
+                                          registry=state.metrics.registry, interval=settings.audit_interval,
+                                          api_key=settings.api_key).start()
         logger.info("ready: %s (max_model_len=%d, tokenizer backend %s, fingerprint %s)",
                     settings.served_names[0], state.model.max_model_len, state.model.backend.name,
                     state.fingerprint["fingerprint"])
         yield
         lag_task.cancel()
+        if state.audit is not None:
+            state.audit.stop()
         await state.store.close()
 
     async def not_found(request: Request, exc: Exception) -> Response:

@@ -584,8 +584,7 @@ def _check_fingerprint(out: _Collector, peer: str, ref: _Reference, theirs: dict
     for name in list(dict.fromkeys([*ours_components, *theirs_components])):
         a, b = ours_components.get(name), theirs_components.get(name)
         if a == b:
-            out.ok(peer, name, a)
-            continue
+            continue  # agreeing components are summed up by the overall row (behaviour rows follow)
         shown_a, shown_b = _fingerprint_values_diff(ours_values.get(name), theirs_values.get(name))
         shown_a, shown_b = _short(shown_a), _short(shown_b)
         if name == "service_version":
@@ -989,7 +988,7 @@ def _compare_engines(out: _Collector, probes: dict[str, _EngineProbe]) -> None:
 # -- the audit -----------------------------------------------------------------------------------
 
 def run_audit(render_urls: Sequence[str], engine_urls: Sequence[str], *,
-              local: tuple[Settings, Model] | None, api_key: str | None = None, timeout: float = 5.0,
+              local: tuple[Settings, Model] | None = None, api_key: str | None = None, timeout: float = 5.0,
               generate_probe: bool = True, long_probe: bool = True,
               probe_timeout: float | None = None) -> AuditReport:
     """Check every render replica and engine against the reference (see the module docstring).
@@ -1197,6 +1196,23 @@ class ContinuousAudit:
     consecutive audits with a mismatch and True again after a clean one (an unreachable peer
     alone does not make it unhealthy: readiness should not follow an engine's restarts).
     The long prompt probe is off by default here: it is a full prefill on every engine.
+
+    Wiring (the app's lifespan)::
+
+        audit = ContinuousAudit(render_urls, engine_urls, local=(settings, model),
+                                registry=state.metrics.registry, interval=60).start()
+        ...  # readiness: 503 while `not audit.healthy` (when the gate flag is on)
+        audit.stop()
+
+    Alerts (Prometheus)::
+
+        max by (peer, component) (render_config_mismatch) > 0          # for: 5m
+        time() - render_last_audit_timestamp_seconds > 3 * <interval>  # the audit itself stalled
+        render_audit_peer_reachable == 0                               # for: 5m
+
+    Greedy tokens are compared across engines serving the same model: engines on different
+    hardware or parallelism can legitimately disagree on a near-tie, so treat a lone
+    `greedy_token` mismatch as a prompt to look, not proof.
     """
 
     def __init__(self, render_urls: Iterable[str] = (), engine_urls: Iterable[str] = (), *, registry: Any,

@@ -35,16 +35,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["audit"]:  # its own parser: options may come before MODEL
+        from render_service.audit import main_audit
+
+        return main_audit(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "example-model":
         from render_service.example_model import build_example_model
 
         print(build_example_model(args.directory, args.family))
         return 0
-    if args.command == "audit":
-        from render_service.audit import main_audit
-
-        return main_audit(args.rest)
     try:
         settings = settings_from_args(args)
     except SettingsError as exc:

@@ -49,6 +49,10 @@ class Settings:
     stream_state_mode: str = "full"
     snapshot_ttl_seconds: int = 600
     log_level: str = "info"
+    audit_engine: list[str] = field(default_factory=list)
+    audit_render: list[str] = field(default_factory=list)
+    audit_interval: float = 60.0
+    audit_gates_readiness: bool = False
     workers: int = 0  # 0: the CPUs this process may use (affinity and cgroup quota)
     max_inflight: int = 256  # per worker; above it requests get a fast 503 with Retry-After
 
@@ -153,6 +157,13 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stream-state-mode", default="full", choices=STREAM_STATE_MODES)
     parser.add_argument("--snapshot-ttl-seconds", type=int, default=600)
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--audit-engine", action="append", default=[], metavar="URL",
+                        help="audit this engine continuously (repeatable); see `render-service audit`")
+    parser.add_argument("--audit-render", action="append", default=[], metavar="URL",
+                        help="audit this render replica continuously (repeatable)")
+    parser.add_argument("--audit-interval", type=float, default=60.0, help="seconds between audits")
+    parser.add_argument("--audit-gates-readiness", action="store_true",
+                        help="/health answers 503 while an audit mismatch persists")
     parser.add_argument("--workers", type=int, default=0,
                         help="worker processes on one listening socket (0: the CPUs available to this process)")
     parser.add_argument("--max-inflight", type=int, default=256,

@@ -101,12 +101,18 @@ def service(model_dir: Path, *args: str, env: dict[str, str] | None = None) -> I
 
 
 def metric(text: str, name: str, **labels: str) -> float:
-    """The value of one sample in Prometheus text (0 when absent)."""
-    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    prefix = f"{name}{{{wanted}}}" if labels else name
+    """The value of one sample in Prometheus text (0 when absent), whatever the label order."""
+    import re
+
     for line in text.splitlines():
-        if line.startswith(prefix + " "):
-            return float(line.split()[-1])
+        if not line.startswith(name):
+            continue
+        match = re.fullmatch(rf"{re.escape(name)}(?:\{{(.*)\}})? (\S+)", line)
+        if match is None:
+            continue
+        found = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match.group(1) or ""))
+        if found == labels:
+            return float(match.group(2))
     return 0.0
 
 

@@ -79,3 +79,22 @@ def test_fingerprint_cli_matches_the_server(qwen3_model_dir: Path) -> None:
     printed = json.loads(result.stdout)
     with make(qwen3_model_dir) as client:
         assert printed["fingerprint"] == client.get("/v1/render/config").json()["fingerprint"]
+
+
+def test_continuous_audit_exports_mismatches_and_gates_readiness(qwen3_model_dir: Path) -> None:
+    import time
+
+    from tests.helpers import metric, service
+
+    with service(qwen3_model_dir, "--served-model-name", "tinyqwen3", "--reasoning-parser", "qwen3",
+                 "--tool-call-parser", "hermes", "--enable-auto-tool-choice", "--max-model-len", "4096") as peer:
+        with make(qwen3_model_dir, audit_render=[peer], audit_interval=3600, audit_gates_readiness=True) as client:
+            deadline = time.monotonic() + 120
+            text = ""
+            while time.monotonic() < deadline:
+                text = client.get("/metrics").text
+                if metric(text, "render_last_audit_timestamp_seconds") > 0:
+                    break
+                time.sleep(0.5)
+            assert metric(text, "render_config_mismatch", peer=peer, component="max_model_len") == 1.0
+            assert client.get("/health").status_code == 503

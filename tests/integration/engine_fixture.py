@@ -154,15 +154,17 @@ class VllmProcess:
 
 
 def start_engine(model_dir: str | Path, *flags: str, port: int | None = None, max_model_len: int = 8192,
-                 served_name: str = SERVED_NAME, env: dict[str, str] | None = None,
+                 served_name: str = SERVED_NAME, env: dict[str, str] | None = None, tokens_only: bool = True,
                  timeout: float = 300.0) -> VllmProcess:
-    """`vllm serve MODEL --tokens-only` in the engine env; waits for GET /health = 200."""
+    """`vllm serve MODEL --tokens-only` in the engine env (or, with `tokens_only=False`, an engine with its
+    tokenizer and `--enable-scale-out`); waits for GET /health = 200."""
 
     python = require_engine()
     port = port or free_port()
     log = Path(tempfile.gettempdir()) / f"vllm-engine-{port}.log"
     command = [python, "-c", "import sys; from vllm.entrypoints.cli.main import main; sys.exit(main())",
-               "serve", str(model_dir), "--tokens-only", "--port", str(port), "--host", "127.0.0.1",
+               "serve", str(model_dir), "--tokens-only" if tokens_only else "--enable-scale-out",
+               "--port", str(port), "--host", "127.0.0.1",
                "--max-model-len", str(max_model_len), "--enforce-eager", "--served-model-name", served_name, *flags]
     process_env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2",
                    "VLLM_CACHE_ROOT": os.path.join(tempfile.gettempdir(), "vllmcache-eng"), **(env or {})}

@@ -105,6 +105,7 @@ def test_vllm_render_mismatch_found_by_behaviour(oracles: dict[str, VllmProcess]
     # Against the local configuration, and replica against replica (vLLM's matching render as reference).
     for report in (run_audit([match, our_replica, mismatch], [], local=local),
                    run_audit([match, our_replica, mismatch], [], local=None)):
+        print(report.to_table())
         assert errors(report) == expected, report.to_table()
         assert not report.warnings, report.to_table()
         rows = {(f.peer, f.component): f for f in report.findings}
@@ -183,5 +184,28 @@ def test_mismatched_engine(model_dir: Path, local: tuple[Settings, Model]) -> No
         assert main_audit(["--engine", engine.url, "--json", str(model_dir), *FLAGS]) == 1
         # The probes never broke the engine.
         assert httpx.get(f"{engine.url}/health", timeout=5).status_code == 200
+    finally:
+        engine.stop()
+
+
+def test_engine_with_tokenizer(model_dir: Path, local: tuple[Settings, Model], variant_template: str) -> None:
+    """An engine with its own tokenizer (`--enable-scale-out`) and another chat template: /tokenizer_info and
+    /tokenize token-id parity find it; against a configuration with that template, everything agrees."""
+    engine = start_engine(model_dir, "--chat-template", variant_template, "--enable-tokenizer-info-endpoint",
+                          tokens_only=False)
+    try:
+        report = run_audit([], [engine.url], local=local, long_probe=False)
+        print(report.to_table())
+        assert errors(report) == {(engine.url, "chat_template")}, report.to_table()
+        row = next(f for f in report.findings if f.component == "chat_template")
+        assert "/tokenize" in row.detail and "/tokenizer_info" in row.detail
+        assert report.peers[engine.url]["tokens_only"] is False
+
+        settings = Settings(**{**local[0].__dict__, "chat_template": variant_template}).validate()
+        report = run_audit([], [engine.url], local=(settings, load_model(settings)))
+        assert report.exit_code == 0, report.to_table()
+        rows = {f.component: f for f in report.findings}
+        assert rows["chat_template"].severity == "ok" and rows["generate_probe"].severity == "ok"
+        assert rows["long_prompt_probe"].severity == "ok"
     finally:
         engine.stop()
