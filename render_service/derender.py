@@ -483,12 +483,17 @@ def _stream_state(value: Any) -> dict[str, Any] | None:
     if len(state["logprob_context_token_ids"]) > 4:
         raise schema_error("body.stream_state.logprob_context_token_ids",
                            "List should have at most 4 items after validation", state["logprob_context_token_ids"])
-    int_list(state["output_token_ids"], "body.stream_state.output_token_ids")
-    int_list(state["output_chunk_lens"], "body.stream_state.output_chunk_lens")
-    for index, length in enumerate(state["output_chunk_lens"]):
-        if length <= 0:
-            raise schema_error(f"body.stream_state.output_chunk_lens.{index}", "Input should be greater than 0",
-                               length)
+    # These grow with the stream (full mode): check them in C, and only walk them in Python to
+    # name the offending element.
+    if not _all_ints(state["output_token_ids"]):
+        int_list(state["output_token_ids"], "body.stream_state.output_token_ids")
+    lens = state["output_chunk_lens"]
+    if not _all_ints(lens) or (lens and min(lens) <= 0):
+        int_list(state["output_chunk_lens"], "body.stream_state.output_chunk_lens")
+        for index, length in enumerate(state["output_chunk_lens"]):
+            if length <= 0:
+                raise schema_error(f"body.stream_state.output_chunk_lens.{index}", "Input should be greater than 0",
+                                   length)
     if sum(state["output_chunk_lens"]) != len(state["output_token_ids"]):
         raise schema_error(
             "body.stream_state",
@@ -542,8 +547,18 @@ def _chat_chunk(ctx: DerenderContext, body: dict[str, Any], chunk: dict[str, Any
     }
 
 
+def _all_ints(value: Any) -> bool:
+    """A list of plain ints (no bools, floats or strings), checked at C speed."""
+    return isinstance(value, list) and set(map(type, value)) <= {int}
+
+
 def _digest(ids: list[int]) -> str:
-    return hashlib.blake2b(array.array("q", ids).tobytes(), digest_size=16).hexdigest()
+    return _hasher(ids).hexdigest()
+
+
+def _hasher(ids: list[int]) -> Any:
+    """blake2b over the ids; `.copy()` it to extend with a delta without rehashing the history."""
+    return hashlib.blake2b(array.array("q", ids).tobytes(), digest_size=16)
 
 
 def _vllm_state(state: dict[str, Any]) -> dict[str, Any]:
@@ -681,9 +696,12 @@ async def _parsed_stream(ctx: DerenderContext, body: dict[str, Any], chunk: dict
     compact_continuation = ctx.compact and sid is not None and "rs_pos" in state
     position = state["rs_pos"] if compact_continuation else len(state["output_token_ids"])
     snapshot = None
+    # Full mode: one pass over the echoed history, both to check a snapshot and to extend the digest.
+    history = None if ctx.compact else _hasher(state["output_token_ids"])
     if sid is not None and ctx.store is not None and isinstance(sid, str) and len(sid) <= 64:
-        snapshot = await ctx.store.get(snapshot_key(ctx.fingerprint, sid, position))
-        if snapshot is not None and not _snapshot_matches(ctx, snapshot, sid, position, state, compact_continuation):
+        snapshot = await ctx.store.get(snapshot_key(ctx.fingerprint, sid, position), required=compact_continuation)
+        if snapshot is not None and not _snapshot_matches(ctx, snapshot, sid, position, state, compact_continuation,
+                                                          history):
             metrics.snapshot_rejected.labels("mismatch").inc()
             snapshot = None
 
@@ -777,7 +795,10 @@ async def _parsed_stream(ctx: DerenderContext, body: dict[str, Any], chunk: dict
                          logprob_context_token_ids=context)
         new_state.update(rs_sid=sid, rs_pos=new_position, rs_fp=ctx.fingerprint[:16])
     if ctx.store is not None and (delta_ids or snapshot is None):
-        digest = None if ctx.compact else _digest(new_state.get("output_token_ids", []))
+        digest = None
+        if history is not None:
+            history.update(array.array("q", delta_ids).tobytes())
+            digest = history.hexdigest()
         await ctx.store.put(
             snapshot_key(ctx.fingerprint, sid, new_position),
             {"v": STATE_VERSION, "sid": sid, "pos": new_position, "fp": ctx.fingerprint, "digest": digest,
@@ -791,7 +812,7 @@ async def _parsed_stream(ctx: DerenderContext, body: dict[str, Any], chunk: dict
 
 
 def _snapshot_matches(ctx: DerenderContext, snapshot: dict[str, Any], sid: str, position: int,
-                      state: dict[str, Any], compact: bool) -> bool:
+                      state: dict[str, Any], compact: bool, history: Any = None) -> bool:
     if snapshot.get("v") != STATE_VERSION or snapshot.get("sid") != sid or snapshot.get("pos") != position:
         return False
     if snapshot.get("fp") != ctx.fingerprint:
@@ -799,7 +820,8 @@ def _snapshot_matches(ctx: DerenderContext, snapshot: dict[str, Any], sid: str, 
     if compact:
         return True
     # Full mode: the client-carried output is the truth; the snapshot must be of exactly it.
-    return snapshot.get("digest") == _digest(state["output_token_ids"])
+    digest = history.hexdigest() if history is not None else _digest(state["output_token_ids"])
+    return snapshot.get("digest") == digest
 
 
 async def derender_completion_stream(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:

@@ -98,13 +98,14 @@ class LocalStore:
 class RedisStore:
     """Redis with short timeouts and a cool-down after failures; never raises to the caller."""
 
-    def __init__(self, url: str, metrics: Metrics, *, timeout: float = 0.02, ttl: int = 600,
-                 cooldown: float = 2.0) -> None:
+    def __init__(self, url: str, metrics: Metrics, *, timeout: float = 0.05, ttl: int = 600,
+                 cooldown: float = 2.0, required_timeout: float = 0.5) -> None:
         import redis.asyncio as redis
 
-        self._client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                            retry_on_timeout=False)
+        self._client = redis.Redis.from_url(url, socket_timeout=required_timeout,
+                                            socket_connect_timeout=required_timeout, retry_on_timeout=False)
         self._timeout = timeout
+        self._required_timeout = required_timeout
         self._ttl = ttl
         self._cooldown = cooldown
         self._down_until = 0.0
@@ -122,12 +123,14 @@ class RedisStore:
                            self._cooldown)
         self._down_until = time.monotonic() + self._cooldown
 
-    async def get(self, key: str) -> bytes | None:
-        if not self.available:
+    async def get(self, key: str, required: bool = False) -> bytes | None:
+        """`required`: the caller has no replay to fall back on (compact mode), so Redis is asked
+        even during a cool-down, with a longer timeout."""
+        if not self.available and not required:
             return None
         start = time.perf_counter()
         try:
-            value = await asyncio.wait_for(self._client.get(key), self._timeout)
+            value = await asyncio.wait_for(self._client.get(key), self._required_timeout if required else self._timeout)
         except Exception as exc:  # timeouts, connection errors, protocol errors
             self._failed("get", exc)
             return None
@@ -180,8 +183,8 @@ class SnapshotStore:
         self.redis = redis
         self.metrics = metrics
 
-    async def get(self, key: str) -> dict[str, Any] | None:
-        for tier, blob in await self._lookup(key):
+    async def get(self, key: str, required: bool = False) -> dict[str, Any] | None:
+        for tier, blob in await self._lookup(key, required):
             try:
                 snapshot = self.codec.decode(blob)
             except SnapshotRejected as exc:
@@ -197,12 +200,12 @@ class SnapshotStore:
         self.metrics.snapshot_misses.inc()
         return None
 
-    async def _lookup(self, key: str) -> list[tuple[str, bytes]]:
+    async def _lookup(self, key: str, required: bool = False) -> list[tuple[str, bytes]]:
         found = []
         if self.local is not None and (blob := self.local.get(key)) is not None:
             found.append(("local", blob))
             return found
-        if self.redis is not None and (blob := await self.redis.get(key)) is not None:
+        if self.redis is not None and (blob := await self.redis.get(key, required)) is not None:
             found.append(("redis", blob))
         return found
 
