@@ -906,7 +906,7 @@ def _start_servers(args: argparse.Namespace, log_dir: Path) -> dict[str, Server]
         else:
             port = args.ours_port or free_port()
             print(f"starting render-service on port {port} ...", flush=True)
-            servers["ours"] = start_render_service(args.model, port, server_args, log=log_dir / f"ours-{port}.log")
+            servers["ours"] = start_render_service(args.model, port, [*server_args, "--workers", "1"], log=log_dir / f"ours-{port}.log")
         if not args.skip_vllm:
             if args.vllm_url:
                 servers["vLLM"] = Server("vLLM", args.vllm_url.rstrip("/"), args.vllm_pid)
