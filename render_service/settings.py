@@ -197,7 +197,7 @@ def apply_environment(parser: argparse.ArgumentParser, environ: dict[str, str] |
             continue
         if action.nargs == 0:  # store_true
             defaults[action.dest] = value.strip().lower() in ("1", "true", "yes", "on")
-        elif action.nargs in ("+", "*"):
+        elif action.nargs in ("+", "*") or isinstance(action, argparse._AppendAction):
             defaults[action.dest] = [action.type(v) if action.type else v for v in value.split()]
         else:
             defaults[action.dest] = action.type(value) if action.type else value
