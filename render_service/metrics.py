@@ -44,8 +44,6 @@ class Metrics:
                               registry=r)
         self.rejected = Counter("render_overload_rejections", "Requests refused with 503 (back-pressure)",
                                 registry=r)
-        self.queue_wait = Histogram("render_queue_wait_seconds", "Time from accept to handler start",
-                                    buckets=_LATENCY_BUCKETS, registry=r)
         self.loop_lag = Histogram("render_event_loop_lag_seconds", "How late a 50 ms timer fires on the event loop",
                                   buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5), registry=r)
 

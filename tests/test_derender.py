@@ -257,3 +257,22 @@ def test_plain_and_completion_streams_detokenize_multibyte(qwen3_model_dir: Path
                 pieces.append((choice["delta"].get("content") if field == "delta" else choice["text"]) or "")
             assert "".join(pieces) == "naïve 天气 🌦️ ok"
             assert len(state["prev_tokens"]) < 8  # the window stays bounded
+
+
+def test_snapshot_from_another_fingerprint_is_never_used(qwen3_model_dir: Path, case: dict[str, Any]) -> None:
+    """Same stream id and position, but stored by a replica with another configuration: replayed."""
+    with TestClient(make_app(qwen3_model_dir)) as app_client:
+        render_state = app_client.app.state.render
+        state = None
+        for index in range(4):
+            body = chunk_body(case["base"], [case["output"][index]], None, state)
+            state = app_client.post("/v1/chat/completions/derender", json=body).json()["stream_state"]
+        key = next(k for k in render_state.store.local._by_bytes if k.endswith(f":{state['rs_pos']}"))
+        snapshot = render_state.store.codec.decode(render_state.store.local.get(key))
+        snapshot["fp"] = "0" * 32  # validly signed, but made under another fingerprint
+        render_state.store.local.put(key, render_state.store.codec.encode(snapshot))
+        body = chunk_body(case["base"], [case["output"][4]], None, state)
+        assert app_client.post("/v1/chat/completions/derender", json=body).status_code == 200
+        text = app_client.get("/metrics").text
+        assert metric(text, "render_snapshot_rejected_total", reason="mismatch") == 1.0
+        assert metric(text, "render_stream_replays_total") == 1.0
