@@ -92,6 +92,13 @@ class State:
         self.inflight = 0
         self.audit: Any = None
 
+    def warm_up(self) -> None:
+        """Compile the template (and its minijinja check) and touch the tokenizer before /health is 200."""
+        try:
+            render.render_chat(self.context, {"messages": [{"role": "user", "content": "warm up"}]})
+        except RenderServiceError as exc:  # a template that rejects this probe is still served
+            logger.info("warm-up render refused (%s); continuing", exc.message)
+
     def load(self) -> None:
         if self.model is None:
             self.model = load_model(self.settings)
@@ -100,6 +107,7 @@ class State:
         self.fingerprint_components = components_header(self.fingerprint)
         self.store = build_store(self.settings, self.metrics)
         self.derender = derender.make_context(self.context, self.fingerprint["fingerprint"], self.store, self.metrics)
+        self.warm_up()
         self.metrics.tokenizer_backend.labels(self.model.backend.name).set(1)
         self.metrics.model_info.labels(self.settings.served_names[0], str(self.model.max_model_len)).set(1)
         self.ready = True
