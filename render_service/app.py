@@ -35,7 +35,7 @@ from render_service.exceptions import (
 )
 from render_service.fingerprint import components_header, fingerprint, fingerprint_conflict
 from render_service.metrics import Metrics
-from render_service.model import Model, load_model
+from render_service.model import Model, load_model, release_freed_memory
 from render_service.settings import Settings
 from render_service.snapshots import LocalStore, RedisStore, SnapshotCodec, SnapshotStore
 
@@ -108,6 +108,7 @@ class State:
         self.store = build_store(self.settings, self.metrics)
         self.derender = derender.make_context(self.context, self.fingerprint["fingerprint"], self.store, self.metrics)
         self.warm_up()
+        release_freed_memory()
         self.metrics.tokenizer_backend.labels(self.model.backend.name).set(1)
         self.metrics.model_info.labels(self.settings.served_names[0], str(self.model.max_model_len)).set(1)
         self.ready = True
