@@ -635,20 +635,28 @@ async def derender_chat_stream(ctx: DerenderContext, body: dict[str, Any]) -> di
     return _plain_chat_stream(ctx, body, chunk, state, chat_request, prompt_ids)
 
 
+def _plain_stream_start(ctx: DerenderContext, request: dict[str, Any] | None, state: dict[str, Any] | None,
+                        prompt_ids: list[int] | None, chunk: dict[str, Any]) -> tuple[bool, bool, dict[str, Any]]:
+    """Decode flags, and on the first chunk a state seeded from the prompt tail (`_seed_stream_state`)."""
+    skip_special, spaces = decode_params(
+        None if request is None else request.get("skip_special_tokens"),
+        True if request is None else request.get("spaces_between_special_tokens", True))
+    if state is None:
+        seed = seed_state(ctx.render.model.hf_tokenizer,
+                          prompt_ids if prompt_ids is not None else chunk.get("prompt_token_ids"),
+                          skip_special_tokens=skip_special)
+        state = _stream_state({}) or {}
+        state.update(prev_tokens=seed.prev_tokens, prefix_offset=seed.prefix_offset, read_offset=seed.read_offset)
+    return skip_special, spaces, state
+
+
 def _plain_chat_stream(ctx: DerenderContext, body: dict[str, Any], chunk: dict[str, Any],
                        state: dict[str, Any] | None, chat_request: dict[str, Any] | None,
                        prompt_ids: list[int] | None) -> dict[str, Any]:
     """vLLM's plain path: O(delta) work, O(window) state."""
     model = ctx.render.model
     tokenizer = model.hf_tokenizer
-    skip_special, spaces = decode_params(
-        None if chat_request is None else chat_request.get("skip_special_tokens"),
-        True if chat_request is None else chat_request.get("spaces_between_special_tokens", True))
-    if state is None:
-        seed = seed_state(tokenizer, prompt_ids if prompt_ids is not None else chunk.get("prompt_token_ids"),
-                          skip_special_tokens=skip_special)
-        state = _stream_state({}) or {}
-        state.update(prev_tokens=seed.prev_tokens, prefix_offset=seed.prefix_offset, read_offset=seed.read_offset)
+    skip_special, spaces, state = _plain_stream_start(ctx, chat_request, state, prompt_ids, chunk)
     return_token_ids = bool(chat_request and chat_request.get("return_token_ids"))
     top_limit = lp.chat_top_limit(chat_request)
     stop = _stop_params(chat_request)
@@ -841,14 +849,7 @@ async def derender_completion_stream(ctx: DerenderContext, body: dict[str, Any])
         _check_vocab(ctx, choice.get("token_ids") or [])
     model = ctx.render.model
     tokenizer = model.hf_tokenizer
-    skip_special, spaces = decode_params(
-        None if request is None else request.get("skip_special_tokens"),
-        True if request is None else request.get("spaces_between_special_tokens", True))
-    if state is None:
-        seed = seed_state(tokenizer, prompt_ids if prompt_ids is not None else chunk.get("prompt_token_ids"),
-                          skip_special_tokens=skip_special)
-        state = _stream_state({}) or {}
-        state.update(prev_tokens=seed.prev_tokens, prefix_offset=seed.prefix_offset, read_offset=seed.read_offset)
+    skip_special, spaces, state = _plain_stream_start(ctx, request, state, prompt_ids, chunk)
     top_limit = lp.completion_top_limit(request)
     return_token_ids = bool(request and request.get("return_token_ids"))
     stop = _stop_params(request)
