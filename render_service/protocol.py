@@ -9,7 +9,6 @@ nulls included (vLLM serializes them with `model_dump()`), so the JSON is byte-c
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
 from typing import Any
 
 from render_service.exceptions import BadRequestError, RequestValidationError
@@ -78,9 +77,9 @@ def check_type(
         if not nullable and name in body:
             raise schema_error(f"{prefix}.{name}", "Input should not be None", value)
         return None
-    if bool in types or not isinstance(value, bool) or bool in types:
-        if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
-            return value
+    # bool is an int subclass: accept it only where bool itself is allowed.
+    if isinstance(value, types) and (bool in types or not isinstance(value, bool)):
+        return value
     names = " or ".join(t.__name__ for t in types)
     raise schema_error(f"{prefix}.{name}", f"Input should be a valid {names}", value)
 
@@ -368,14 +367,3 @@ def stream_options_wire(options: Any) -> dict[str, Any] | None:
     continuous = opt_bool(options, "continuous_usage_stats", False, prefix="body.stream_options")
     return {"include_usage": include_usage, "continuous_usage_stats": continuous}
 
-
-def first_not_none(*values: Any) -> Any:
-    for value in values:
-        if value is not None:
-            return value
-    return None
-
-
-def each(items: Iterable[Any], check: Callable[[Any, int], None]) -> None:
-    for index, item in enumerate(items):
-        check(item, index)
