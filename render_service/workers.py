@@ -1,6 +1,6 @@
-"""The worker pool: N single-threaded worker processes accepting on one shared listening socket.
+"""The worker pool: N single-threaded worker processes accepting on one port (SO_REUSEPORT).
 
-Why processes behind one listener (and not one loop feeding a process pool): every request's
+Why processes behind one port (and not one loop feeding a process pool): every request's
 CPU work is 0.05-2 ms, so shipping it to another process would cost about as much as doing
 it, and a keep-alive connection stays on the worker that accepted it, which is exactly the
 affinity streaming derender wants: an llm-d client that reuses its connection sends every
@@ -52,13 +52,18 @@ def _cgroup_quota() -> float | None:
     return None
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int, *, listen: bool = True) -> socket.socket:
+    """A socket on (host, port) with SO_REUSEPORT: each worker listens on its own, and the kernel
+    spreads new connections across them (one shared socket lets a few connections bunch up on
+    one worker); a keep-alive connection still stays with the worker that accepted it."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if hasattr(socket, "SO_REUSEPORT"):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
-    sock.listen(2048)
-    sock.set_inheritable(True)
+    if listen:
+        sock.listen(2048)
     return sock
 
 
@@ -74,10 +79,13 @@ def _run_worker(app: Any, sock: socket.socket, log_level: str, index: int) -> No
 
 def serve(app_factory: Any, host: str, port: int, workers: int, log_level: str = "info") -> int:
     """Run `workers` processes (each `app_factory()`), replace any that die, drain on SIGTERM."""
-    sock = bind(host, port)
     if workers <= 1:
-        _run_worker(app_factory(), sock, log_level, 0)
+        _run_worker(app_factory(), bind(host, port), log_level, 0)
         return 0
+    # The parent holds the port (bound, not listening: it never receives connections) so that a
+    # port already in use fails here, once, and a replaced worker can always bind again.
+    reservation = bind(host, port, listen=False)
+    port = reservation.getsockname()[1]
     children: dict[int, int] = {}  # pid -> worker index
     stopping = False
 
@@ -87,7 +95,8 @@ def serve(app_factory: Any, host: str, port: int, workers: int, log_level: str =
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             try:
-                _run_worker(app_factory(), sock, log_level, index)
+                reservation.close()
+                _run_worker(app_factory(), bind(host, port), log_level, index)
             finally:
                 os._exit(0)
         children[pid] = index
@@ -120,7 +129,7 @@ def serve(app_factory: Any, host: str, port: int, workers: int, log_level: str =
             logger.error("worker %d (pid %d) exited with status %d; replacing it", index, pid, status)
             time.sleep(0.1)
             spawn(index)
-    sock.close()
+    reservation.close()
     return 0
 
 
