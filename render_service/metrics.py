@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -15,6 +15,8 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        # process_cpu_seconds_total, resident memory, ...: what sizing reads from every worker.
+        ProcessCollector(registry=r)
         self.requests = Counter("render_requests", "Requests by endpoint and status", ["endpoint", "status"],
                                 registry=r)
         self.latency = Histogram("render_request_seconds", "Wall time per request", ["endpoint"],
