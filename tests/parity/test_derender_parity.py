@@ -26,7 +26,6 @@ against a freshly started oracle and our app side by side instead of the goldens
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -38,7 +37,7 @@ from starlette.testclient import TestClient
 from render_service.app import create_app
 from render_service.settings import Settings
 
-from .corpus import CONFIGS, VLLM_VERSION, Oracle, free_port, oracle_python, send, start_oracle
+from .corpus import CONFIGS, VLLM_VERSION, Oracle, send
 from .derender_corpus import (
     GOLDEN_DIR,
     DerenderCase,
@@ -234,50 +233,20 @@ def _delta_tool_calls(body: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-# -- live: against a freshly started vLLM 0.33 oracle -------------------------------------------------------
-
-def _live_enabled() -> bool:
-    return os.environ.get("RENDER_LIVE_PARITY") == "1" and oracle_python() is not None
-
-
-@pytest.fixture(scope="session")
-def live_derender_oracle(request: pytest.FixtureRequest) -> Iterator[Callable[[str], Oracle]]:
-    """`get(config_name) -> Oracle`; one oracle at a time (each holds ~1.2 GB), stopped by PID."""
-    if not _live_enabled():
-        pytest.skip("set RENDER_LIVE_PARITY=1 and provide a vLLM 0.33 env (VLLM_ORACLE_PYTHON)")
-    current: dict[str, Oracle] = {}
-
-    def get(config_name: str) -> Oracle:
-        if config_name not in current:
-            for old in current.values():
-                old.stop()
-            current.clear()
-            config = CONFIGS[config_name]
-            model_dir = request.getfixturevalue(f"{config.family}_model_dir")
-            current[config_name] = start_oracle(config, model_dir, free_port())
-        return current[config_name]
-
-    try:
-        yield get
-    finally:
-        for oracle in current.values():
-            oracle.stop()
-
-
 _LIVE = sorted(GOLDENS, key=lambda g: (list(CONFIGS).index(g["config"]), g["case"]))
 
 
 @pytest.mark.live
 @pytest.mark.parametrize("case_name", [g["case"] for g in _LIVE])
 def test_live_derender_parity(case_name: str, derender_cases: dict[str, DerenderCase],
-                              live_derender_oracle: Callable[[str], Oracle],
+                              live_oracle: Callable[[str], Oracle],
                               derender_client: ClientFactory) -> None:
     import httpx
 
     case = derender_cases[case_name]
     if case_name in DELIBERATE_DIFFERENCES:
         pytest.skip(f"deliberate difference: {DELIBERATE_DIFFERENCES[case_name][1]} (checked offline)")
-    oracle = live_derender_oracle(case.config)
+    oracle = live_oracle(case.config)
     with httpx.Client(base_url=oracle.base_url, timeout=300) as http:
         render = case.render_request()
         prompts = prompt_ids_from_render(case.endpoint, *send(http, render)) if render else []

@@ -13,7 +13,6 @@ against a freshly started oracle instead of the goldens.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -31,11 +30,8 @@ from .corpus import (
     VLLM_VERSION,
     Oracle,
     compare_response,
-    free_port,
     iter_goldens,
-    oracle_python,
     send,
-    start_oracle,
 )
 
 GOLDENS: list[dict[str, Any]] = list(iter_goldens())
@@ -80,36 +76,6 @@ def test_render_parity(golden: dict[str, Any], parity_client: ClientFactory) -> 
     diffs = compare_response(golden["request"], golden["status"], golden["response"], status, body,
                              expected_model_dir=golden.get("model_dir"), actual_model_dir=model_dir)
     assert not diffs, f"{golden['case']} ({golden['config']}): ours vs vLLM 0.33\n  " + "\n  ".join(diffs)
-
-
-# -- live: against a freshly started vLLM 0.33 oracle ----------------------------------------------
-
-def _live_enabled() -> bool:
-    return os.environ.get("RENDER_LIVE_PARITY") == "1" and oracle_python() is not None
-
-
-@pytest.fixture(scope="session")
-def live_oracle(request: pytest.FixtureRequest) -> Iterator[Callable[[str], Oracle]]:
-    """`get(config_name) -> Oracle`; one oracle at a time (each holds ~1.2 GB), stopped by PID."""
-    if not _live_enabled():
-        pytest.skip("set RENDER_LIVE_PARITY=1 and provide a vLLM 0.33 env (VLLM_ORACLE_PYTHON)")
-    current: dict[str, Oracle] = {}
-
-    def get(config_name: str) -> Oracle:
-        if config_name not in current:
-            for old in current.values():
-                old.stop()
-            current.clear()
-            config = CONFIGS[config_name]
-            model_dir = request.getfixturevalue(f"{config.family}_model_dir")
-            current[config_name] = start_oracle(config, model_dir, free_port())
-        return current[config_name]
-
-    try:
-        yield get
-    finally:
-        for oracle in current.values():
-            oracle.stop()
 
 
 _LIVE_CASES = sorted(CASES.values(), key=lambda c: (list(CONFIGS).index(c.config), c.name))
