@@ -25,7 +25,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from render_service import __version__, derender, render
+from render_service import __version__, derender, messages, render, responses
 from render_service.exceptions import (
     OverloadedError,
     PayloadTooLargeError,
@@ -179,8 +179,14 @@ def union_params(body: dict[str, Any], batch_model: str) -> Iterator[None]:
     except RequestValidationError as exc:
         if body.get("stream") is True:
             exc.param = f"body.{batch_model}stream"
+            # The batch member's error comes first, then the stream member's own (ours).
+            detail = {"type": "literal_error", "loc": exc.param, "msg": "Input should be False", "input": True}
+            own = exc.message.split("\n", 1)[1] if "\n" in exc.message else f"  {exc.message}"
+            exc.message = f"2 validation errors:\n  {detail}\n{own}"
         elif exc.param and exc.param.startswith("body."):
-            exc.param = f"body.{batch_model}{exc.param[5:]}"
+            old = exc.param
+            exc.param = f"body.{batch_model}{old[5:]}"
+            exc.message = exc.message.replace(f"'loc': '{old}'", f"'loc': '{exc.param}'", 1)
         raise
 
 
@@ -232,6 +238,18 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
     def chat_render(request: Request, body: Any) -> Any:
         body = _object_body(body)
         result = render.render_chat(state.context, body, request.headers.get("x-request-id"))
+        state.metrics.prompt_tokens.inc(len(result["token_ids"]))
+        return result
+
+    def messages_render(request: Request, body: Any) -> Any:
+        body = _object_body(body)
+        result = messages.render_messages(state.context, body, request.headers.get("x-request-id"))
+        state.metrics.prompt_tokens.inc(len(result["token_ids"]))
+        return result
+
+    def responses_render(request: Request, body: Any) -> Any:
+        body = _object_body(body)
+        result = responses.render_responses(state.context, body)
         state.metrics.prompt_tokens.inc(len(result["token_ids"]))
         return result
 
@@ -329,6 +347,8 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
     routes = [
         Route("/v1/chat/completions/render", endpoint("chat_render", chat_render), methods=["POST"]),
         Route("/v1/completions/render", endpoint("completion_render", completion_render), methods=["POST"]),
+        Route("/v1/messages/render", endpoint("messages_render", messages_render), methods=["POST"]),
+        Route("/v1/responses/render", endpoint("responses_render", responses_render), methods=["POST"]),
         Route("/v1/chat/completions/derender", endpoint("chat_derender", chat_derender), methods=["POST"]),
         Route("/v1/completions/derender", endpoint("completion_derender", completion_derender), methods=["POST"]),
         Route("/tokenize", endpoint("tokenize", tokenize), methods=["POST"]),

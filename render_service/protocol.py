@@ -38,6 +38,14 @@ def schema_error(param: str, message: str, value: Any = None) -> RequestValidati
     return RequestValidationError(f"1 validation error:\n  {detail}", param=param)
 
 
+def union_error(param: str, value: Any, count: int = 2) -> RequestValidationError:
+    """A value matching no member of a `str | list[...]` union: pydantic reports every member's
+    errors, the `str` member's first; we report that first one (the count is pydantic's minimum)."""
+    detail = {"type": "string_type", "loc": param, "msg": "Input should be a valid string",
+              "input": _summarize(value)}
+    return RequestValidationError(f"{count} validation errors:\n  {detail}", param=param)
+
+
 def validator_error(message: str, param: str | None = None, value: Any = None) -> BadRequestError:
     """A VLLMValidationError raised inside a request model validator.
 
@@ -84,24 +92,45 @@ def check_type(
     raise schema_error(f"{prefix}.{name}", f"Input should be a valid {names}", value)
 
 
+def _lax_int(value: Any, param: str) -> int:
+    """pydantic's lax int: integral floats and digit strings are accepted, with its messages otherwise."""
+    if isinstance(value, float):
+        if value.is_integer():
+            return int(value)
+        raise schema_error(param, "Input should be a valid integer, got a number with a fractional part", value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise schema_error(param, "Input should be a valid integer, unable to parse string as an integer",
+                               value) from None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise schema_error(param, "Input should be a valid integer", value)
+    return value
+
+
 def opt_int(body: dict[str, Any], name: str, *, lo: int = INT64_MIN, hi: int = INT64_MAX,
             prefix: str = "body") -> int | None:
     value = body.get(name)
     if value is None:
         return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise schema_error(f"{prefix}.{name}", "Input should be a valid integer", value)
+    value = body[name] = _lax_int(value, f"{prefix}.{name}")
     if not lo <= value <= hi:
         raise schema_error(f"{prefix}.{name}", f"Input should be between {lo} and {hi}", value)
     return value
 
 
 def opt_float(body: dict[str, Any], name: str, prefix: str = "body") -> float | None:
+    """pydantic's lax float: numeric strings are parsed (and stored back as numbers)."""
     value = body.get(name)
     if value is None:
         return None
+    if isinstance(value, str):
+        try:
+            value = body[name] = float(value.strip())
+        except ValueError:
+            raise schema_error(f"{prefix}.{name}", "Input should be a valid number, unable to parse string as a "
+                               "number", value) from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise schema_error(f"{prefix}.{name}", "Input should be a valid number", value)
     return float(value)
@@ -139,7 +168,7 @@ def int_list(value: Any, param: str, *, non_negative: bool = False) -> list[int]
         raise schema_error(param, "Input should be a valid list", value)
     for index, item in enumerate(value):
         if not isinstance(item, int) or isinstance(item, bool):
-            raise schema_error(f"{param}.{index}", "Input should be a valid integer", item)
+            value[index] = item = _lax_int(item, f"{param}.{index}")
         if non_negative and item < 0:
             raise schema_error(f"{param}.{index}", "Input should be greater than or equal to 0", item)
     return value

@@ -8,7 +8,7 @@ the same input fails with the same error first.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from render_service import structured, templating
@@ -34,6 +34,7 @@ from render_service.protocol import (
     schema_error,
     str_list,
     stream_options_wire,
+    union_error,
     validate_cache_salt,
     validator_error,
 )
@@ -53,6 +54,8 @@ class RenderContext:
 
     model: Model
     settings: Settings
+    # Per-model facts worked out on first use (e.g. the Messages defaults); never request data.
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def has_reasoning_parser(self) -> bool:
@@ -96,8 +99,7 @@ def _validate_common(body: dict[str, Any]) -> None:
     if stop is not None and not isinstance(stop, str):
         str_list(stop, "body.stop")
         if len(stop) > MAX_STOP_STRINGS:
-            raise schema_error("body.stop", f"List should have at most {MAX_STOP_STRINGS} items after "
-                               f"validation, not {len(stop)}", stop)
+            raise union_error("body.stop", stop)  # `str | list[str]` (max_length on the list member)
     if body.get("stop_token_ids") is not None:
         int_list(body["stop_token_ids"], "body.stop_token_ids")
     if body.get("allowed_token_ids") is not None:
@@ -542,8 +544,12 @@ def validate_chat_request(body: dict[str, Any]) -> None:
                            "'high', 'xhigh' or 'max'", body["reasoning_effort"])
 
 
-def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str | None = None) -> dict[str, Any]:
-    validate_chat_request(body)
+def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str | None = None, *,
+                converted: bool = False) -> dict[str, Any]:
+    """`converted`: the body was built by a converter (Messages), not sent by a client; vLLM assigns
+    those fields after the chat request's validators ran, so they are not validated again."""
+    if not converted:
+        validate_chat_request(body)
     check_model(ctx, body.get("model"))
     if body.get("use_beam_search"):
         raise BadRequestError("Beam search is not supported by the render endpoint")
@@ -573,22 +579,21 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
     max_output = max_completion if max_completion is not None else body.get("max_tokens")
     output_param = "max_completion_tokens" if max_completion is not None else "max_tokens"
     truncate = body.get("truncate_prompt_tokens")
-    # TokenizeParams validates before anything is rendered.
-    _check_lengths(ctx, 0, max_output, output_param, truncate)
+    validate_length_params(ctx, max_output, output_param, truncate)
 
     # ChatParams.chat_template (request, else --chat-template) wins over a template in the kwargs,
     # which wins over the tokenizer's own (resolved last, in safe_apply_chat_template).
     chat_template = (body.get("chat_template") or ctx.model.flag_chat_template
                      or user_kwargs.get("chat_template") or ctx.model.chat_template)
     template_kwargs = effective_template_kwargs(ctx, body)
-    offsets = None
     reused = reused_prompt_ids(ctx, body)
     if reused is not None:
-        token_ids = reused
+        offsets = None
+        token_ids = _truncate(reused, truncate, body.get("truncation_side"), ctx.model.max_model_len)
+        _check_lengths(ctx, len(token_ids), max_output, output_param, truncate)
     else:
-        token_ids, offsets = _render_chat_tokens(ctx, body, chat_template, rendered_tools, template_kwargs)
-    token_ids = _truncate(token_ids, truncate, body.get("truncation_side"), ctx.model.max_model_len)
-    _check_lengths(ctx, len(token_ids), max_output, output_param, truncate, from_text=reused is None)
+        token_ids, offsets = render_conversation(ctx, body, chat_template, rendered_tools, template_kwargs,
+                                                 max_output, output_param, truncate)
 
     skip_special_tokens = body.get("skip_special_tokens")
     if settings.reasoning_parser is not None or tool_choice != "none":
@@ -640,6 +645,23 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
     )
 
 
+def validate_length_params(ctx: RenderContext, max_output: int | None, output_param: str,
+                           truncate: int | None) -> None:
+    """`TokenizeParams` validates the output and truncation sizes before anything is rendered."""
+    _check_lengths(ctx, 0, max_output, output_param, truncate)
+
+
+def render_conversation(ctx: RenderContext, body: dict[str, Any], chat_template: str | None,
+                        rendered_tools: list[dict[str, Any]] | None, template_kwargs: dict[str, Any],
+                        max_output: int | None, output_param: str,
+                        truncate: int | None) -> tuple[list[int], list[list[int]] | None]:
+    """Template `body["messages"]`, tokenize, truncate and check the length against max_model_len."""
+    token_ids, offsets = _render_chat_tokens(ctx, body, chat_template, rendered_tools, template_kwargs)
+    token_ids = _truncate(token_ids, truncate, body.get("truncation_side"), ctx.model.max_model_len)
+    _check_lengths(ctx, len(token_ids), max_output, output_param, truncate, from_text=True)
+    return token_ids, offsets
+
+
 def _render_chat_tokens(ctx: RenderContext, body: dict[str, Any], chat_template: str | None,
                         rendered_tools: list[dict[str, Any]] | None,
                         template_kwargs: dict[str, Any]) -> tuple[list[int], list[list[int]] | None]:
@@ -650,7 +672,8 @@ def _render_chat_tokens(ctx: RenderContext, body: dict[str, Any], chat_template:
     content_format = ctx.settings.chat_template_content_format
     if content_format == "auto":
         content_format = templating.detect_content_format(chat_template)
-    conversation = templating.build_conversation(body["messages"], content_format)
+    conversation = templating.build_conversation(body["messages"], content_format,
+                                                 model_name=ctx.settings.served_names[0])
     render_kwargs = {k: v for k, v in template_kwargs.items() if k not in ("tools", "chat_template", "tokenize")}
     prompt = templating.render_prompt(ctx.model.hf_tokenizer, chat_template, conversation, rendered_tools,
                                       render_kwargs)
@@ -696,6 +719,7 @@ def _prompts(body: dict[str, Any]) -> list[str | list[int]]:
     else:
         # pydantic reports the first union branch (list[int]) first: its first bad element.
         bad = next(i for i, p in enumerate(prompt) if not isinstance(p, int) or isinstance(p, bool) or p < 0)
+        int_list([prompt[bad]], "body.prompt")  # raises pydantic's message for that element
         raise schema_error(f"body.prompt.{bad}", "Input should be a valid integer", prompt[bad])
     if len(prompts) > MAX_COMPLETION_PROMPTS:
         raise validator_error(f"The number of prompts ({len(prompts)}) exceeds the maximum of "

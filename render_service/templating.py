@@ -246,7 +246,7 @@ def _part_text(part: Any) -> tuple[str, Any]:
     return part_type, None
 
 
-def _parse_content(content: Any, role: str, wrap_dicts: bool) -> Any:
+def _parse_content(content: Any, role: str, wrap_dicts: bool, model_name: str) -> Any:
     if content is None:
         parts: list[Any] = []
     elif isinstance(content, str):
@@ -272,9 +272,8 @@ def _parse_content(content: Any, role: str, wrap_dicts: bool) -> Any:
             name = part.get("name")
             out.append({"type": "tool_reference", "name": name} if wrap_dicts else name)
         elif part_type in _MEDIA_TYPES:
-            raise UnsupportedContentError(
-                f"{part_type} content is not supported by this model: it has no multimodal "
-                "processor (text-only render).", param="messages")
+            # vLLM's text-only models fail in MULTIMODAL_REGISTRY.create_processor; so does this build.
+            raise UnsupportedContentError(f"{model_name} is not a multimodal model")
         else:
             supported = sorted(_MEDIA_TYPES | TEXT_PART_TYPES | {"tool_reference"})
             raise handler_error(
@@ -299,13 +298,15 @@ def _strip_billing_header(parts: list[Any]) -> list[Any]:
     return out
 
 
-def build_conversation(messages: list[dict[str, Any]], content_format: str) -> list[dict[str, Any]]:
-    """vLLM's `parse_chat_messages` + `_postprocess_messages` for text content."""
+def build_conversation(messages: list[dict[str, Any]], content_format: str, *,
+                       model_name: str = "model") -> list[dict[str, Any]]:
+    """vLLM's `parse_chat_messages` + `_postprocess_messages` for text content; `model_name` (the
+    first served name) is what vLLM names in its error for media parts on a text-only model."""
     wrap = content_format == "openai"
     conversation = []
     for message in messages:
         role = message["role"]
-        entry: dict[str, Any] = {"role": role, "content": _parse_content(message.get("content"), role, wrap)}
+        entry: dict[str, Any] = {"role": role, "content": _parse_content(message.get("content"), role, wrap, model_name)}
         if role == "assistant":
             tool_calls = message.get("tool_calls")
             if tool_calls is not None:

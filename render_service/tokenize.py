@@ -26,7 +26,8 @@ def tokenize(ctx: render.RenderContext, body: dict[str, Any]) -> dict[str, Any]:
         fmt = ctx.settings.chat_template_content_format
         if fmt == "auto":
             fmt = templating.detect_content_format(template)
-        conversation = templating.build_conversation(body["messages"], fmt)
+        conversation = templating.build_conversation(body["messages"], fmt,
+                                                     model_name=ctx.settings.served_names[0])
         kwargs = dict(user_kwargs)
         kwargs.update(add_generation_prompt=body.get("add_generation_prompt", True),
                       continue_final_message=body.get("continue_final_message", False))

@@ -28,6 +28,7 @@ from corpus import (
     CONFIGS,
     GOLDEN_DIR,
     Case,
+    free_port,
     golden_path,
     golden_record,
     send,
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", nargs="+", default=[], help="server configs to record")
     parser.add_argument("--model-dir", type=Path, help="an existing qwen3 example model folder")
     parser.add_argument("--deepseek-model-dir", type=Path, help="an existing deepseek example model folder")
-    parser.add_argument("--port", type=int, default=18431)
+    parser.add_argument("--port", type=int, default=0, help="oracle port (default: a free one)")
     parser.add_argument("--prune", action="store_true", help="delete goldens of cases no longer in the corpus")
     args = parser.parse_args(argv)
 
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             if path.stem not in CASES:
                 path.unlink()
 
+    port = args.port or free_port()
     with tempfile.TemporaryDirectory(prefix="parity-models-") as tmp:
         dirs: dict[str, Path] = {}
         if args.model_dir:
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             family = CONFIGS[config_name].family
             if family not in dirs:
                 dirs[family] = build_model(family, Path(tmp))
-            record_config(config_name, cases, dirs[family], args.port)
+            record_config(config_name, cases, dirs[family], port)
     print(f"recorded {len(selected)} case(s) into {GOLDEN_DIR}")
     return 0
 
