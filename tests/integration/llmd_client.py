@@ -386,3 +386,20 @@ def read_model_limit(url: str, model: str, api_key: str | None = None) -> int:
         if entry_id == model and (limit or 0) > 0:
             return int(limit)
     raise RenderError(f"models endpoint has no positive max_model_len for {model!r}")
+
+
+def messages_render_mode(url: str, model: str, authorization: str | None = None) -> str | None:
+    """`messagesRenderMode: auto` discovery: probe Messages render with a small text request; 2xx selects
+    "native"; 404/405 selects "legacy" (chat-render conversion) only if the same probe renders as chat;
+    anything else leaves the mode unresolved (None). (The probe's exact text is llm-d's own; any small
+    text request exercises the same branches.)"""
+    headers = {"Authorization": authorization} if authorization else {}
+    probe = {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "ping"}]}
+    native = httpx.post(url.rstrip("/") + MESSAGES, json=probe, headers=headers, timeout=30)
+    if 200 <= native.status_code < 300:
+        return "native"
+    if native.status_code in (404, 405):
+        chat = httpx.post(url.rstrip("/") + CHAT, json={"model": model, "messages": probe["messages"]},
+                          headers=headers, timeout=30)
+        return "legacy" if 200 <= chat.status_code < 300 else None
+    return None

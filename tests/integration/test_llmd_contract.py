@@ -26,6 +26,7 @@ from tests.integration.llmd_client import (
     LlmdRenderClient,
     RenderError,
     go_marshal_envelope,
+    messages_render_mode,
     omit_mm_kwargs,
     parse_render_response,
     raw_envelope,
@@ -380,7 +381,10 @@ def test_messages_render_matches_the_equivalent_chat_render(client: LlmdRenderCl
     # prefillOnly rewrites Anthropic's required `max_tokens` to 1: same prompt.
     with LlmdRenderClient(url=servers["primary"], prefill_only=True) as renderer:
         assert renderer.render_messages(MESSAGES_BODY, authorization=BEARER).token_ids == rendered.token_ids
-    # llm-d's `messagesRenderMode: auto` selects native rendering only when this path answers 2xx.
+    # llm-d's `messagesRenderMode: auto` picks native rendering only when this path answers its probe
+    # with a 2xx (a 404 would silently downgrade it to legacy chat conversion); 401 leaves it unresolved.
+    assert messages_render_mode(servers["primary"], "tinyqwen3", BEARER) == "native"
+    assert messages_render_mode(servers["primary"], "tinyqwen3") is None
     with LlmdRenderClient(endpoints=[servers["busy"], servers["primary"]]) as renderer:
         retried = renderer.render_messages(MESSAGES_BODY, authorization=BEARER)
         assert [a.status for a in retried.attempts] == [503, 200]
