@@ -12,6 +12,7 @@ import hashlib
 import inspect
 import logging
 import os
+import re
 import secrets
 import time
 from collections.abc import Callable, Iterator
@@ -198,6 +199,17 @@ def _batch_only(body: dict[str, Any]) -> None:
             f"\"Input should be False\", 'input': {stream!r}}}", param="body.stream")
 
 
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
+
+
+def request_ids(request: Request) -> str:
+    """The caller's W3C trace id (llm-d injects `traceparent`) and `X-Request-Id`, for log lines;
+    render makes no downstream call, so there is nothing to propagate them to."""
+    match = _TRACEPARENT.match(request.headers.get("traceparent", "").strip().lower())
+    trace_id = match.group(1) if match else "-"
+    return f"trace_id={trace_id} request_id={request.headers.get('x-request-id', '-')[:128]}"
+
+
 def create_app(settings: Settings, model: Model | None = None) -> Starlette:
     state = State(settings, model)
     limit = settings.max_request_body_bytes
@@ -225,8 +237,10 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
                     response.headers["X-Render-Fingerprint-Components"] = state.fingerprint_components
             except RenderServiceError as exc:
                 response = error_response(exc)
+                if logger.isEnabledFor(logging.DEBUG):
+                    logger.debug("%s -> %d %s (%s)", name, exc.status_code, exc.message[:200], request_ids(request))
             except Exception:
-                logger.exception("unhandled error on %s", name)
+                logger.exception("unhandled error on %s (%s)", name, request_ids(request))
                 response = error_response(RenderServiceError("Internal server error"))
             finally:
                 state.inflight -= 1

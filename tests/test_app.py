@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -166,3 +167,12 @@ print("clean")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "clean" in result.stdout
+
+
+def test_error_logs_carry_the_callers_trace_and_request_ids(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="render_service.app")
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    response = client.post("/v1/chat/completions/render", json={"messages": "nope"},
+                           headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01", "X-Request-Id": "r-1"})
+    assert response.status_code == 400
+    assert f"trace_id={trace_id} request_id=r-1" in caplog.text
