@@ -8,10 +8,10 @@ the same input fails with the same error first.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from render_service import structured, templating
+from render_service import media, multimodal, structured, templating
 from render_service.exceptions import BadRequestError, NotFoundError
 from render_service.model import Model
 from render_service.protocol import (
@@ -53,6 +53,9 @@ class RenderContext:
 
     model: Model
     settings: Settings
+    # Set for a supported vision-language model folder (multimodal.SUPPORTED_MODEL_TYPES).
+    vision: multimodal.ImageProcessor | None = None
+    media_limits: media.MediaLimits = field(default_factory=media.MediaLimits)
 
     @property
     def has_reasoning_parser(self) -> bool:
@@ -542,7 +545,51 @@ def validate_chat_request(body: dict[str, Any]) -> None:
                            "'high', 'xhigh' or 'max'", body["reasoning_effort"])
 
 
-def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str | None = None) -> dict[str, Any]:
+def make_context(model: Model, settings: Settings) -> RenderContext:
+    """The render context, with an image processor when the model folder is a supported VL model."""
+    config = multimodal.VisionConfig.load(model.path, settings.model)
+    limits = media.MediaLimits(
+        fetch_timeout=settings.media_fetch_timeout,
+        max_fetch_bytes=settings.media_max_bytes,
+        max_data_url_bytes=settings.media_max_bytes,
+        allow_redirects=settings.media_allow_redirects,
+        allowed_domains=tuple(settings.allowed_media_domains) if settings.allowed_media_domains else None,
+        allow_private_addresses=settings.media_allow_private_addresses,
+        max_images_per_prompt=_image_limit(settings.limit_mm_per_prompt),
+    )
+    vision = None
+    if config is not None:
+        vision = multimodal.ImageProcessor(config, settings.mm_cache_bytes, limits.max_image_pixels)
+    return RenderContext(model, settings, vision, limits)
+
+
+def _image_limit(limits: dict[str, Any]) -> int:
+    value = limits.get("image", 999)
+    return int(value.get("count", 999)) if isinstance(value, dict) else int(value)
+
+
+def _load_images(ctx: RenderContext, urls: list[str], fetched: dict[str, bytes] | None
+                 ) -> list[multimodal.ProcessedImage]:
+    assert ctx.vision is not None
+    limit = ctx.media_limits.max_images_per_prompt
+    if len(urls) > limit:
+        raise BadRequestError(f"At most {limit} image(s) may be provided in one prompt.", param="messages")
+    items = []
+    for url in urls:
+        if url.startswith("data:"):
+            data = media.decode_data_url(url, ctx.media_limits)
+        elif fetched is not None and url in fetched:
+            data = fetched[url]
+        else:
+            media.check_url(url, ctx.media_limits)
+            raise BadRequestError(f"Image URL {url!r} was not fetched.", param="messages")
+        items.append(ctx.vision(data))
+    return items
+
+
+def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str | None = None,
+                fetched: dict[str, bytes] | None = None) -> dict[str, Any]:
+    """`fetched`: the bodies of the request's http(s) image URLs (fetched by the caller, async)."""
     validate_chat_request(body)
     check_model(ctx, body.get("model"))
     if body.get("use_beam_search"):
@@ -582,11 +629,13 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
                      or user_kwargs.get("chat_template") or ctx.model.chat_template)
     template_kwargs = effective_template_kwargs(ctx, body)
     offsets = None
+    features = None
     reused = reused_prompt_ids(ctx, body)
     if reused is not None:
         token_ids = reused
     else:
-        token_ids, offsets = _render_chat_tokens(ctx, body, chat_template, rendered_tools, template_kwargs)
+        token_ids, offsets, features = _render_chat_tokens(ctx, body, chat_template, rendered_tools,
+                                                           template_kwargs, fetched)
     token_ids = _truncate(token_ids, truncate, body.get("truncation_side"), ctx.model.max_model_len)
     _check_lengths(ctx, len(token_ids), max_output, output_param, truncate, from_text=reused is None)
 
@@ -637,27 +686,40 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
         kv_transfer_params=kv_params,
         ec_transfer_params=ec_params,
         token_offsets=offsets,
+        features=features,
     )
 
 
 def _render_chat_tokens(ctx: RenderContext, body: dict[str, Any], chat_template: str | None,
                         rendered_tools: list[dict[str, Any]] | None,
-                        template_kwargs: dict[str, Any]) -> tuple[list[int], list[list[int]] | None]:
-    """Template the conversation and tokenize it (the part forwarded prompt ids skip)."""
+                        template_kwargs: dict[str, Any], fetched: dict[str, bytes] | None = None
+                        ) -> tuple[list[int], list[list[int]] | None, dict[str, Any] | None]:
+    """Template the conversation and tokenize it (the part forwarded prompt ids skip); images are
+    processed and their placeholders expanded."""
     if chat_template is None:
         raise BadRequestError("As of transformers v4.44, default chat template is no longer allowed, so you "
                               "must provide a chat template if the tokenizer does not define one.")
     content_format = ctx.settings.chat_template_content_format
     if content_format == "auto":
         content_format = templating.detect_content_format(chat_template)
-    conversation = templating.build_conversation(body["messages"], content_format)
+    collector = None
+    if ctx.vision is not None:
+        collector = templating.MediaCollector(ctx.vision.config.placeholder, ctx.settings.served_names[0])
+    conversation = templating.build_conversation(body["messages"], content_format, collector)
+    images = _load_images(ctx, collector.image_urls, fetched) if collector and collector.image_urls else []
     render_kwargs = {k: v for k, v in template_kwargs.items() if k not in ("tools", "chat_template", "tokenize")}
     prompt = templating.render_prompt(ctx.model.hf_tokenizer, chat_template, conversation, rendered_tools,
                                       render_kwargs)
     add_special = bool(body.get("add_special_tokens", False))
+    if images:
+        assert ctx.vision is not None
+        token_ids, placeholders = multimodal.expand_prompt(
+            ctx.model.encode(prompt, add_special), images, ctx.vision.config.image_token_id)
+        return token_ids, None, multimodal.features(images, placeholders, body.get("mm_payload", "tensors"))
     if body.get("return_token_offsets"):
-        return ctx.model.encode_with_offsets(prompt, add_special)
-    return ctx.model.encode(prompt, add_special), None
+        ids, offsets = ctx.model.encode_with_offsets(prompt, add_special)
+        return ids, offsets, None
+    return ctx.model.encode(prompt, add_special), None, None
 
 
 def _history_tool_calls(messages: list[dict[str, Any]]) -> int:
