@@ -42,8 +42,14 @@ from render_service.resample import resize_bicubic_aa
 
 SUPPORTED_MODEL_TYPES = ("qwen3_vl",)
 IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"  # Qwen3-VL's get_placeholder_str
-# vLLM's ALLOWED_IMAGE_FORMATS.
-ALLOWED_IMAGE_FORMATS = ("BMP", "GIF", "JPEG", "PNG", "TIFF", "WEBP", "ICO", "MPO")
+# vLLM's ALLOWED_IMAGE_FORMATS (those this Pillow build registers).
+_VLLM_IMAGE_FORMATS = (
+    "AVIF", "BLP", "BMP", "CUR", "DCX", "DDS", "DIB", "FITS", "FLI", "FTEX", "GBR", "GIF", "ICNS", "ICO",
+    "IM", "IMT", "IPTC", "JPEG", "JPEG2000", "MCIDAS", "MSP", "PCD", "PCX", "PIXAR", "PNG", "PPM", "PSD",
+    "QOI", "SGI", "SPIDER", "SUN", "TGA", "TIFF", "WEBP", "XBM", "XPM", "XVTHUMB",
+)
+Image.init()
+ALLOWED_IMAGE_FORMATS = tuple(f for f in _VLLM_IMAGE_FORMATS if f in Image.OPEN)
 _RAW_VIEW = 3  # vLLM's CUSTOM_TYPE_RAW_VIEW msgpack extension
 _WHITE = (255, 255, 255)
 
@@ -222,6 +228,8 @@ def process(image: np.ndarray, config: VisionConfig, digest: str) -> ProcessedIm
     rows, gh, gw = patchify(resized, config.patch_size, config.merge_size, config.temporal_patch_size)
     grid = np.array([1, gh, gw], dtype=np.int64)
     grid_field = {"data": _tensor("int64", grid), "field": ("batched", {"keep_on_cpu": True})}
+    # vLLM builds the item from a set of field names, so its key order varies per vLLM process
+    # (hash seed); the engine decodes a map, so either order is the same item.
     item = {
         "pixel_values": {
             "data": _tensor("uint8", rows),
