@@ -26,7 +26,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from render_service import __version__, derender, messages, render, responses
+from render_service import __version__, derender, media, messages, render, responses
 from render_service.exceptions import (
     OverloadedError,
     PayloadTooLargeError,
@@ -103,7 +103,7 @@ class State:
     def load(self) -> None:
         if self.model is None:
             self.model = load_model(self.settings)
-        self.context = render.RenderContext(self.model, self.settings)
+        self.context = render.make_context(self.model, self.settings)
         self.fingerprint = fingerprint(self.settings, self.model)
         self.fingerprint_components = components_header(self.fingerprint)
         self.store = build_store(self.settings, self.metrics)
@@ -251,8 +251,25 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
 
     def chat_render(request: Request, body: Any) -> Any:
         body = _object_body(body)
-        result = render.render_chat(state.context, body, request.headers.get("x-request-id"))
+        context = state.context
+        urls = media.image_urls(body.get("messages")) if context.vision is not None else []
+        if urls:
+            return chat_render_fetching(request, body, urls)
+        return finish_chat_render(request, body, None)
+
+    async def chat_render_fetching(request: Request, body: dict[str, Any], urls: list[str]) -> Any:
+        fetched = await media.fetch_all(urls, state.context.media_limits)
+        return finish_chat_render(request, body, fetched)
+
+    def finish_chat_render(request: Request, body: dict[str, Any], fetched: dict[str, bytes] | None) -> Any:
+        vision = state.context.vision
+        hits, misses = (vision.cache.hits, vision.cache.misses) if vision is not None else (0, 0)
+        result = render.render_chat(state.context, body, request.headers.get("x-request-id"), fetched)
         state.metrics.prompt_tokens.inc(len(result["token_ids"]))
+        if vision is not None:
+            state.metrics.mm_cache_hits.inc(vision.cache.hits - hits)
+            state.metrics.mm_cache_misses.inc(vision.cache.misses - misses)
+            state.metrics.mm_cache_bytes.set(vision.cache.bytes)
         return result
 
     def messages_render(request: Request, body: Any) -> Any:

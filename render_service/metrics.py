@@ -26,6 +26,12 @@ class Metrics:
         self.prompt_tokens = Counter("render_prompt_tokens", "Prompt tokens rendered", registry=r)
         self.tokenizer_backend = Gauge("render_tokenizer_backend_info", "Tokenizer backend in use (1)",
                                        ["backend"], registry=r)
+        # Multimodal: processed images served from the content-hash cache vs processed.
+        self.mm_cache_hits = Counter("render_mm_cache_hits", "Images served from the processed-image cache",
+                                     registry=r)
+        self.mm_cache_misses = Counter("render_mm_cache_misses", "Images decoded and processed", registry=r)
+        self.mm_cache_bytes = Gauge("render_mm_cache_bytes", "Bytes held by the processed-image cache",
+                                    registry=r)
         self.model_info = Gauge("render_model_info", "Loaded model (1)", ["model", "max_model_len"], registry=r)
         # Snapshot store and derender (issue: derender).
         self.snapshot_hits = Counter("render_snapshot_hits", "Parser snapshots found", ["tier"], registry=r)

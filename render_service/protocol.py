@@ -363,13 +363,14 @@ def generate_request(
     kv_transfer_params: dict[str, Any] | None = None,
     ec_transfer_params: dict[str, Any] | None = None,
     token_offsets: list[list[int]] | None = None,
+    features: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A `GenerateRequest` in declaration order (ttio/protocol.py), nulls included."""
     return {
         "request_id": request_id,
         "token_ids": token_ids,
         "token_offsets": token_offsets,
-        "features": None,
+        "features": features,
         "content_parts": None,
         "sampling_params": sampling_params,
         "model": model,

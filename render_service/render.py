@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from render_service import structured, templating
+from render_service import media, multimodal, structured, templating
 from render_service.exceptions import BadRequestError, NotFoundError
 from render_service.model import Model
 from render_service.protocol import (
@@ -54,6 +54,9 @@ class RenderContext:
 
     model: Model
     settings: Settings
+    # Set for a supported vision-language model folder (multimodal.SUPPORTED_MODEL_TYPES).
+    vision: multimodal.ImageProcessor | None = None
+    media_limits: media.MediaLimits = field(default_factory=media.MediaLimits)
     # Per-model facts worked out on first use (e.g. the Messages defaults); never request data.
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -544,9 +547,52 @@ def validate_chat_request(body: dict[str, Any]) -> None:
                            "'high', 'xhigh' or 'max'", body["reasoning_effort"])
 
 
-def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str | None = None, *,
-                converted: bool = False) -> dict[str, Any]:
-    """`converted`: the body was built by a converter (Messages), not sent by a client; vLLM assigns
+def make_context(model: Model, settings: Settings) -> RenderContext:
+    """The render context, with an image processor when the model folder is a supported VL model."""
+    config = multimodal.VisionConfig.load(model.path, settings.model)
+    limits = media.MediaLimits(
+        fetch_timeout=settings.media_fetch_timeout,
+        max_fetch_bytes=settings.media_max_bytes,
+        max_data_url_bytes=settings.media_max_bytes,
+        allow_redirects=settings.media_allow_redirects,
+        allowed_domains=tuple(settings.allowed_media_domains) if settings.allowed_media_domains else None,
+        allow_private_addresses=settings.media_allow_private_addresses,
+        max_images_per_prompt=_image_limit(settings.limit_mm_per_prompt),
+    )
+    vision = None
+    if config is not None:
+        vision = multimodal.ImageProcessor(config, settings.mm_cache_bytes, limits.max_image_pixels)
+    return RenderContext(model, settings, vision, limits)
+
+
+def _image_limit(limits: dict[str, Any]) -> int:
+    value = limits.get("image", 999)
+    return int(value.get("count", 999)) if isinstance(value, dict) else int(value)
+
+
+def _load_images(ctx: RenderContext, urls: list[str], fetched: dict[str, bytes] | None
+                 ) -> list[multimodal.ProcessedImage]:
+    assert ctx.vision is not None
+    limit = ctx.media_limits.max_images_per_prompt
+    if len(urls) > limit:
+        raise BadRequestError(f"At most {limit} image(s) may be provided in one prompt.", param="messages")
+    items = []
+    for url in urls:
+        if url.startswith("data:"):
+            data = media.decode_data_url(url, ctx.media_limits)
+        elif fetched is not None and url in fetched:
+            data = fetched[url]
+        else:
+            media.check_url(url, ctx.media_limits)
+            raise BadRequestError(f"Image URL {url!r} was not fetched.", param="messages")
+        items.append(ctx.vision(data))
+    return items
+
+
+def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str | None = None,
+                fetched: dict[str, bytes] | None = None, *, converted: bool = False) -> dict[str, Any]:
+    """`fetched`: the bodies of the request's http(s) image URLs (fetched by the caller, async).
+    `converted`: the body was built by a converter (Messages), not sent by a client; vLLM assigns
     those fields after the chat request's validators ran, so they are not validated again."""
     if not converted:
         validate_chat_request(body)
@@ -586,14 +632,16 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
     chat_template = (body.get("chat_template") or ctx.model.flag_chat_template
                      or user_kwargs.get("chat_template") or ctx.model.chat_template)
     template_kwargs = effective_template_kwargs(ctx, body)
+    features = None
     reused = reused_prompt_ids(ctx, body)
     if reused is not None:
         offsets = None
         token_ids = _truncate(reused, truncate, body.get("truncation_side"), ctx.model.max_model_len)
         _check_lengths(ctx, len(token_ids), max_output, output_param, truncate)
     else:
-        token_ids, offsets = render_conversation(ctx, body, chat_template, rendered_tools, template_kwargs,
-                                                 max_output, output_param, truncate)
+        token_ids, offsets, features = render_conversation(ctx, body, chat_template, rendered_tools,
+                                                           template_kwargs, max_output, output_param,
+                                                           truncate, fetched)
 
     skip_special_tokens = body.get("skip_special_tokens")
     if settings.reasoning_parser is not None or tool_choice != "none":
@@ -642,6 +690,7 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
         kv_transfer_params=kv_params,
         ec_transfer_params=ec_params,
         token_offsets=offsets,
+        features=features,
     )
 
 
@@ -653,34 +702,49 @@ def validate_length_params(ctx: RenderContext, max_output: int | None, output_pa
 
 def render_conversation(ctx: RenderContext, body: dict[str, Any], chat_template: str | None,
                         rendered_tools: list[dict[str, Any]] | None, template_kwargs: dict[str, Any],
-                        max_output: int | None, output_param: str,
-                        truncate: int | None) -> tuple[list[int], list[list[int]] | None]:
-    """Template `body["messages"]`, tokenize, truncate and check the length against max_model_len."""
-    token_ids, offsets = _render_chat_tokens(ctx, body, chat_template, rendered_tools, template_kwargs)
+                        max_output: int | None, output_param: str, truncate: int | None,
+                        fetched: dict[str, bytes] | None = None
+                        ) -> tuple[list[int], list[list[int]] | None, dict[str, Any] | None]:
+    """Template `body["messages"]`, tokenize (expanding image placeholders), truncate and check the
+    length against max_model_len: (token ids, offsets, multimodal features)."""
+    token_ids, offsets, features = _render_chat_tokens(ctx, body, chat_template, rendered_tools, template_kwargs,
+                                                       fetched)
     token_ids = _truncate(token_ids, truncate, body.get("truncation_side"), ctx.model.max_model_len)
     _check_lengths(ctx, len(token_ids), max_output, output_param, truncate, from_text=True)
-    return token_ids, offsets
+    return token_ids, offsets, features
 
 
 def _render_chat_tokens(ctx: RenderContext, body: dict[str, Any], chat_template: str | None,
                         rendered_tools: list[dict[str, Any]] | None,
-                        template_kwargs: dict[str, Any]) -> tuple[list[int], list[list[int]] | None]:
-    """Template the conversation and tokenize it (the part forwarded prompt ids skip)."""
+                        template_kwargs: dict[str, Any], fetched: dict[str, bytes] | None = None
+                        ) -> tuple[list[int], list[list[int]] | None, dict[str, Any] | None]:
+    """Template the conversation and tokenize it (the part forwarded prompt ids skip); images are
+    processed and their placeholders expanded."""
     if chat_template is None:
         raise BadRequestError("As of transformers v4.44, default chat template is no longer allowed, so you "
                               "must provide a chat template if the tokenizer does not define one.")
     content_format = ctx.settings.chat_template_content_format
     if content_format == "auto":
         content_format = templating.detect_content_format(chat_template)
-    conversation = templating.build_conversation(body["messages"], content_format,
+    collector = None
+    if ctx.vision is not None:
+        collector = templating.MediaCollector(ctx.vision.config.placeholder, ctx.settings.served_names[0])
+    conversation = templating.build_conversation(body["messages"], content_format, collector,
                                                  model_name=ctx.settings.served_names[0])
+    images = _load_images(ctx, collector.image_urls, fetched) if collector and collector.image_urls else []
     render_kwargs = {k: v for k, v in template_kwargs.items() if k not in ("tools", "chat_template", "tokenize")}
     prompt = templating.render_prompt(ctx.model.hf_tokenizer, chat_template, conversation, rendered_tools,
                                       render_kwargs)
     add_special = bool(body.get("add_special_tokens", False))
+    if images:
+        assert ctx.vision is not None
+        token_ids, placeholders = multimodal.expand_prompt(
+            ctx.model.encode(prompt, add_special), images, ctx.vision.config.image_token_id)
+        return token_ids, None, multimodal.features(images, placeholders, body.get("mm_payload", "tensors"))
     if body.get("return_token_offsets"):
-        return ctx.model.encode_with_offsets(prompt, add_special)
-    return ctx.model.encode(prompt, add_special), None
+        ids, offsets = ctx.model.encode_with_offsets(prompt, add_special)
+        return ids, offsets, None
+    return ctx.model.encode(prompt, add_special), None, None
 
 
 def _history_tool_calls(messages: list[dict[str, Any]]) -> int:

@@ -403,8 +403,8 @@ def render_responses(ctx: RenderContext, body: dict[str, Any]) -> dict[str, Any]
     kwargs = template_kwargs(ctx, body)
     messages = input_messages(body)
     chat_template = ctx.model.flag_chat_template or ctx.model.chat_template
-    token_ids, offsets = render_conversation(ctx, {"messages": messages}, chat_template, rendered_tools, kwargs,
-                                             max_output, "max_output_tokens", truncate)
+    token_ids, offsets, features = render_conversation(ctx, {"messages": messages}, chat_template, rendered_tools,
+                                                       kwargs, max_output, "max_output_tokens", truncate)
     if not token_ids:
         raise BadRequestError("No token_ids rendered")
 
@@ -426,6 +426,7 @@ def render_responses(ctx: RenderContext, body: dict[str, Any]) -> dict[str, Any]
     return generate_request(
         request_id=body.get("request_id") or f"resp_{random_uuid()}",
         token_ids=token_ids,
+        features=features,
         sampling_params=sampling,
         model=body.get("model"),
         reasoning_parser_kwargs={"chat_template_kwargs": kwargs} if ctx.has_reasoning_parser else None,

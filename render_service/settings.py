@@ -55,6 +55,14 @@ class Settings:
     audit_gates_readiness: bool = False
     workers: int = 0  # 0: the CPUs this process may use (affinity and cgroup quota)
     max_inflight: int = 256  # per worker; above it requests get a fast 503 with Retry-After
+    # Multimodal (a Qwen3-VL model folder): vLLM's names where vLLM has the option.
+    limit_mm_per_prompt: dict[str, Any] = field(default_factory=dict)
+    allowed_media_domains: list[str] | None = None
+    media_allow_private_addresses: bool = False
+    media_allow_redirects: bool = False
+    media_fetch_timeout: float = 5.0
+    media_max_bytes: int = 32 << 20
+    mm_cache_bytes: int = 512 << 20
 
     @property
     def served_names(self) -> list[str]:
@@ -145,6 +153,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-logprobs", type=int, default=20)
     parser.add_argument("--tokenizer-backend", default="auto", choices=("auto", "hf"),
                         help="auto: fastokens when its self-test matches HF tokenizers")
+    parser.add_argument("--limit-mm-per-prompt", type=_json_dict("--limit-mm-per-prompt"), default={},
+                        help='e.g. {"image": 4} (vLLM default: 999 per modality)')
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
@@ -168,6 +178,16 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
                         help="worker processes on one listening socket (0: the CPUs available to this process)")
     parser.add_argument("--max-inflight", type=int, default=256,
                         help="requests in flight per worker before answering 503 with Retry-After")
+    parser.add_argument("--allowed-media-domains", nargs="+", default=None,
+                        help="only fetch image URLs from these hosts")
+    parser.add_argument("--media-allow-private-addresses", action="store_true",
+                        help="allow image URLs that resolve to loopback/private/link-local addresses")
+    parser.add_argument("--media-allow-redirects", action="store_true", help="follow redirects on image URLs")
+    parser.add_argument("--media-fetch-timeout", type=float, default=5.0, help="seconds per image URL")
+    parser.add_argument("--media-max-bytes", type=int, default=32 << 20,
+                        help="largest image (fetched body or decoded data: URL)")
+    parser.add_argument("--mm-cache-bytes", type=int, default=512 << 20,
+                        help="in-process cache of processed images, by content hash")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

@@ -246,7 +246,33 @@ def _part_text(part: Any) -> tuple[str, Any]:
     return part_type, None
 
 
-def _parse_content(content: Any, role: str, wrap_dicts: bool, model_name: str) -> Any:
+class MediaCollector:
+    """Collects the image parts of a conversation, in order, for a model with an image processor.
+
+    `placeholder` is the model's image placeholder text (what vLLM's "string" content format
+    puts in front of the text); in "openai" format the template gets `{"type": "image"}`.
+    """
+
+    def __init__(self, placeholder: str, model_name: str) -> None:
+        self.placeholder = placeholder
+        self.model_name = model_name
+        self.image_urls: list[str] = []
+
+    def add(self, part_type: str, part: dict[str, Any]) -> None:
+        if part_type not in ("image_url", "input_image"):
+            raise UnsupportedContentError(
+                f"{part_type} content is not supported by this render tier for {self.model_name} "
+                "(image_url images only).", param="messages")
+        value = part.get("image_url")
+        if isinstance(value, dict):
+            value = value.get("url")
+        if not isinstance(value, str):
+            raise handler_error("image_url part must carry a URL string.", "messages")
+        self.image_urls.append(value)
+
+
+def _parse_content(content: Any, role: str, wrap_dicts: bool, media: MediaCollector | None = None,
+                   model_name: str = "model") -> Any:
     if content is None:
         parts: list[Any] = []
     elif isinstance(content, str):
@@ -256,6 +282,7 @@ def _parse_content(content: Any, role: str, wrap_dicts: bool, model_name: str) -
     if role == "system":
         parts = _strip_billing_header(parts)
     out: list[Any] = []
+    images = 0
     for part in parts:
         part_type, text = _part_text(part)
         if part_type in TEXT_PART_TYPES or isinstance(part, str):
@@ -271,6 +298,13 @@ def _parse_content(content: Any, role: str, wrap_dicts: bool, model_name: str) -
         elif part_type == "tool_reference":
             name = part.get("name")
             out.append({"type": "tool_reference", "name": name} if wrap_dicts else name)
+        elif part_type in _MEDIA_TYPES and media is not None:
+            media.add(part_type, part)
+            images += 1
+            if wrap_dicts:
+                image: dict[str, Any] = {"type": "image"}
+                image.update({k: v for k, v in part.items() if k not in _KNOWN_PART_FIELDS})
+                out.append(image)
         elif part_type in _MEDIA_TYPES:
             # vLLM's text-only models fail in MULTIMODAL_REGISTRY.create_processor; so does this build.
             raise UnsupportedContentError(f"{model_name} is not a multimodal model")
@@ -281,7 +315,15 @@ def _parse_content(content: Any, role: str, wrap_dicts: bool, model_name: str) -
                 f"Supported types: {', '.join(supported)}.", "type", part_type)
     if wrap_dicts:
         return out
-    return "\n".join(out)
+    text = "\n".join(out)
+    if images and media is not None:
+        # vLLM's get_full_multimodal_text_prompt: placeholders the text lacks go in front.
+        missing = images - text.count(media.placeholder)
+        if missing < 0:
+            raise handler_error("Found more image placeholders in input prompt than actual multimodal data "
+                                "items.", "messages")
+        return "\n".join([media.placeholder] * missing + [text])
+    return text
 
 
 def _strip_billing_header(parts: list[Any]) -> list[Any]:
@@ -298,15 +340,15 @@ def _strip_billing_header(parts: list[Any]) -> list[Any]:
     return out
 
 
-def build_conversation(messages: list[dict[str, Any]], content_format: str, *,
-                       model_name: str = "model") -> list[dict[str, Any]]:
-    """vLLM's `parse_chat_messages` + `_postprocess_messages` for text content; `model_name` (the
-    first served name) is what vLLM names in its error for media parts on a text-only model."""
+def build_conversation(messages: list[dict[str, Any]], content_format: str,
+                       media: MediaCollector | None = None, *, model_name: str = "model") -> list[dict[str, Any]]:
+    """vLLM's `parse_chat_messages` + `_postprocess_messages`; media parts go to `media`; without one
+    (a text-only model) they are a 400 naming `model_name` (the first served name), as in vLLM."""
     wrap = content_format == "openai"
     conversation = []
     for message in messages:
         role = message["role"]
-        entry: dict[str, Any] = {"role": role, "content": _parse_content(message.get("content"), role, wrap, model_name)}
+        entry: dict[str, Any] = {"role": role, "content": _parse_content(message.get("content"), role, wrap, media, model_name)}
         if role == "assistant":
             tool_calls = message.get("tool_calls")
             if tool_calls is not None:

@@ -1,0 +1,145 @@
+"""Getting image bytes from a request: `data:` URLs and http(s) URLs, with limits.
+
+vLLM's defaults where it has them (5 s fetch timeout, 178,956,970 decoded pixels); stricter
+where it has none: redirects are off, private/loopback/link-local addresses are refused unless
+allowed, and bodies and `data:` payloads are capped. Every refusal is a 400.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import ipaddress
+import socket
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from render_service.exceptions import BadRequestError
+
+
+@dataclass(frozen=True)
+class MediaLimits:
+    fetch_timeout: float = 5.0  # VLLM_IMAGE_FETCH_TIMEOUT
+    max_fetch_bytes: int = 32 * 1024 * 1024
+    max_data_url_bytes: int = 32 * 1024 * 1024  # decoded size
+    max_image_pixels: int = 178_956_970  # VLLM_MAX_IMAGE_PIXELS
+    allow_redirects: bool = False
+    allowed_domains: tuple[str, ...] | None = None  # --allowed-media-domains
+    allow_private_addresses: bool = False
+    max_images_per_prompt: int = 999  # --limit-mm-per-prompt image (vLLM's default)
+
+
+def media_error(message: str) -> BadRequestError:
+    return BadRequestError(message, param="messages")
+
+
+def decode_data_url(url: str, limits: MediaLimits) -> bytes:
+    """The bytes of a `data:<type>;base64,<payload>` URL (vLLM accepts base64 only)."""
+    header, sep, payload = url[5:].partition(",")
+    if not sep or not header.endswith(";base64"):
+        raise media_error("Invalid data URL: only base64-encoded `data:` URLs are supported.")
+    # base64 grows 4/3: refuse before decoding anything too large.
+    if len(payload) > (limits.max_data_url_bytes * 4) // 3 + 4:
+        raise media_error(f"data: URL payload exceeds the limit of {limits.max_data_url_bytes} bytes.")
+    try:
+        return binascii.a2b_base64(payload, strict_mode=True)
+    except (binascii.Error, ValueError) as exc:
+        raise media_error(f"Invalid base64 in data: URL: {exc}") from None
+
+
+def _is_public(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+def check_url(url: str, limits: MediaLimits) -> tuple[str, str]:
+    """(scheme, host) of an allowed http(s) URL; otherwise a 400."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise media_error(f"Unsupported image URL scheme {parts.scheme!r}: use data:, http or https.")
+    host = (parts.hostname or "").lower()
+    if not host:
+        raise media_error("Image URL has no host.")
+    if limits.allowed_domains is not None and host not in limits.allowed_domains:
+        raise media_error(f"The URL must be from one of the allowed domains: {list(limits.allowed_domains)}. "
+                          f"Input URL domain: {host}")
+    return parts.scheme, host
+
+
+async def _check_resolved(host: str, port: int, limits: MediaLimits) -> None:
+    if limits.allow_private_addresses:
+        return
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise media_error(f"Cannot resolve image URL host {host!r}: {exc}") from None
+    for info in infos:
+        if not _is_public(info[4][0]):
+            raise media_error(f"Image URL host {host!r} resolves to a non-public address; refused.")
+
+
+async def fetch(client: httpx.AsyncClient, url: str, limits: MediaLimits) -> bytes:
+    """GET an image URL within the limits (a 400 for any failure the client caused)."""
+    scheme, host = check_url(url, limits)
+    port = urlsplit(url).port or (443 if scheme == "https" else 80)
+    try:
+        async with asyncio.timeout(limits.fetch_timeout):
+            await _check_resolved(host, port, limits)
+            async with client.stream("GET", url, follow_redirects=limits.allow_redirects) as response:
+                if response.is_redirect:
+                    raise media_error(f"Image URL redirected ({response.status_code}); redirects are not followed.")
+                if response.status_code != 200:
+                    raise media_error(f"Failed to fetch image from {url}: HTTP {response.status_code}.")
+                declared = response.headers.get("content-length")
+                if declared is not None and declared.isdigit() and int(declared) > limits.max_fetch_bytes:
+                    raise media_error(f"Image at {url} exceeds the limit of {limits.max_fetch_bytes} bytes.")
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > limits.max_fetch_bytes:
+                        raise media_error(f"Image at {url} exceeds the limit of {limits.max_fetch_bytes} bytes.")
+                return bytes(body)
+    except TimeoutError:
+        raise media_error(f"Timed out fetching image from {url} after {limits.fetch_timeout} s.") from None
+    except httpx.HTTPError as exc:
+        raise media_error(f"Failed to fetch image from {url}: {exc}") from None
+
+
+def image_urls(messages: Any) -> list[str]:
+    """Every http(s) image URL in the messages, in order (fetched before rendering)."""
+    urls: list[str] = []
+    if not isinstance(messages, list):
+        return urls
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for part in content:
+            url = part_image_url(part)
+            if url is not None and not url.startswith("data:"):
+                urls.append(url)
+    return urls
+
+
+def part_image_url(part: Any) -> str | None:
+    if not isinstance(part, dict):
+        return None
+    value = part.get("image_url")
+    if isinstance(value, dict):
+        value = value.get("url")
+    return value if isinstance(value, str) else None
+
+
+async def fetch_all(urls: list[str], limits: MediaLimits) -> dict[str, bytes]:
+    """Fetch distinct URLs concurrently; the first failure is the request's 400."""
+    distinct = list(dict.fromkeys(urls))
+    if not distinct:
+        return {}
+    async with httpx.AsyncClient(timeout=limits.fetch_timeout, trust_env=False) as client:
+        bodies = await asyncio.gather(*(fetch(client, url, limits) for url in distinct))
+    return dict(zip(distinct, bodies, strict=True))

@@ -1,0 +1,343 @@
+"""Images to vLLM-ready `features` for Qwen3-VL, without torch.
+
+What vLLM 0.33 does for an `image_url` part, step by step, and what this module reproduces:
+
+1. Load: Pillow opens the bytes (formats allow-list), applies the EXIF orientation, converts
+   to RGB (transparent images over a white background).
+2. Hash (`MultiModalHasher.hash_kwargs`, blake3): the framed byte stream of
+   `image=<original bytes>` (plus the decode settings when the mode was converted) and
+   `model_id=<model as given on the command line>`. Engines key their encoder caches on it.
+3. Process (HF `Qwen2VLImageProcessor`, torchvision backend, with vLLM's default
+   `mm_device_do_normalize`: no rescale/normalize on the CPU): `smart_resize` to multiples of
+   patch*merge, antialiased bicubic resize of the uint8 image (`resample.py`, bit-exact),
+   patchify into `(grid_h*grid_w, 3*T*P*P)` uint8 rows, `image_grid_thw = [1, gh, gw]`.
+4. Prompt: each `<|image_pad|>` the template emitted becomes `t*h*w / merge^2` of them; the
+   placeholder range is that run.
+5. Encode (`mm_serde.encode_mm_kwargs_item`): msgpack of the item's fields, tensors inline as
+   `(dtype, shape, Ext(3, raw bytes))`, base64. `mm_metadata` keeps `image_grid_thw`
+   (a `keep_on_cpu` field).
+
+Processed items are cached by hash (bytes-bounded LRU), so a re-sent image costs one hash.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import threading
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+from blake3 import blake3
+from PIL import Image, ImageOps
+
+from render_service.exceptions import BadRequestError
+from render_service.resample import resize_bicubic_aa
+
+SUPPORTED_MODEL_TYPES = ("qwen3_vl",)
+IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"  # Qwen3-VL's get_placeholder_str
+# vLLM's ALLOWED_IMAGE_FORMATS (those this Pillow build registers).
+_VLLM_IMAGE_FORMATS = (
+    "AVIF", "BLP", "BMP", "CUR", "DCX", "DDS", "DIB", "FITS", "FLI", "FTEX", "GBR", "GIF", "ICNS", "ICO",
+    "IM", "IMT", "IPTC", "JPEG", "JPEG2000", "MCIDAS", "MSP", "PCD", "PCX", "PIXAR", "PNG", "PPM", "PSD",
+    "QOI", "SGI", "SPIDER", "SUN", "TGA", "TIFF", "WEBP", "XBM", "XPM", "XVTHUMB",
+)
+Image.init()
+ALLOWED_IMAGE_FORMATS = tuple(f for f in _VLLM_IMAGE_FORMATS if f in Image.OPEN)
+_RAW_VIEW = 3  # vLLM's CUSTOM_TYPE_RAW_VIEW msgpack extension
+_WHITE = (255, 255, 255)
+
+
+@dataclass(frozen=True)
+class VisionConfig:
+    """What the processor needs, read from config.json and preprocessor_config.json."""
+
+    model_id: str
+    image_token_id: int
+    patch_size: int
+    merge_size: int
+    temporal_patch_size: int
+    min_pixels: int
+    max_pixels: int
+    placeholder: str = IMAGE_PLACEHOLDER
+
+    @classmethod
+    def load(cls, model_dir: Path, model_id: str) -> VisionConfig | None:
+        """None for a model this module does not process (text-only or another family)."""
+        try:
+            config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if config.get("model_type") not in SUPPORTED_MODEL_TYPES:
+            return None
+        try:
+            pre = json.loads((model_dir / "preprocessor_config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pre = {}
+        vision = config.get("vision_config") or {}
+        size = pre.get("size") or {}
+        return cls(
+            model_id=model_id,
+            image_token_id=int(config.get("image_token_id", 151655)),
+            patch_size=int(pre.get("patch_size", vision.get("patch_size", 16))),
+            merge_size=int(pre.get("merge_size", vision.get("spatial_merge_size", 2))),
+            temporal_patch_size=int(pre.get("temporal_patch_size", vision.get("temporal_patch_size", 2))),
+            min_pixels=int(pre.get("min_pixels", size.get("shortest_edge", 65536))),
+            max_pixels=int(pre.get("max_pixels", size.get("longest_edge", 16777216))),
+        )
+
+
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """transformers' qwen2_vl `smart_resize` (the image variant Qwen3-VL uses)."""
+    if max(height, width) / min(height, width) > 200:
+        raise BadRequestError(
+            f"absolute aspect ratio must be smaller than 200, got {max(height, width) / min(height, width)}",
+            param="messages")
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+# -- loading --------------------------------------------------------------------------------
+
+def _has_transparency(image: Image.Image) -> bool:
+    return image.mode in ("RGBA", "LA", "PA") or "transparency" in getattr(image, "info", {})
+
+
+def _open(data: bytes, max_pixels: int) -> Image.Image:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data), formats=ALLOWED_IMAGE_FORMATS)
+        w, h = image.size
+    except (OSError, Image.UnidentifiedImageError, SyntaxError, Image.DecompressionBombWarning,
+            Image.DecompressionBombError) as exc:
+        raise BadRequestError(f"Failed to load image: {exc}", param="messages") from None
+    if max_pixels > 0 and w * h > max_pixels:
+        raise BadRequestError(
+            f"Image dimensions {w}x{h} ({w * h} pixels) exceed the maximum of {max_pixels} pixels.",
+            param="messages")
+    return image
+
+
+def _needs_conversion(image: Image.Image) -> bool:
+    return _has_transparency(image) or image.mode != "RGB"
+
+
+def decode_rgb(image: Image.Image) -> np.ndarray:
+    """vLLM's ImageMediaIO.load_bytes after `open`: EXIF transpose, load, RGB conversion."""
+    try:
+        try:
+            image = ImageOps.exif_transpose(image)
+        except Exception:
+            pass
+        image.load()
+        if _has_transparency(image):
+            if image.mode != "RGBA":
+                image = image.convert("RGBA")
+            converted = Image.new("RGB", image.size, _WHITE)
+            converted.paste(image, mask=image.split()[3])
+            image = converted
+        elif image.mode != "RGB":
+            image = image.convert("RGB")
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise BadRequestError(f"Failed to load image: {exc}", param="messages") from None
+    return np.asarray(image)
+
+
+# -- hashing --------------------------------------------------------------------------------
+
+def _framed(chunk: bytes) -> bytes:
+    return len(chunk).to_bytes(8, "little") + chunk
+
+
+def mm_hash(data: bytes, model_id: str, converted: bool) -> str:
+    """`MultiModalHasher.hash_kwargs("blake3", model_id=..., image=MediaWithBytes(...))`."""
+    hasher = blake3()
+    hasher.update(_framed(b"image") + b"\x03" + _framed(b"image"))
+    if converted:
+        # {"io_config": {"image_mode": "RGB", "rgba_background_color": (255, 255, 255)}, "data": bytes}
+        hasher.update(b"\x02" + (2).to_bytes(8, "little"))
+        hasher.update(_framed(b"io_config") + b"\x02" + (2).to_bytes(8, "little"))
+        hasher.update(_framed(b"image_mode") + b"\x03" + _framed(b"RGB"))
+        hasher.update(_framed(b"rgba_background_color") + b"\x01" + (3).to_bytes(8, "little"))
+        for channel in _WHITE:
+            hasher.update(b"\x03" + _framed(np.array(channel).tobytes()))
+        hasher.update(_framed(b"data"))
+    hasher.update(b"\x03")
+    hasher.update(_framed(data))
+    hasher.update(_framed(b"model_id") + b"\x03" + _framed(model_id.encode("utf-8")))
+    return hasher.hexdigest()
+
+
+# -- processing -----------------------------------------------------------------------------
+
+def patchify(image: np.ndarray, patch: int, merge: int, temporal: int) -> tuple[np.ndarray, int, int]:
+    """(H, W, C) uint8 -> (gh*gw, C*T*P*P) rows in the HF processor's order."""
+    height, width, channels = image.shape
+    gh, gw = height // patch, width // patch
+    chw = np.ascontiguousarray(image.transpose(2, 0, 1))
+    blocks = chw.reshape(channels, gh // merge, merge, patch, gw // merge, merge, patch)
+    blocks = blocks.transpose(1, 4, 2, 5, 0, 3, 6)  # (gh/m, gw/m, m, m, C, P, P)
+    # one frame repeated temporal_patch_size times
+    blocks = np.broadcast_to(blocks[:, :, :, :, :, None], (*blocks.shape[:5], temporal, patch, patch))
+    return np.ascontiguousarray(blocks).reshape(gh * gw, channels * temporal * patch * patch), gh, gw
+
+
+@dataclass(frozen=True)
+class ProcessedImage:
+    mm_hash: str
+    num_tokens: int
+    kwargs_data: str  # base64 msgpack MultiModalKwargsItem
+    metadata: str  # base64 msgpack of the keep_on_cpu fields
+    nbytes: int
+
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+def _tensor(dtype: str, array: np.ndarray) -> tuple[str, tuple[int, ...], msgspec.msgpack.Ext]:
+    return dtype, tuple(array.shape), msgspec.msgpack.Ext(_RAW_VIEW, np.ascontiguousarray(array).tobytes())
+
+
+def _b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode("ascii")
+
+
+def process(image: np.ndarray, config: VisionConfig, digest: str) -> ProcessedImage:
+    height, width = image.shape[:2]
+    factor = config.patch_size * config.merge_size
+    new_h, new_w = smart_resize(height, width, factor, config.min_pixels, config.max_pixels)
+    resized = resize_bicubic_aa(image, new_h, new_w)
+    rows, gh, gw = patchify(resized, config.patch_size, config.merge_size, config.temporal_patch_size)
+    grid = np.array([1, gh, gw], dtype=np.int64)
+    grid_field = {"data": _tensor("int64", grid), "field": ("batched", {"keep_on_cpu": True})}
+    # vLLM builds the item from a set of field names, so its key order varies per vLLM process
+    # (hash seed); the engine decodes a map, so either order is the same item.
+    item = {
+        "pixel_values": {
+            "data": _tensor("uint8", rows),
+            "field": ("flat", {"keep_on_cpu": False, "slices": [[(0, rows.shape[0], None)]], "dim": 0}),
+        },
+        "image_grid_thw": grid_field,
+    }
+    kwargs_data = _b64(_encoder.encode(item))
+    metadata = _b64(_encoder.encode({"image_grid_thw": grid_field}))
+    return ProcessedImage(
+        mm_hash=digest,
+        num_tokens=gh * gw // (config.merge_size ** 2),
+        kwargs_data=kwargs_data,
+        metadata=metadata,
+        nbytes=len(kwargs_data) + len(metadata) + 200,
+    )
+
+
+class ProcessedCache:
+    """In-process LRU of processed images keyed by mm_hash, bounded by bytes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self._items: OrderedDict[str, ProcessedImage] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> ProcessedImage | None:
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return item
+
+    def put(self, item: ProcessedImage) -> None:
+        if item.nbytes > self.max_bytes:
+            return
+        with self._lock:
+            old = self._items.pop(item.mm_hash, None)
+            if old is not None:
+                self.bytes -= old.nbytes
+            self._items[item.mm_hash] = item
+            self.bytes += item.nbytes
+            while self.bytes > self.max_bytes:
+                _, evicted = self._items.popitem(last=False)
+                self.bytes -= evicted.nbytes
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class ImageProcessor:
+    """Bytes -> ProcessedImage, through the cache."""
+
+    def __init__(self, config: VisionConfig, cache_bytes: int = 512 * 1024 * 1024,
+                 max_image_pixels: int = 178_956_970) -> None:
+        self.config = config
+        self.cache = ProcessedCache(cache_bytes)
+        self.max_image_pixels = max_image_pixels
+
+    def __call__(self, data: bytes) -> ProcessedImage:
+        image = _open(data, self.max_image_pixels)
+        digest = mm_hash(data, self.config.model_id, _needs_conversion(image))
+        cached = self.cache.get(digest)
+        if cached is not None:
+            return cached
+        processed = process(decode_rgb(image), self.config, digest)
+        self.cache.put(processed)
+        return processed
+
+
+# -- prompt ---------------------------------------------------------------------------------
+
+def expand_prompt(token_ids: list[int], items: list[ProcessedImage], image_token_id: int
+                  ) -> tuple[list[int], list[dict[str, int]]]:
+    """Replace the i-th `<|image_pad|>` with items[i].num_tokens copies; the placeholder ranges."""
+    out: list[int] = []
+    placeholders: list[dict[str, int]] = []
+    index = 0
+    for token in token_ids:
+        if token == image_token_id:
+            if index >= len(items):
+                raise BadRequestError(
+                    f"The prompt has more image placeholders than the {len(items)} image(s) given.",
+                    param="messages")
+            placeholders.append({"offset": len(out), "length": items[index].num_tokens})
+            out.extend([image_token_id] * items[index].num_tokens)
+            index += 1
+        else:
+            out.append(token)
+    if index != len(items):
+        raise BadRequestError(
+            f"Expected {len(items)} image placeholder(s) in the rendered prompt, found {index}: the chat "
+            "template must emit one per image.", param="messages")
+    return out, placeholders
+
+
+def features(items: list[ProcessedImage], placeholders: list[dict[str, int]], mm_payload: str) -> dict[str, Any]:
+    """`MultiModalFeatures` as vLLM's render serializes it (field order included)."""
+    tensors = mm_payload == "tensors"
+    return {
+        "mm_hashes": {"image": [item.mm_hash for item in items]},
+        "mm_placeholders": {"image": placeholders},
+        "kwargs_data": {"image": [item.kwargs_data for item in items]} if tensors else None,
+        "mm_metadata": {"image": [item.metadata for item in items]} if tensors else None,
+    }

@@ -1,0 +1,169 @@
+"""Multimodal render corpus: chat requests with images, built deterministically.
+
+The images are generated here (seeded noise over gradients) and encoded once at record time;
+the golden files keep the exact request bodies (data: URLs included), so a different Pillow
+or libjpeg at test time cannot change the bytes that are hashed.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+# vLLM hashes images together with the model path exactly as given on its command line, so
+# the oracle and the service under test load the folder from this same path.
+MM_MODEL_DIR = "/tmp/render-service-mm-tinyvl"
+MM_MODEL_NAME = "tinyvl"
+MM_MAX_MODEL_LEN = 16384
+# Above this many base64 characters a golden keeps the kwargs' sha256 instead of the data.
+INLINE_KWARGS_LIMIT = 200_000
+
+
+def make_image(width: int, height: int, seed: int, mode: str = "RGB") -> Image.Image:
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    base = np.stack([(x * 255 // max(width - 1, 1)), (y * 255 // max(height - 1, 1)),
+                     ((x + y) * 127 // max(width + height - 2, 1))], axis=-1)
+    noise = rng.integers(-40, 41, (height, width, 3))
+    rgb = np.clip(base + noise, 0, 255).astype(np.uint8)
+    image = Image.fromarray(rgb, "RGB")
+    if mode == "RGBA":
+        alpha = np.clip(x * 255 // max(width - 1, 1), 0, 255).astype(np.uint8)
+        image = Image.fromarray(np.dstack([rgb, alpha]), "RGBA")
+    elif mode != "RGB":
+        image = image.convert(mode)
+    return image
+
+
+def data_url(image: Image.Image, fmt: str = "PNG", **save: Any) -> str:
+    buffer = io.BytesIO()
+    image.save(buffer, fmt, **save)
+    mime = {"PNG": "png", "JPEG": "jpeg", "WEBP": "webp"}[fmt]
+    return f"data:image/{mime};base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _image(url: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def _chat(messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {"model": MM_MODEL_NAME, "messages": messages, **extra}
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def cases() -> dict[str, dict[str, Any]]:
+    """name -> request body."""
+    png_small = data_url(make_image(100, 70, 0))
+    jpeg_720p = data_url(make_image(1280, 720, 1), "JPEG", quality=85)
+    jpeg_720p_b = data_url(make_image(1280, 720, 2), "JPEG", quality=85)
+    webp = data_url(make_image(640, 480, 3), "WEBP", quality=80)
+    rgba = data_url(make_image(300, 200, 4, "RGBA"))
+    gray = data_url(make_image(64, 64, 5, "L"))
+    tall = data_url(make_image(24, 1000, 6))
+    wide = data_url(make_image(1000, 20, 7))
+    tiny = data_url(make_image(8, 8, 8))
+    odd = data_url(make_image(333, 517, 9), "JPEG", quality=90)
+    big = data_url(make_image(2000, 1500, 10), "JPEG", quality=70)
+    too_thin = data_url(make_image(1000, 4, 11))
+    return {
+        "png_small": _chat([{"role": "user", "content": [_image(png_small), _text("What is this?")]}]),
+        "jpeg_720p": _chat([{"role": "user", "content": [_text("Describe:"), _image(jpeg_720p)]}]),
+        "webp": _chat([{"role": "user", "content": [_image(webp), _text("Colors?")]}]),
+        "rgba_png": _chat([{"role": "user", "content": [_image(rgba), _text("Transparent?")]}]),
+        "grayscale_png": _chat([{"role": "user", "content": [_image(gray)]}]),
+        "tall": _chat([{"role": "user", "content": [_image(tall), _text("Tall.")]}]),
+        "wide": _chat([{"role": "user", "content": [_text("Wide:"), _image(wide)]}]),
+        "tiny": _chat([{"role": "user", "content": [_image(tiny), _text("Tiny.")]}]),
+        "odd_size_jpeg": _chat([{"role": "user", "content": [_image(odd), _text("Odd size.")]}]),
+        "downscaled_2000x1500": _chat([{"role": "user", "content": [_image(big), _text("Big.")]}]),
+        "two_images_interleaved": _chat([{"role": "user", "content": [
+            _text("First:"), _image(png_small), _text("Second:"), _image(webp), _text("Compare.")]}]),
+        "four_720p": _chat([{"role": "user", "content": [
+            _image(jpeg_720p), _image(jpeg_720p_b), _image(jpeg_720p), _image(jpeg_720p_b),
+            _text("Four frames.")]}]),
+        "multi_turn_repeated": _chat([
+            {"role": "system", "content": "You look at pictures."},
+            {"role": "user", "content": [_image(png_small), _text("What is this?")]},
+            {"role": "assistant", "content": "A noisy gradient."},
+            {"role": "user", "content": [_image(png_small), _image(rgba), _text("And these two?")]},
+        ]),
+        "tools_and_image": _chat(
+            [{"role": "user", "content": [_image(webp), _text("Weather where this was taken?")]}],
+            tools=[WEATHER_TOOL], tool_choice="none"),
+        "tool_result_then_image": _chat([
+            {"role": "user", "content": [_text("Weather in Paris?")]},
+            {"role": "assistant", "content": "", "tool_calls": [{
+                "id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+            {"role": "user", "content": [_image(tiny), _text("Like this?")]},
+        ], tools=[WEATHER_TOOL], tool_choice="none"),
+        "mm_payload_none": _chat([{"role": "user", "content": [_image(png_small), _text("Hashes only.")]}],
+                                 mm_payload="none"),
+        "image_url_as_string_type_missing": _chat([{"role": "user", "content": [
+            {"image_url": {"url": png_small}}, _text("No type field.")]}]),
+        "error_aspect_ratio": _chat([{"role": "user", "content": [_image(too_thin), _text("Too thin.")]}]),
+        "error_bad_base64": _chat([{"role": "user", "content": [
+            _image("data:image/png;base64,!!!notbase64!!!"), _text("Broken.")]}]),
+        "error_not_an_image": _chat([{"role": "user", "content": [
+            _image("data:image/png;base64," + base64.b64encode(b"hello world").decode()), _text("Text.")]}]),
+    }
+
+
+def summarize_item(item: str) -> dict[str, Any]:
+    """A kwargs item, order-free: per field its wire field spec, dtype, shape and data sha256.
+
+    vLLM builds an item from a set of field names, so the msgpack key order (and thus the
+    base64 string) changes between vLLM processes; the decoded item does not.
+    """
+    import hashlib
+
+    import msgpack
+
+    fields = msgpack.unpackb(base64.b64decode(item), strict_map_key=False)
+    out = {}
+    for name in sorted(fields):
+        dtype, shape, ext = fields[name]["data"]
+        out[name] = {"field": fields[name]["field"], "dtype": dtype, "shape": shape,
+                     "sha256": hashlib.sha256(ext.data).hexdigest()}
+    return out
+
+
+def shrink(response: Any) -> Any:
+    """A golden's response: kwargs_data and mm_metadata items summarized (summarize_item); the
+    base64 of small kwargs items is kept too, for a max-abs-diff report on a mismatch."""
+    if not isinstance(response, dict) or not isinstance(response.get("features"), dict):
+        return response
+    features = dict(response["features"])
+    for key in ("kwargs_data", "mm_metadata"):
+        data = features.get(key)
+        if isinstance(data, dict):
+            features[key] = {
+                modality: [None if item is None else summarize_item(item) for item in items]
+                for modality, items in data.items()
+            }
+    raw = response["features"].get("kwargs_data")
+    if isinstance(raw, dict):
+        features["kwargs_data_small"] = {
+            modality: [item if item is not None and len(item) <= INLINE_KWARGS_LIMIT else None
+                       for item in items]
+            for modality, items in raw.items()
+        }
+    return {**response, "features": features}

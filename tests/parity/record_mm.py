@@ -1,0 +1,61 @@
+"""Record the multimodal render goldens (tests/parity/golden_mm/) from vLLM 0.33.0's render tier.
+
+    python tests/parity/record_mm.py --oracle-url http://127.0.0.1:PORT [--only NAME ...]
+
+The oracle must serve the Qwen3-VL example folder from mm_corpus.MM_MODEL_DIR (vLLM hashes
+images with the model path as given), e.g.:
+
+    python -m render_service.example_model /tmp/render-service-mm-tinyvl qwen3-vl
+    PYTHONPATH=/tmp/mm-tv /work/venvs/start_oracle.sh /tmp/render-service-mm-tinyvl PORT \\
+        --served-model-name tinyvl --max-model-len 16384
+
+vLLM 0.33's Qwen2-VL/Qwen3-VL modules import torchvision, which the CPU oracle venv lacks. The
+goldens were recorded with the PyPI torchvision 0.28.0 wheel (the one matching torch 2.13)
+installed with `pip install --no-deps --target /tmp/mm-tv torchvision==0.28.0`; its CUDA `_C`
+extension cannot load next to CPU torch, so `torchvision/__init__.py` there imports
+`_meta_registrations`/`_autograd_registrations` only `if extension._has_ops()` (they only
+register detection ops; the resize vLLM uses is pure torch). Not imported by the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from mm_corpus import MM_MODEL_DIR, cases, shrink
+
+GOLDEN_DIR = Path(__file__).resolve().parent / "golden_mm"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--oracle-url", required=True)
+    parser.add_argument("--only", nargs="*")
+    args = parser.parse_args()
+    GOLDEN_DIR.mkdir(exist_ok=True)
+    with httpx.Client(base_url=args.oracle_url, timeout=300) as client:
+        version = client.get("/version").json().get("version")
+        for name, body in cases().items():
+            if args.only and name not in args.only:
+                continue
+            response = client.post("/v1/chat/completions/render", json=body)
+            record = {
+                "name": name,
+                "oracle": f"vllm {version} launch render",
+                "model_dir": MM_MODEL_DIR,
+                "request": body,
+                "status": response.status_code,
+                "response": shrink(response.json()),
+            }
+            (GOLDEN_DIR / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+            print(f"{name}: {response.status_code}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Multimodal render parity with vLLM 0.33's `vllm launch render` (goldens in golden_mm/).
+
+Token ids, placeholders, hashes, mm_metadata and every other field must be identical; the
+processed tensors (`kwargs_data`) must be byte-identical too (compared as the base64 strings,
+or their sha256 for large ones). On a tensor mismatch the failure reports the max abs
+difference of the decoded pixel values.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+from starlette.testclient import TestClient
+
+from render_service.app import create_app
+from render_service.settings import Settings
+
+from .mm_corpus import MM_MAX_MODEL_LEN, MM_MODEL_DIR, MM_MODEL_NAME, shrink, summarize_item
+
+GOLDEN_DIR = Path(__file__).resolve().parent / "golden_mm"
+GOLDENS = sorted(GOLDEN_DIR.glob("*.json"))
+# Known, understood differences (everything else in these cases is still compared exactly).
+# vLLM batches identical-size images through one HF call and every item then carries the
+# batch's flat-field `slices` (which items get which list depends on its dedup of repeated
+# images); we emit each item's own `[[0, n]]`. The pixel bytes, dtype and shape are identical.
+KNOWN_FIELD_SLICES_DIFF = {"four_720p"}
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    from render_service.example_model import build_example_model
+
+    # vLLM's mm_hash includes the model path as given: serve the folder from the recorded path.
+    if not (Path(MM_MODEL_DIR) / "preprocessor_config.json").exists():
+        build_example_model(MM_MODEL_DIR, "qwen3-vl")
+    settings = Settings(model=MM_MODEL_DIR, served_model_name=[MM_MODEL_NAME],
+                        max_model_len=MM_MAX_MODEL_LEN).validate()
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+def _pixels(item: str) -> np.ndarray:
+    fields = msgpack.unpackb(base64.b64decode(item), strict_map_key=False)
+    dtype, shape, ext = fields["pixel_values"]["data"]
+    return np.frombuffer(ext.data, dtype=dtype).reshape(shape)
+
+
+def _tensor_report(ours: dict[str, Any], golden: dict[str, Any]) -> str:
+    lines = []
+    small = golden["features"].get("kwargs_data_small", {}).get("image", [])
+    for index, (mine, theirs) in enumerate(zip(ours["features"]["kwargs_data"]["image"], small, strict=False)):
+        if theirs is not None:
+            a, b = _pixels(mine), _pixels(theirs)
+            diff = "shape differs" if a.shape != b.shape else int(np.abs(a.astype(int) - b.astype(int)).max())
+            lines.append(f"image {index}: max abs diff {diff}")
+    return "; ".join(lines) or "no inline data to diff"
+
+
+@pytest.mark.parametrize("path", GOLDENS, ids=[p.stem for p in GOLDENS])
+def test_mm_render_matches_vllm(client: TestClient, path: Path) -> None:
+    golden = json.loads(path.read_text(encoding="utf-8"))
+    response = client.post("/v1/chat/completions/render", json=golden["request"])
+    assert response.status_code == golden["status"], response.text
+    body = response.json()
+    expected = golden["response"]
+    if golden["status"] != 200:
+        assert body["error"]["type"] == expected["error"]["type"]
+        return
+    full = body
+    body = shrink(body)
+    body["request_id"] = expected["request_id"]
+    for key in expected:
+        if key == "features":
+            continue
+        assert body[key] == expected[key], key
+    assert list(body) == list(expected)
+    ours, theirs = body["features"], expected["features"]
+    assert list(ours) == list(theirs)
+    assert ours["mm_hashes"] == theirs["mm_hashes"]
+    assert ours["mm_placeholders"] == theirs["mm_placeholders"]
+    assert ours["mm_metadata"] == theirs["mm_metadata"]
+    # Field by field: wire spec, dtype, shape and the sha256 of the raw tensor bytes.
+    if golden["name"] in KNOWN_FIELD_SLICES_DIFF:
+        for item in (*ours["kwargs_data"]["image"], *theirs["kwargs_data"]["image"]):
+            item["pixel_values"]["field"][1].pop("slices")
+    if ours["kwargs_data"] != theirs["kwargs_data"]:
+        pytest.fail(f"kwargs_data differ: {_tensor_report(full, expected)}")
+
+
+def test_repeated_image_is_a_cache_hit(client: TestClient) -> None:
+    golden = json.loads((GOLDEN_DIR / "multi_turn_repeated.json").read_text(encoding="utf-8"))
+    before = _metric(client, "render_mm_cache_hits_total")
+    client.post("/v1/chat/completions/render", json=golden["request"])
+    client.post("/v1/chat/completions/render", json=golden["request"])
+    # 3 images per request; the second request (at least) is served entirely from the cache.
+    assert _metric(client, "render_mm_cache_hits_total") - before >= 3
+
+
+def _metric(client: TestClient, name: str) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def test_summary_is_order_free() -> None:
+    """Two encodings of one item in either key order (as vLLM processes differ) summarize alike."""
+    import msgspec
+
+    tensor = ("uint8", [1, 2], msgspec.msgpack.Ext(3, b"ab"))
+    grid = ("int64", [3], msgspec.msgpack.Ext(3, bytes(24)))
+    one = {"pixel_values": {"data": tensor, "field": ["flat", {}]}, "image_grid_thw": {"data": grid, "field": ["batched", {}]}}
+    two = dict(reversed(one.items()))
+    encode = msgspec.msgpack.Encoder().encode
+    a, b = (base64.b64encode(encode(x)).decode() for x in (one, two))
+    assert a != b
+    assert summarize_item(a) == summarize_item(b)
+    assert summarize_item(a)["pixel_values"]["sha256"] == hashlib.sha256(b"ab").hexdigest()
