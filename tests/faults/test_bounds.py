@@ -148,3 +148,19 @@ def test_deep_json_is_echoed_or_refused_never_a_500(client: TestClient, field: s
         assert response.status_code == expected, (levels, response.text[:300])
         if expected == 200:
             assert response.content.count(b'"properties"') >= levels
+
+
+def test_body_limit_holds_without_a_content_length(qwen3_model_dir: Path) -> None:
+    """A chunked upload (no Content-Length to check up front) is cut off at the limit while it streams."""
+    settings = Settings(model=str(qwen3_model_dir), served_model_name=["m"], max_request_body_bytes=4096).validate()
+
+    def body():
+        for _ in range(1000):  # 1 MB offered in 1 KB pieces
+            yield b"x" * 1024
+
+    with TestClient(create_app(settings)) as small:
+        response = small.post("/v1/completions/render", content=body(), headers={"content-type": "application/json"})
+        declared = small.post("/v1/completions/render", content=b"{}", headers={
+            "content-type": "application/json", "content-length": str(10**12)})
+    assert response.status_code == 413 and response.json()["error"]["type"] == "PayloadTooLargeError"
+    assert declared.status_code == 413
