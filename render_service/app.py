@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import json
 import logging
 import os
 import re
@@ -28,6 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from render_service import __version__, derender, media, messages, render, responses
 from render_service.exceptions import (
+    BadRequestError,
     OverloadedError,
     PayloadTooLargeError,
     RenderServiceError,
@@ -49,7 +51,15 @@ class JSONResponse(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return orjson.dumps(content)
+        try:
+            return orjson.dumps(content)
+        except orjson.JSONEncodeError as exc:
+            if "Recursion limit" not in str(exc):
+                raise
+            # orjson encodes at most 254 levels but parses 1024, and responses echo request data
+            # (tools, kwargs, kv_transfer_params): encode those with the stdlib, whose own limit
+            # (a RecursionError) the endpoint answers with a 400.
+            return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def error_response(exc: RenderServiceError) -> Response:
@@ -143,21 +153,25 @@ async def read_json(request: Request, limit: int) -> Any:
     raw = b"".join(chunks)
     try:
         return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise _json_error(raw) from None
+    except orjson.JSONDecodeError as exc:
+        raise _json_error(raw, exc) from None
 
 
-def _json_error(raw: bytes) -> RequestValidationError:
+def _json_error(raw: bytes, parse_error: orjson.JSONDecodeError) -> RequestValidationError:
     """FastAPI's report of a body that is not JSON: stdlib json's message and offset."""
-    import json
-
-    try:
-        json.loads(raw)
-        reason, position = "Invalid JSON", 0
-    except json.JSONDecodeError as exc:
-        reason, position = exc.msg, exc.pos
-    except UnicodeDecodeError:
-        reason, position = "Invalid UTF-8", 0
+    if parse_error.msg.startswith("depth limit exceeded"):
+        # orjson's bound (1024 levels); the stdlib would recurse until its own limit.
+        reason, position = "JSON nested deeper than 1024 levels", parse_error.pos
+    else:
+        try:
+            json.loads(raw)
+            reason, position = "Invalid JSON", 0
+        except json.JSONDecodeError as exc:
+            reason, position = exc.msg, exc.pos
+        except UnicodeDecodeError:
+            reason, position = "Invalid UTF-8", 0
+        except (RecursionError, ValueError):  # e.g. an integer of more than 4300 digits
+            reason, position = parse_error.msg, parse_error.pos
     detail = {"type": "json_invalid", "loc": f"body.{position}", "msg": "JSON decode error",
               "input": "<dict of 0 items>", "ctx": {"error": reason}}
     return RequestValidationError(f"1 validation error:\n  {detail}", param=f"body.{position}")
@@ -239,6 +253,8 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
                 response = error_response(exc)
                 if logger.isEnabledFor(logging.DEBUG):
                     logger.debug("%s -> %d %s (%s)", name, exc.status_code, exc.message[:200], request_ids(request))
+            except RecursionError:  # request data nested deeper than Python (or the encoder) can walk
+                response = error_response(BadRequestError("The request is nested too deeply to process."))
             except Exception:
                 logger.exception("unhandled error on %s (%s)", name, request_ids(request))
                 response = error_response(RenderServiceError("Internal server error"))

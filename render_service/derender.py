@@ -36,6 +36,7 @@ from render_service.render import RenderContext, check_model, effective_template
 from render_service.snapshots import SnapshotStore, snapshot_key
 
 MAX_N_SEQUENCES = 16384  # VLLM_MAX_N_SEQUENCES
+MAX_TOOL_CALL_ID_CHARS = 512  # ours (vLLM: none); its own ids are 46 characters
 STATE_VERSION = 1
 STREAM_STOP_ERROR = (
     "stop strings are not supported by streaming derender because text already sent cannot be cut. "
@@ -204,18 +205,48 @@ def _bounds(ctx: DerenderContext, responses: list[dict[str, Any]]) -> None:
                                   f"'{gen.get('request_id')}' exceeds max_model_len ({max_len}).")
 
 
-def _check_vocab(ctx: DerenderContext, ids: list[int]) -> None:
+def _check_vocab(ctx: DerenderContext, ids: list[int], param: str = "token_ids") -> None:
+    """Every id a decode may touch must be in the vocabulary (max/min run at C speed)."""
+    if not ids:
+        return
     vocab = ctx.decoder.vocab_size
-    for token_id in ids:
-        if token_id >= vocab:
-            raise BadRequestError(f"token id {token_id} is out of the vocabulary (size {vocab}).",
-                                  param="token_ids")
+    high, low = max(ids), min(ids)
+    if high >= vocab or low < 0:
+        bad = high if high >= vocab else low
+        raise BadRequestError(f"token id {bad} is out of the vocabulary (size {vocab}).", param=param)
+
+
+def _check_choices_vocab(ctx: DerenderContext, choices: list[dict[str, Any]]) -> None:
+    """Output ids and the ids inside their logprobs (decoded too: a bad one used to raise a 500)."""
+    for choice in choices:
+        _check_vocab(ctx, choice.get("token_ids") or [])
+        content = (choice.get("logprobs") or {}).get("content")
+        if content:
+            ids = [entry["token_id"] for entry in content]
+            ids.extend(top["token_id"] for entry in content for top in entry.get("top_logprobs") or ())
+            _check_vocab(ctx, ids, "logprobs")
 
 
 def _prompt_ids_bound(ctx: DerenderContext, ids: list[int] | None) -> None:
     max_len = ctx.render.model.max_model_len
     if ids is not None and len(ids) > max_len:
         raise BadRequestError(f"prompt_token_ids length ({len(ids)}) exceeds max_model_len ({max_len}).")
+    if ids is not None:
+        _check_vocab(ctx, ids, "prompt_token_ids")
+
+
+def _state_bounds(ctx: DerenderContext, state: dict[str, Any] | None) -> None:
+    """What a replay would decode from the client-carried state: in the vocabulary, and bounded."""
+    if state is None:
+        return
+    _check_vocab(ctx, state["output_token_ids"], "stream_state.output_token_ids")
+    _check_vocab(ctx, state["logprob_context_token_ids"], "stream_state.logprob_context_token_ids")
+    ids = state["last_tool_call_ids"]
+    max_len = ctx.render.model.max_model_len
+    if len(ids) > max_len or any(len(i) > MAX_TOOL_CALL_ID_CHARS for i in ids):
+        raise BadRequestError(f"stream_state.last_tool_call_ids must hold at most max_model_len ({max_len}) ids "
+                              f"of at most {MAX_TOOL_CALL_ID_CHARS} characters.",
+                              param="stream_state.last_tool_call_ids")
 
 
 def _stop_params(request: dict[str, Any] | None) -> StopParams:
@@ -274,8 +305,8 @@ def derender_chat(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
     _prompt_ids_bound(ctx, prompt_ids)
     if ctx.has_parser and chat_request is None:
         raise BadRequestError(MISSING_CHAT_REQUEST)
-    for choice in gen["choices"]:
-        _check_vocab(ctx, choice.get("token_ids") or [])
+    _check_choices_vocab(ctx, gen["choices"])
+    _prompt_ids_bound(ctx, gen.get("prompt_token_ids"))
 
     model = ctx.render.model
     tokenizer = model.hf_tokenizer
@@ -378,8 +409,8 @@ def derender_completion(ctx: DerenderContext, body: dict[str, Any]) -> dict[str,
     for ids in prompt_ids or ():
         _prompt_ids_bound(ctx, ids)
     for gen in responses:
-        for choice in gen["choices"]:
-            _check_vocab(ctx, choice.get("token_ids") or [])
+        _check_choices_vocab(ctx, gen["choices"])
+        _prompt_ids_bound(ctx, gen.get("prompt_token_ids"))
 
     model = ctx.render.model
     tokenizer = model.hf_tokenizer
@@ -476,6 +507,10 @@ def _stream_state(value: Any) -> dict[str, Any] | None:
         if not isinstance(state[name], int) or isinstance(state[name], bool) or state[name] < 0:
             raise schema_error(f"body.stream_state.{name}", "Input should be greater than or equal to 0",
                                state[name])
+    if not state["prefix_offset"] <= state["read_offset"] <= len(state["prev_tokens"]):
+        raise schema_error("body.stream_state", "Value error, stream_state offsets must satisfy prefix_offset <= "
+                           f"read_offset <= len(prev_tokens) (got {state['prefix_offset']}, {state['read_offset']}, "
+                           f"{len(state['prev_tokens'])})", None)
     for name in ("role_sent", "tools_streamed"):
         if not isinstance(state[name], bool):
             raise schema_error(f"body.stream_state.{name}", "Input should be a valid boolean", state[name])
@@ -628,8 +663,12 @@ async def derender_chat_stream(ctx: DerenderContext, body: dict[str, Any]) -> di
     if not isinstance(prior, int) or prompt_len + prior + delta_len > max_len:
         raise BadRequestError(f"prompt_token_ids length ({prompt_len}) plus output_token_ids length ({prior}) "
                               f"plus delta ({delta_len}) exceeds max_model_len ({max_len}).")
-    for choice in choices:
-        _check_vocab(ctx, choice.get("token_ids") or [])
+    # vLLM bounds logprobs only in batch derender; a chunk is bounded the same way here.
+    _bounds(ctx, [chunk])
+    _check_choices_vocab(ctx, choices)
+    _check_vocab(ctx, prompt_ids or [], "prompt_token_ids")
+    _prompt_ids_bound(ctx, chunk.get("prompt_token_ids"))
+    _state_bounds(ctx, state)
     if ctx.has_parser:
         return await _parsed_stream(ctx, body, chunk, state, chat_request, prompt_ids)
     return _plain_chat_stream(ctx, body, chunk, state, chat_request, prompt_ids)
@@ -845,8 +884,10 @@ async def derender_completion_stream(ctx: DerenderContext, body: dict[str, Any])
     _prompt_ids_bound(ctx, prompt_ids)
     if len(chunk["choices"]) > 1:
         raise BadRequestError("derender_completion_stream expects at most one choice per chunk")
-    for choice in chunk["choices"]:
-        _check_vocab(ctx, choice.get("token_ids") or [])
+    _bounds(ctx, [chunk])
+    _check_choices_vocab(ctx, chunk["choices"])
+    _prompt_ids_bound(ctx, chunk.get("prompt_token_ids"))
+    _state_bounds(ctx, state)
     model = ctx.render.model
     tokenizer = model.hf_tokenizer
     skip_special, spaces, state = _plain_stream_start(ctx, request, state, prompt_ids, chunk)

@@ -33,7 +33,9 @@ from .protocol import (
     str_list,
     union_error,
     validate_cache_salt,
+    validator_error,
 )
+from .render import MAX_MESSAGES, MAX_TOOLS
 
 BLOCK_TYPES = ("text", "image", "tool_use", "tool_result", "tool_reference", "thinking", "redacted_thinking",
                "tool_addition", "tool_removal")
@@ -160,6 +162,8 @@ def validate_messages_request(body: dict[str, Any]) -> None:
     messages = body["messages"]
     if not isinstance(messages, list):
         raise schema_error("body.messages", "Input should be a valid list", messages)
+    if len(messages) > MAX_MESSAGES:  # our bound (vLLM has none): before any per-message work
+        raise validator_error(f"Too many messages: {len(messages)} (at most {MAX_MESSAGES}).", "messages")
     for index, message in enumerate(messages):
         param = f"body.messages.{index}"
         if not isinstance(message, dict):
@@ -222,6 +226,8 @@ def validate_messages_request(body: dict[str, Any]) -> None:
     if tools is not None:
         if not isinstance(tools, list):
             raise schema_error("body.tools", "Input should be a valid list", tools)
+        if len(tools) > MAX_TOOLS:
+            raise validator_error(f"Too many tools: {len(tools)} (at most {MAX_TOOLS}).", "tools")
         for index, tool in enumerate(tools):
             _validate_tool(tool, f"body.tools.{index}")
     opt_int(body, "top_k")

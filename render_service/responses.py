@@ -32,8 +32,11 @@ from .protocol import (
     str_list,
     union_error,
     validate_cache_salt,
+    validator_error,
 )
 from .render import (
+    MAX_MESSAGES,
+    MAX_TOOLS,
     RenderContext,
     _hoist_transfer_params,
     _merge_kwargs,
@@ -103,6 +106,8 @@ def validate_responses_request(body: dict[str, Any]) -> None:
     if not isinstance(items, (str, list)):
         raise union_error("body.input", "None" if items is None else items)
     if isinstance(items, list):
+        if len(items) > MAX_MESSAGES:  # our bound (vLLM has none)
+            raise validator_error(f"Too many input items: {len(items)} (at most {MAX_MESSAGES}).", "input")
         for item in items:
             _validate_item(item)
     include = body.get("include")
@@ -151,6 +156,8 @@ def validate_responses_request(body: dict[str, Any]) -> None:
     if tools is not None:
         if not isinstance(tools, list):
             raise schema_error("body.tools", "Input should be a valid list", tools)
+        if len(tools) > MAX_TOOLS:
+            raise validator_error(f"Too many tools: {len(tools)} (at most {MAX_TOOLS}).", "tools")
         for index, tool in enumerate(tools):
             if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
                 raise schema_error(f"body.tools.{index}", "Unable to extract tag using discriminator 'type'", tool)

@@ -9,11 +9,16 @@ assistant tool-call arguments parsed to objects), then rendered by transformers'
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
+import os
+import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import jinja2
 import jinja2.ext
@@ -21,7 +26,7 @@ import jinja2.meta
 import jinja2.nodes
 import jinja2.sandbox
 
-from render_service.exceptions import BadRequestError
+from render_service.exceptions import BadRequestError, TemplateTimeoutError
 from render_service.protocol import handler_error
 
 logger = logging.getLogger("render_service.templating")
@@ -466,8 +471,19 @@ def render_prompt(
 
     minijinja renders it when this template passed the start-up parity check against jinja2
     (2-6x faster); jinja2, through transformers, is the reference and renders everything else,
-    including any request minijinja fails on (so errors read exactly as HF's).
+    including any request minijinja fails on (so errors read exactly as HF's). Either way the
+    render stops at vLLM's time limit (`VLLM_CHAT_TEMPLATE_RENDER_TIMEOUT`) with a 504.
     """
+    return WATCHDOG.run(_render_prompt, hf_tokenizer, chat_template, conversation, tools, kwargs)
+
+
+def _render_prompt(
+    hf_tokenizer: Any,
+    chat_template: str,
+    conversation: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    kwargs: dict[str, Any],
+) -> str:
     if any(m["role"] == "developer" for m in conversation) and not supports_developer_role(chat_template):
         conversation = _convert_developer(conversation)
     resolved = resolve_template_kwargs(chat_template, kwargs)
@@ -492,6 +508,89 @@ def _reference_render(hf_tokenizer: Any, chat_template: str, conversation: list[
     except Exception as exc:
         reason = _template_error_reason(exc)
         raise handler_error(reason) from exc
+
+
+# -- the render time limit ----------------------------------------------------------------------
+
+_T = TypeVar("_T")
+
+
+class _RenderDeadline(BaseException):
+    """Raised inside a render by the watchdog. A BaseException, so that no `except Exception` in
+    jinja2, transformers or a template's own code swallows it."""
+
+
+class RenderWatchdog:
+    """Stops a chat-template render that runs past its deadline, in the thread that runs it.
+
+    A render runs inline on the worker's event loop (it costs 0.05-2 ms; handing it to a thread
+    would cost about as much), so a runaway template (a loop over loops, a quadratic template on a
+    huge conversation) would hold the worker. One watchdog thread per process checks the renders in
+    progress and raises `_RenderDeadline` inside a late one (`PyThreadState_SetAsyncExc`, delivered
+    between two bytecodes of the template's compiled Python). Unlike vLLM, which abandons the stuck
+    thread ("may continue consuming CPU until the process exits"), the render really stops.
+    The normal path costs one lock round trip. Not interruptible: one long C call (e.g. a
+    multi-GB string repetition); minijinja renders are bounded by their fuel instead.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._active: dict[int, list[Any]] = {}  # thread id -> [deadline, fired at]
+        self._thread: threading.Thread | None = None
+
+    def run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        timeout = self.timeout
+        if timeout <= 0:
+            return fn(*args)
+        ident = threading.get_ident()
+        entry = [time.monotonic() + timeout, 0.0]
+        with self._lock:
+            self._active[ident] = entry
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="render-watchdog", daemon=True)
+                self._thread.start()
+        try:
+            try:
+                return fn(*args)
+            finally:
+                self._disarm(ident, entry)
+        except _RenderDeadline:
+            self._disarm(ident, entry)  # in case it landed inside the first disarm
+            logger.warning("chat template render stopped after %.1fs (VLLM_CHAT_TEMPLATE_RENDER_TIMEOUT)", timeout)
+            raise TemplateTimeoutError(
+                f"Chat template rendering timed out after {timeout}s. This may indicate a malicious or "
+                "excessively complex template. Adjust VLLM_CHAT_TEMPLATE_RENDER_TIMEOUT to override.") from None
+
+    def _disarm(self, ident: int, entry: list[Any]) -> None:
+        with self._lock:
+            if self._active.get(ident) is entry:
+                del self._active[ident]
+            if entry[1]:
+                # A deadline raised after the render returned must not escape elsewhere.
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(min(1.0, max(0.01, self.timeout / 10)))
+            now = time.monotonic()
+            with self._lock:
+                for ident, entry in self._active.items():
+                    # Fire at the deadline, and again each second if the first one was swallowed.
+                    if now >= entry[0] and now - entry[1] >= 1.0:
+                        entry[1] = now
+                        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
+                                                                   ctypes.py_object(_RenderDeadline))
+
+
+def _render_timeout() -> float:
+    try:
+        return float(os.environ.get("VLLM_CHAT_TEMPLATE_RENDER_TIMEOUT", "30"))
+    except ValueError:
+        return 30.0
+
+
+WATCHDOG = RenderWatchdog(_render_timeout())
 
 
 def _special_tokens(hf_tokenizer: Any) -> tuple[tuple[str, Any], ...]:

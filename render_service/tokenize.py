@@ -15,6 +15,8 @@ def tokenize(ctx: render.RenderContext, body: dict[str, Any]) -> dict[str, Any]:
     if "messages" in body:
         # vLLM's /tokenize renders messages directly: the chat-request validators do not run.
         render._validate_messages(body)
+        if body.get("tools") not in (None, []):  # TokenizeChatRequest's tool schema (no chat validators)
+            render._validate_tools(body)
         user_kwargs = body.get("chat_template_kwargs") or {}
         if not ctx.settings.trust_request_chat_template and (
                 body.get("chat_template") is not None or user_kwargs.get("chat_template") is not None):

@@ -131,6 +131,8 @@ def test_golden_size_budget() -> None:
 DELIBERATE_DIFFERENCES = {
     "cmpl_stream_out_of_vocab_delta": (400, "token ids outside the vocabulary are refused before any work "
                                             "(vLLM decodes them to an empty string)"),
+    "stream_state_out_of_vocab": (400, "stream_state output ids outside the vocabulary are refused before a "
+                                       "replay decodes them (vLLM decodes them to an empty string)"),
 }
 
 
