@@ -1,72 +1,345 @@
-"""CPU per chat render with 1 and 4 images of 1280x720 (JPEG): render-service vs `vllm launch render`.
+#!/usr/bin/env python3
+"""Chat render with 1 and 4 images of 1280x720 (JPEG): render-service vs `vllm launch render`,
+side by side, each a separate server process measured from the outside.
 
-    python benchmarks/mm_bench.py --oracle-url http://127.0.0.1:PORT --oracle-pid PID [--n 5]
+    python3 benchmarks/mm_bench.py [--oracle-url URL --oracle-pid PID] [--json out.json]
 
-Ours runs in-process (TestClient; the model folder must be mm_corpus.MM_MODEL_DIR); the oracle's
-CPU is read from /proc/PID (process and reaped children). "first" uses a new image per request,
-"repeated" re-sends one image (vLLM's render always reprocesses: it calls the processor with
-the cache off). Reports CPU seconds per request and the ratio; run side by side on one machine.
+Without --oracle-url the script starts vLLM 0.33's render tier itself (through
+/work/venvs/start_oracle.sh, with the patched torchvision of tests/parity/record_mm.py on
+PYTHONPATH, --mm-torchvision). Ours is `python -m render_service.cli serve` with PYTHONPATH set to
+this checkout, so the code measured is the code next to this script. Both serve the Qwen3-VL
+example folder from mm_corpus.MM_MODEL_DIR.
+
+Scenarios: 1 or 4 images per request; "new": every request carries images never seen before
+(each JPEG gets a unique 12-byte COM segment: same pixels, new bytes, so a new mm_hash and a
+cache miss); "repeated": every request re-sends the same images (the next turn of a conversation).
+
+1. Before anything is timed, both servers must return the same token ids, mm_hashes and pixel
+   tensors (dtype, shape, sha256) for a 1- and a 4-image request.
+2. Sequential CPU: N requests one after another to each server, in alternating rounds; server
+   CPU per request = utime+stime of the server's process tree (/proc) over the round / N; the
+   median round is reported, with vLLM/ours.
+3. Load: wrk at --connections (8) for --duration seconds per target: ours with 1 worker, ours
+   with 2 workers, vLLM; req/s, p50/p99 latency, server CPU per request and CPU cores used.
+   wrk's Lua script builds each "new" request from pre-split parts and a counter, so the client
+   costs little (it still shares the machine's cores with the servers).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import io
+import json
 import os
+import re
+import shutil
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "parity"))
-from mm_corpus import MM_MAX_MODEL_LEN, MM_MODEL_DIR, MM_MODEL_NAME, data_url, make_image
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (
+    Server,
+    format_table,
+    free_port,
+    start_vllm_render,
+    stop_process_tree,
+    tree_cpu_seconds,
+    wait_healthy,
+)
+from mm_corpus import MM_MAX_MODEL_LEN, MM_MODEL_DIR, MM_MODEL_NAME, make_image, summarize_item
+
+ROOT = Path(__file__).resolve().parents[1]
+RENDER_PATH = "/v1/chat/completions/render"
+MARKER = "@" * 16  # stands for the 16 base64 characters of a JPEG COM payload (never base64 itself)
+SCENARIOS = [(1, "new"), (1, "repeated"), (4, "new"), (4, "repeated")]
 
 
-def _body(urls: list[str]) -> dict:
+# -- payloads ---------------------------------------------------------------------------------
+
+def jpeg_template(seed: int) -> str:
+    """A 1280x720 JPEG data URL with MARKER where 12 bytes of a COM segment go.
+
+    The COM segment follows Pillow's 18-byte APP0 (JFIF) segment: SOI(2) + APP0(18) + COM marker
+    and length(4) = 24 bytes, a multiple of 3, and the 12 payload bytes end at byte 36, another
+    one, so its 16 base64 characters can be swapped without touching the rest of the encoding."""
+    buffer = io.BytesIO()
+    make_image(1280, 720, seed).save(buffer, "JPEG", quality=85)
+    data = buffer.getvalue()
+    assert data[:4] == b"\xff\xd8\xff\xe0" and data[4:6] == b"\x00\x10", "expected a JFIF APP0 first"
+    head = data[:20] + b"\xff\xfe\x00\x0e"
+    return ("data:image/jpeg;base64," + base64.b64encode(head).decode() + MARKER
+            + base64.b64encode(data[20:]).decode())
+
+
+def fill(template: str, counter: int) -> str:
+    return template.replace(MARKER, f"{counter:016d}")
+
+
+def body(urls: list[str]) -> dict[str, Any]:
     content = [{"type": "image_url", "image_url": {"url": u}} for u in urls]
-    return {"model": MM_MODEL_NAME, "messages": [{"role": "user", "content": [*content,
-                                                                              {"type": "text", "text": "?"}]}]}
+    return {"model": MM_MODEL_NAME, "messages": [{"role": "user", "content": [*content, {"type": "text", "text": "?"}]}]}
 
 
-def _proc_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+class Payloads:
+    """Request bodies per scenario; "new" ones never repeat within a run (a global counter)."""
 
+    def __init__(self) -> None:
+        self.templates = [jpeg_template(seed) for seed in range(101, 105)]
+        self.counter = 10**9  # the repeated images use counters below this
+
+    def new(self, images: int) -> bytes:
+        urls = []
+        for template in self.templates[:images]:
+            self.counter += 1
+            urls.append(fill(template, self.counter))
+        return json.dumps(body(urls)).encode()
+
+    def repeated(self, images: int) -> bytes:
+        return json.dumps(body([fill(t, i) for i, t in enumerate(self.templates[:images])])).encode()
+
+    def template_body(self, images: int) -> str:
+        """The "new" body for wrk: MARKER in each image, filled there with a per-request counter."""
+        return json.dumps(body(self.templates[:images]))
+
+
+# -- servers ----------------------------------------------------------------------------------
+
+def start_ours(workers: int, log_dir: Path) -> Server:
+    port = free_port()
+    log = log_dir / f"ours-w{workers}.log"
+    command = [sys.executable, "-m", "render_service.cli", "serve", MM_MODEL_DIR, "--port", str(port),
+               "--served-model-name", MM_MODEL_NAME, "--max-model-len", str(MM_MAX_MODEL_LEN),
+               "--workers", str(workers)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   start_new_session=True, env=env, cwd=str(ROOT))
+    server = Server(f"ours w{workers}", f"http://127.0.0.1:{port}", process.pid, owned=True, log=log,
+                    info={"command": f"PYTHONPATH={ROOT} " + " ".join(command)})
+    try:
+        wait_healthy(server.url, 180, process.pid, log)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def start_vllm(torchvision_path: str) -> Server:
+    os.environ["PYTHONPATH"] = torchvision_path  # inherited by the start script (and only it)
+    try:
+        return start_vllm_render(MM_MODEL_DIR, free_port(), ["--served-model-name", MM_MODEL_NAME,
+                                                              "--max-model-len", str(MM_MAX_MODEL_LEN)])
+    finally:
+        del os.environ["PYTHONPATH"]
+
+
+def same_work(ours: Server, vllm: Server, payloads: Payloads) -> None:
+    """Abort unless both servers return the same ids, hashes and pixels."""
+    for images in (1, 4):
+        data = payloads.new(images)
+        answers = []
+        for server in (ours, vllm):
+            response = httpx.post(server.url + RENDER_PATH, content=data, timeout=600,
+                                  headers={"Content-Type": "application/json"})
+            assert response.status_code == 200, f"{server.name}: {response.status_code} {response.text[:300]}"
+            result = response.json()
+            features = result["features"]
+            answers.append((result["token_ids"], features["mm_hashes"], features["mm_placeholders"],
+                            [summarize_item(item)["pixel_values"] | {"field": None}
+                             for item in features["kwargs_data"]["image"]]))
+        if answers[0] != answers[1]:
+            raise SystemExit(f"{images} image(s): ours and vLLM differ; not benchmarking different work")
+    print("precheck: token ids, mm_hashes, placeholders and pixel tensors identical", flush=True)
+
+
+# -- sequential CPU ---------------------------------------------------------------------------
+
+def sequential(servers: list[Server], payloads: Payloads, images: int, mode: str, n: int, rounds: int
+               ) -> dict[str, float]:
+    """Median over rounds of server CPU ms per request (and wall ms per request)."""
+    cpu: dict[str, list[float]] = {s.name: [] for s in servers}
+    wall: dict[str, list[float]] = {s.name: [] for s in servers}
+    clients = {s.name: httpx.Client(base_url=s.url, timeout=600, headers={"Content-Type": "application/json"})
+               for s in servers}
+    try:
+        if mode == "repeated":
+            for server in servers:  # the first turn that put the images in (our) cache
+                clients[server.name].post(RENDER_PATH, content=payloads.repeated(images))
+        for _ in range(rounds):
+            for server in servers:
+                bodies = [payloads.new(images) if mode == "new" else payloads.repeated(images) for _ in range(n)]
+                client = clients[server.name]
+                start_cpu, start_wall = tree_cpu_seconds(server.pid), time.perf_counter()
+                for data in bodies:
+                    response = client.post(RENDER_PATH, content=data)
+                    assert response.status_code == 200, response.text[:300]
+                wall[server.name].append((time.perf_counter() - start_wall) / n * 1000)
+                cpu[server.name].append((tree_cpu_seconds(server.pid) - start_cpu) / n * 1000)
+    finally:
+        for client in clients.values():
+            client.close()
+    return {**{f"{k} cpu_ms": statistics.median(v) for k, v in cpu.items()},
+            **{f"{k} wall_ms": statistics.median(v) for k, v in wall.items()}}
+
+
+# -- load (wrk) -------------------------------------------------------------------------------
+
+LUA = """
+local parts = {}
+local fixed = nil
+local counter = tonumber(os.getenv("MM_BENCH_COUNTER"))
+local f = io.open("%(path)s", "rb")
+local text = f:read("*all")
+f:close()
+if %(unique)s then
+  local start = 1
+  while true do
+    local i, j = string.find(text, "%(marker)s", start, true)
+    if not i then break end
+    parts[#parts + 1] = string.sub(text, start, i - 1)
+    start = j + 1
+  end
+  parts[#parts + 1] = string.sub(text, start)
+else
+  fixed = wrk.format("POST", "%(path_url)s", {["Content-Type"] = "application/json"}, text)
+end
+request = function()
+  if fixed then return fixed end
+  local out = {parts[1]}
+  for k = 2, #parts do
+    counter = counter + 1
+    out[#out + 1] = string.format("%%016d", counter)
+    out[#out + 1] = parts[k]
+  end
+  return wrk.format("POST", "%(path_url)s", {["Content-Type"] = "application/json"}, table.concat(out))
+end
+"""
+
+
+def run_wrk(server: Server, script: Path, duration: int, connections: int, counter: int) -> dict[str, float]:
+    env = {**os.environ, "MM_BENCH_COUNTER": str(counter)}
+    start_cpu, start_wall = tree_cpu_seconds(server.pid), time.perf_counter()
+    out = subprocess.run(["wrk", "-t", "1", "-c", str(connections), "-d", f"{duration}s", "--latency",
+                          "--timeout", "60s", "-s", str(script), server.url], capture_output=True, text=True,
+                         check=True, env=env).stdout
+    elapsed = time.perf_counter() - start_wall
+    cpu = tree_cpu_seconds(server.pid) - start_cpu
+    requests = int(re.search(r"(\d+) requests in", out).group(1))
+    lat = {}
+    for pct in ("50", "99"):
+        match = re.search(rf"\s{pct}(?:\.000)?%\s+([\d.]+)(us|ms|s)\b", out)
+        value, unit = float(match.group(1)), match.group(2)
+        lat[pct] = value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    timeouts = re.search(r"timeout (\d+)", out)
+    return {"rps": requests / duration, "p50_ms": lat["50"], "p99_ms": lat["99"], "requests": requests,
+            "cpu_ms_per_req": cpu / max(requests, 1) * 1000, "cores": cpu / elapsed,
+            "errors": (int(errors.group(1)) if errors else 0) + (int(timeouts.group(1)) if timeouts else 0)}
+
+
+def load(servers: list[Server], payloads: Payloads, tmp: Path, duration: int, connections: int
+         ) -> dict[str, dict[str, dict[str, float]]]:
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    counter = 2 * 10**9
+    for images, mode in SCENARIOS:
+        name = f"{images}x720p {mode}"
+        path = tmp / f"body-{images}-{mode}.json"
+        path.write_text(payloads.template_body(images) if mode == "new" else payloads.repeated(images).decode())
+        script = tmp / f"wrk-{images}-{mode}.lua"
+        script.write_text(LUA % {"path": path, "unique": "true" if mode == "new" else "false", "marker": MARKER,
+                                 "path_url": RENDER_PATH})
+        results[name] = {}
+        for server in servers:
+            run_wrk(server, script, 2, connections, counter)  # warm-up (and, repeated: fill the cache)
+            counter += 10**6
+            results[name][server.name] = run_wrk(server, script, duration, connections, counter)
+            counter += 10**6
+            r = results[name][server.name]
+            print(f"  {name:16s} {server.name:8s} {r['rps']:6.1f} req/s  p99 {r['p99_ms']:7.0f} ms  "
+                  f"{r['cpu_ms_per_req']:6.1f} CPU-ms/req  {r['cores']:.2f} cores  errors {r['errors']}", flush=True)
+    return results
+
+
+# -- main -------------------------------------------------------------------------------------
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--oracle-url", required=True)
-    parser.add_argument("--oracle-pid", type=int, required=True)
-    parser.add_argument("--n", type=int, default=5)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--oracle-url", help="a running vLLM render tier serving MM_MODEL_DIR (else started here)")
+    parser.add_argument("--oracle-pid", type=int)
+    parser.add_argument("--mm-torchvision", default="/tmp/mm-tv")
+    parser.add_argument("--n", type=int, default=10, help="requests per round, new images")
+    parser.add_argument("--n-repeated", type=int, default=40, help="requests per round, repeated images")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=int, default=15, help="seconds per wrk run (0: no load phase)")
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--json", dest="json_out")
     args = parser.parse_args()
-    from starlette.testclient import TestClient
+    if args.duration and shutil.which("wrk") is None:
+        raise SystemExit("wrk is needed for the load phase (apt-get install wrk), or pass --duration 0")
+    if Path(MM_MODEL_DIR, "preprocessor_config.json").exists() is False:
+        raise SystemExit(f"build the model folder first: python -m render_service.example_model {MM_MODEL_DIR} qwen3-vl")
 
-    from render_service.app import create_app
-    from render_service.settings import Settings
+    tmp = Path(tempfile.mkdtemp(prefix="mm_bench."))
+    payloads = Payloads()
+    started: list[Server] = []
+    try:
+        if args.oracle_url:
+            if args.oracle_pid is None:
+                raise SystemExit("--oracle-pid is needed with --oracle-url (its CPU is read from /proc)")
+            vllm = Server("vLLM", args.oracle_url.rstrip("/"), args.oracle_pid)
+        else:
+            vllm = start_vllm(args.mm_torchvision)
+            started.append(vllm)
+        ours = start_ours(1, tmp)
+        started.append(ours)
+        print(f"ours: {ours.info['command']}\nvLLM: {vllm.url} (pid {vllm.pid})", flush=True)
+        same_work(ours, vllm, payloads)
 
-    seed = iter(range(1000, 100000))
-    settings = Settings(model=MM_MODEL_DIR, served_model_name=[MM_MODEL_NAME], max_model_len=MM_MAX_MODEL_LEN)
-    with TestClient(create_app(settings.validate())) as ours, httpx.Client(base_url=args.oracle_url,
-                                                                          timeout=600) as oracle:
-        for images in (1, 4):
-            for mode in ("first", "repeated"):
-                fixed = [data_url(make_image(1280, 720, next(seed)), "JPEG", quality=85) for _ in range(images)]
-                bodies = [_body(fixed if mode == "repeated" else
-                                [data_url(make_image(1280, 720, next(seed)), "JPEG", quality=85)
-                                 for _ in range(images)]) for _ in range(args.n)]
-                if mode == "repeated":  # warm both sides once
-                    ours.post("/v1/chat/completions/render", json=bodies[0])
-                    oracle.post("/v1/chat/completions/render", json=bodies[0])
-                start = time.process_time()
-                for body in bodies:
-                    assert ours.post("/v1/chat/completions/render", json=body).status_code == 200
-                mine = (time.process_time() - start) / args.n
-                start = _proc_cpu(args.oracle_pid)
-                for body in bodies:
-                    assert oracle.post("/v1/chat/completions/render", json=body).status_code == 200
-                theirs = (_proc_cpu(args.oracle_pid) - start) / args.n
-                print(f"{images} image(s) {mode:8s}: ours {mine * 1000:8.1f} ms CPU/req, vLLM {theirs * 1000:8.1f} "
-                      f"ms CPU/req, vLLM/ours {theirs / mine:6.1f}x", flush=True)
+        seq: dict[str, dict[str, float]] = {}
+        print(f"\nSequential: server CPU ms per request, median of {args.rounds} alternating rounds")
+        for images, mode in SCENARIOS:
+            n = args.n if mode == "new" else args.n_repeated
+            seq[f"{images}x720p {mode}"] = sequential([ours, vllm], payloads, images, mode, n, args.rounds)
+        rows = []
+        for name, r in seq.items():
+            rows.append([name, f"{r['ours w1 cpu_ms']:.1f}", f"{r['vLLM cpu_ms']:.1f}",
+                         f"{r['vLLM cpu_ms'] / max(r['ours w1 cpu_ms'], 1e-9):.1f}x",
+                         f"{r['ours w1 wall_ms']:.1f}", f"{r['vLLM wall_ms']:.1f}"])
+        print(format_table(["scenario", "ours CPU-ms", "vLLM CPU-ms", "vLLM/ours", "ours wall-ms", "vLLM wall-ms"],
+                           rows))
+
+        loaded: dict[str, Any] = {}
+        if args.duration:
+            ours2 = start_ours(2, tmp)
+            started.append(ours2)
+            print(f"\nLoad: wrk -c {args.connections}, {args.duration}s per target (after a 2s warm-up)", flush=True)
+            loaded = load([ours, ours2, vllm], payloads, tmp, args.duration, args.connections)
+            rows = []
+            for name, per in loaded.items():
+                for target, r in per.items():
+                    rows.append([f"{name} / {target}", f"{r['rps']:.1f}", f"{r['p50_ms']:.0f}", f"{r['p99_ms']:.0f}",
+                                 f"{r['cpu_ms_per_req']:.1f}", f"{r['cores']:.2f}", str(r["errors"])])
+                rows.append([])
+            print(format_table(["scenario / target", "req/s", "p50 ms", "p99 ms", "CPU-ms/req", "cores", "errors"],
+                               rows[:-1]))
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps({"sequential": seq, "load": loaded,
+                                                       "ours": ours.info["command"]}, indent=1))
+    finally:
+        for server in reversed(started):
+            if server.owned and server.pid is not None:
+                stop_process_tree(server.pid)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -218,6 +218,7 @@ class ProcessedImage:
     # base64 msgpack MultiModalKwargsItem, already a JSON string (quotes included): a response
     # copies it into its body instead of re-scanning megabytes of base64 for escapes.
     kwargs_data: orjson.Fragment
+    kwargs_json: bytes  # the same bytes, for json_parts
     metadata: str  # base64 msgpack of the keep_on_cpu fields
     nbytes: int
 
@@ -253,9 +254,13 @@ def process(image: np.ndarray, config: VisionConfig, digest: str) -> ProcessedIm
         mm_hash=digest,
         num_tokens=gh * gw // (config.merge_size ** 2),
         kwargs_data=orjson.Fragment(kwargs_data),
+        kwargs_json=kwargs_data,
         metadata=metadata,
         nbytes=len(kwargs_data) + len(metadata) + 200,
     )
+
+
+_SPLIT = orjson.Fragment(b"\x00")  # orjson escapes NUL in strings: a raw one can only be this
 
 
 class ProcessedCache:
@@ -267,6 +272,8 @@ class ProcessedCache:
         self.hits = 0
         self.misses = 0
         self._items: OrderedDict[str, ProcessedImage] = OrderedDict()
+        # id(kwargs_data Fragment) -> the cached item (which keeps the Fragment, so the id stays its)
+        self.by_fragment: dict[int, ProcessedImage] = {}
         self._lock = threading.Lock()
 
     def get(self, key: str) -> ProcessedImage | None:
@@ -286,11 +293,14 @@ class ProcessedCache:
             old = self._items.pop(item.mm_hash, None)
             if old is not None:
                 self.bytes -= old.nbytes
+                self.by_fragment.pop(id(old.kwargs_data), None)
             self._items[item.mm_hash] = item
+            self.by_fragment[id(item.kwargs_data)] = item
             self.bytes += item.nbytes
             while self.bytes > self.max_bytes:
                 _, evicted = self._items.popitem(last=False)
                 self.bytes -= evicted.nbytes
+                self.by_fragment.pop(id(evicted.kwargs_data), None)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -314,6 +324,33 @@ class ImageProcessor:
         processed = process(decode_rgb(image), self.config, digest)
         self.cache.put(processed)
         return processed
+
+    def json_parts(self, content: dict[str, Any]) -> list[bytes]:
+        """`orjson.dumps(content)` as byte strings whose concatenation is that document, each cached
+        image's kwargs_data its own, shared element: a response can write them to the socket one
+        after another (Content-Length: the sum) instead of copying megabytes per image into a new
+        body on every request. Items no longer cached are encoded inline."""
+        features = content.get("features")
+        kwargs = features.get("kwargs_data") if isinstance(features, dict) else None
+        if not isinstance(kwargs, dict):
+            return [orjson.dumps(content)]
+        blobs: list[bytes] = []
+        swapped: dict[str, list[Any]] = {}
+        with self.cache._lock:
+            for modality, items in kwargs.items():
+                swapped[modality] = []
+                for item in items:
+                    cached = self.cache.by_fragment.get(id(item))
+                    if cached is not None and cached.kwargs_data is item:
+                        blobs.append(cached.kwargs_json)
+                        item = _SPLIT
+                    swapped[modality].append(item)
+        document = orjson.dumps({**content, "features": {**features, "kwargs_data": swapped}})
+        pieces = document.split(b"\x00")
+        parts = [pieces[0]]
+        for blob, piece in zip(blobs, pieces[1:], strict=True):
+            parts += [blob, piece]
+        return parts
 
 
 # -- prompt ---------------------------------------------------------------------------------

@@ -1,0 +1,76 @@
+"""multimodal: the fast pipeline (planar resize, patchify, encoding) against a direct transcription
+of the HF processor + vLLM's encoder, the content-hash cache, and json_parts."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import msgspec
+import numpy as np
+import orjson
+import pytest
+from PIL import Image
+
+from render_service import multimodal
+from render_service.resample import resize_bicubic_aa_reference
+
+CONFIG = multimodal.VisionConfig(model_id="/m", image_token_id=7, patch_size=16, merge_size=2,
+                                 temporal_patch_size=2, min_pixels=65536, max_pixels=16777216)
+
+
+def _png(width: int, height: int, seed: int) -> bytes:
+    rgb = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(rgb, "RGB").save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def _reference_kwargs(image: np.ndarray) -> bytes:
+    """HWC resize, HF's patch order by reshape/transpose/repeat, msgspec over plain bytes, base64."""
+    h, w = multimodal.smart_resize(image.shape[0], image.shape[1], 32, CONFIG.min_pixels, CONFIG.max_pixels)
+    resized = resize_bicubic_aa_reference(image, h, w)
+    frames = np.repeat(resized.transpose(2, 0, 1)[None], 2, axis=0)  # (T, C, H, W)
+    gh, gw = h // 16, w // 16
+    patches = frames.reshape(2, 3, gh // 2, 2, 16, gw // 2, 2, 16).transpose(2, 5, 3, 6, 1, 0, 4, 7)
+    rows = np.ascontiguousarray(patches).reshape(gh * gw, 3 * 2 * 16 * 16)
+    grid = np.array([1, gh, gw], dtype=np.int64)
+    item = {
+        "pixel_values": {"data": ("uint8", rows.shape, msgspec.msgpack.Ext(3, rows.tobytes())),
+                         "field": ("flat", {"keep_on_cpu": False, "slices": [[(0, gh * gw, None)]], "dim": 0})},
+        "image_grid_thw": {"data": ("int64", (3,), msgspec.msgpack.Ext(3, grid.tobytes())),
+                           "field": ("batched", {"keep_on_cpu": True})},
+    }
+    return b'"' + base64.b64encode(msgspec.msgpack.encode(item)) + b'"'
+
+
+@pytest.mark.parametrize(("width", "height"), [(1280, 720), (300, 200), (97, 451), (64, 64)])
+def test_processed_bytes_match_the_reference_pipeline(width: int, height: int) -> None:
+    image = np.random.default_rng(width).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    processed = multimodal.process(image, CONFIG, "digest")
+    assert processed.kwargs_json == _reference_kwargs(image)
+    assert orjson.dumps([processed.kwargs_data]) == b"[" + processed.kwargs_json + b"]"
+
+
+def test_repeat_is_a_cache_hit_returning_the_same_item() -> None:
+    processor = multimodal.ImageProcessor(CONFIG)
+    data = _png(120, 90, 1)
+    first = processor(data)
+    assert processor(data) is first
+    assert (processor.cache.hits, processor.cache.misses) == (1, 1)
+
+
+def test_json_parts_join_to_the_document_and_share_cached_bytes() -> None:
+    processor = multimodal.ImageProcessor(CONFIG)
+    items = [processor(_png(120, 90, seed)) for seed in (1, 2)]
+    # One item the cache never held (too big for a 1-byte cache): it is encoded inline.
+    stray = multimodal.ImageProcessor(CONFIG, cache_bytes=1)(_png(80, 60, 3))
+    images = [items[0], stray, items[1], items[0]]
+    content = {"request_id": "x\u0000y", "token_ids": [1, 2, 3],
+               "features": multimodal.features(images, [{"offset": 0, "length": 1}] * 4, "tensors")}
+    parts = processor.json_parts(content)
+    assert b"".join(parts) == orjson.dumps(content)
+    shared = [p for p in parts if any(p is i.kwargs_json for i in items)]
+    assert len(shared) == 3  # items[0] twice and items[1]; not the stray one
+    no_tensors = {"features": multimodal.features(images, [], "none")}
+    assert b"".join(processor.json_parts(no_tensors)) == orjson.dumps(no_tensors)
