@@ -995,9 +995,12 @@ def _start_servers(args: argparse.Namespace, log_dir: Path) -> dict[str, Server]
 async def _benchmark(args: argparse.Namespace, servers: dict[str, Server], workloads: list[Workload],
                      report: dict[str, Any]) -> None:
     limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
-    clients = {name: httpx.AsyncClient(base_url=s.url, http1=True, http2=False, limits=limits, trust_env=False,
-                                       timeout=httpx.Timeout(300.0))
-               for name, s in servers.items()}
+
+    def new_client(url: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=url, http1=True, http2=False, limits=limits, trust_env=False,
+                                 timeout=httpx.Timeout(300.0))
+
+    clients = {name: new_client(s.url) for name, s in servers.items()}
     try:
         warnings, mismatches = await verify(clients, workloads)
         checked = [n for n in servers if n not in mismatches]
@@ -1032,6 +1035,10 @@ async def _benchmark(args: argparse.Namespace, servers: dict[str, Server], workl
                 order = list(servers) if block % 2 == 0 else list(reversed(servers))
                 block += 1
                 for name in order:
+                    # Fresh connections per block: a connection left idle longer than uvicorn's keep-alive
+                    # timeout (5 s) while other targets ran can be closed under a request (httpx.ReadError).
+                    await clients[name].aclose()
+                    clients[name] = new_client(servers[name].url)
                     await warm_up(clients[name], servers[name], workload.bodies, args.warmup, concurrency)
                     result = await run_load(clients[name], servers[name], workload.bodies, requests,
                                             concurrency, mode)
