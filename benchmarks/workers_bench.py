@@ -218,10 +218,30 @@ def lag_run(server: Server, workers: int, script: Path, args: argparse.Namespace
     held = [max(0.0, s[1] - s[3]) * 1000 for s in samples]  # lag not covered by run-queue delay
     sched = [min(s[1], s[3]) * 1000 for s in samples]  # at most this much of the lag was waiting for a core
     busy = [s[2] / (0.05 + s[1]) for s in samples]  # the loop thread's CPU share over the sample
+    # Task steps: how long one piece of Python work holds the loop (wall), and on the CPU (thread time).
+    step_wall: list[float] = []
+    step_cpu: list[float] = []
+    stretches: list[float] = []  # steps run back to back (< 0.2 ms apart): one stretch the timer waits behind
+    for r in probes.values():
+        steps = sorted((end - wall, end, cpu) for end, wall, cpu in r.json()["steps"] if started + 1.0 <= end <= ended - 0.2)
+        step_wall += [(end - start) * 1000 for start, end, _ in steps]
+        step_cpu += [cpu * 1000 for _, _, cpu in steps]
+        stretch_start = stretch_end = None
+        for start, end, _ in steps:
+            if stretch_end is not None and start - stretch_end < 0.0002:
+                stretch_end = max(stretch_end, end)
+                continue
+            if stretch_end is not None:
+                stretches.append((stretch_end - stretch_start) * 1000)
+            stretch_start, stretch_end = start, end
     result.update(samples=len(samples), lag_p50_ms=percentile(lag, 50), lag_p99_ms=percentile(lag, 99),
                   lag_max_ms=max(lag), over_5ms=sum(v > 5 for v in lag) / len(lag),
                   held_p99_ms=percentile(held, 99), sched_p99_ms=percentile(sched, 99),
                   wait_per_sample_p99_ms=percentile(wait, 99), loop_busy=sum(busy) / len(busy),
+                  step_wall_p99_ms=percentile(step_wall, 99), step_cpu_p99_ms=percentile(step_cpu, 99),
+                  step_cpu_max_ms=max(step_cpu, default=float("nan")), stretch_p99_ms=percentile(stretches, 99),
+                  stretch_max_ms=max(stretches, default=float("nan")),
+                  step_offcpu_share=1 - sum(step_cpu) / max(sum(step_wall), 1e-9),
                   steal_s=steal, load_before=load)
     return result
 
@@ -243,6 +263,9 @@ def lag_study(args: argparse.Namespace, flags: list[str], script: Path, director
                           f"(histogram <= {result['hist_p99_ms']:g} ms, max {result['lag_max_ms']:.1f}, "
                           f"{result['over_5ms'] * 100:.1f}% > 5 ms)  held p99 {result['held_p99_ms']:.2f}  "
                           f"sched p99 {result['sched_p99_ms']:.2f}  loop busy {result['loop_busy'] * 100:.0f}%  "
+                          f"step wall/cpu p99 {result['step_wall_p99_ms']:.2f}/{result['step_cpu_p99_ms']:.2f} "
+                          f"(max cpu {result['step_cpu_max_ms']:.2f}, {result['step_offcpu_share'] * 100:.0f}% off-CPU) "
+                          f"stretch p99 {result['stretch_p99_ms']:.2f}  "
                           f"steal {result['steal_s']:.2f} s  load {result['load_before']:.1f}", flush=True)
         finally:
             server.stop()
@@ -254,13 +277,14 @@ def lag_study(args: argparse.Namespace, flags: list[str], script: Path, director
     print(f"\nevent-loop lag, ~9k-token chat, wrk -c {args.connections}, {args.duration}s x {args.lag_repeats} "
           "per configuration (ranges over the repeats; lag from the probe's exact samples, pooled over workers)")
     print(f"{'configuration':<32}{'req/s':>12}{'lag p99 ms':>14}{'histogram p99':>15}{'held p99':>12}"
-          f"{'sched p99':>12}{'% > 5 ms':>11}{'loop busy':>11}")
+          f"{'sched p99':>12}{'% > 5 ms':>11}{'loop busy':>11}{'step cpu p99':>14}{'stretch p99':>13}")
     for name, runs in results.items():
         if runs:
             print(f"{name:<32}{span([r['rps'] for r in runs], 0):>12}{span([r['lag_p99_ms'] for r in runs]):>14}"
                   f"{'<= ' + span([r['hist_p99_ms'] for r in runs], 1):>15}{span([r['held_p99_ms'] for r in runs]):>12}"
                   f"{span([r['sched_p99_ms'] for r in runs]):>12}"
-                  f"{span([r['over_5ms'] * 100 for r in runs], 1):>11}{span([r['loop_busy'] * 100 for r in runs], 0):>11}")
+                  f"{span([r['over_5ms'] * 100 for r in runs], 1):>11}{span([r['loop_busy'] * 100 for r in runs], 0):>11}"
+                  f"{span([r['step_cpu_p99_ms'] for r in runs]):>14}{span([r['stretch_p99_ms'] for r in runs]):>13}")
     return results
 
 
