@@ -134,7 +134,8 @@ def stream_hit_rate(url: str, model_dir: str, streams: int = 8, tokens: int = 30
 # -- --lag-study ----------------------------------------------------------------------------
 
 LAG_CONFIGS = (
-    # name, workers, wrk niceness, pin workers one per core, wrk's CPUs (taskset) or None
+    # name, workers, wrk niceness (None: no load, the idle baseline), pin workers one per core, wrk's CPUs
+    ("2 workers idle (no wrk)", 2, None, False, None),
     ("2 workers, wrk nice 0", 2, 0, False, None),
     ("2 workers, wrk nice 19", 2, 19, False, None),
     ("2 workers pinned, wrk nice 19", 2, 19, True, None),
@@ -204,7 +205,11 @@ def lag_run(server: Server, workers: int, script: Path, args: argparse.Namespace
     load = os.getloadavg()[0]
     steal = _steal_seconds()
     started = time.time()
-    result: dict[str, Any] = run_wrk(url, script, args.duration, args.connections, prefix)
+    if nice is None:
+        time.sleep(args.duration)
+        result: dict[str, Any] = {"rps": 0.0, "p50_ms": float("nan"), "p99_ms": float("nan"), "non2xx": 0.0}
+    else:
+        result = run_wrk(url, script, args.duration, args.connections, prefix)
     ended = time.time()
     steal = _steal_seconds() - steal
     after = {w: lag_buckets(r.text) for w, r in scrape_each(url, "/metrics", workers, _metrics_worker).items()}
@@ -219,28 +224,15 @@ def lag_run(server: Server, workers: int, script: Path, args: argparse.Namespace
     sched = [min(s[1], s[3]) * 1000 for s in samples]  # at most this much of the lag was waiting for a core
     busy = [s[2] / (0.05 + s[1]) for s in samples]  # the loop thread's CPU share over the sample
     # Task steps: how long one piece of Python work holds the loop (wall), and on the CPU (thread time).
-    step_wall: list[float] = []
-    step_cpu: list[float] = []
-    stretches: list[float] = []  # steps run back to back (< 0.2 ms apart): one stretch the timer waits behind
-    for r in probes.values():
-        steps = sorted((end - wall, end, cpu) for end, wall, cpu in r.json()["steps"] if started + 1.0 <= end <= ended - 0.2)
-        step_wall += [(end - start) * 1000 for start, end, _ in steps]
-        step_cpu += [cpu * 1000 for _, _, cpu in steps]
-        stretch_start = stretch_end = None
-        for start, end, _ in steps:
-            if stretch_end is not None and start - stretch_end < 0.0002:
-                stretch_end = max(stretch_end, end)
-                continue
-            if stretch_end is not None:
-                stretches.append((stretch_end - stretch_start) * 1000)
-            stretch_start, stretch_end = start, end
+    steps = [s for r in probes.values() for s in r.json()["steps"] if started + 1.0 <= s[0] <= ended - 0.2]
+    step_wall = [s[1] * 1000 for s in steps]
+    step_cpu = [s[2] * 1000 for s in steps]
     result.update(samples=len(samples), lag_p50_ms=percentile(lag, 50), lag_p99_ms=percentile(lag, 99),
                   lag_max_ms=max(lag), over_5ms=sum(v > 5 for v in lag) / len(lag),
                   held_p99_ms=percentile(held, 99), sched_p99_ms=percentile(sched, 99),
                   wait_per_sample_p99_ms=percentile(wait, 99), loop_busy=sum(busy) / len(busy),
                   step_wall_p99_ms=percentile(step_wall, 99), step_cpu_p99_ms=percentile(step_cpu, 99),
-                  step_cpu_max_ms=max(step_cpu, default=float("nan")), stretch_p99_ms=percentile(stretches, 99),
-                  stretch_max_ms=max(stretches, default=float("nan")),
+                  step_cpu_max_ms=max(step_cpu, default=float("nan")),
                   step_offcpu_share=1 - sum(step_cpu) / max(sum(step_wall), 1e-9),
                   steal_s=steal, load_before=load)
     return result
@@ -265,7 +257,6 @@ def lag_study(args: argparse.Namespace, flags: list[str], script: Path, director
                           f"sched p99 {result['sched_p99_ms']:.2f}  loop busy {result['loop_busy'] * 100:.0f}%  "
                           f"step wall/cpu p99 {result['step_wall_p99_ms']:.2f}/{result['step_cpu_p99_ms']:.2f} "
                           f"(max cpu {result['step_cpu_max_ms']:.2f}, {result['step_offcpu_share'] * 100:.0f}% off-CPU) "
-                          f"stretch p99 {result['stretch_p99_ms']:.2f}  "
                           f"steal {result['steal_s']:.2f} s  load {result['load_before']:.1f}", flush=True)
         finally:
             server.stop()
@@ -276,15 +267,16 @@ def lag_study(args: argparse.Namespace, flags: list[str], script: Path, director
 
     print(f"\nevent-loop lag, ~9k-token chat, wrk -c {args.connections}, {args.duration}s x {args.lag_repeats} "
           "per configuration (ranges over the repeats; lag from the probe's exact samples, pooled over workers)")
-    print(f"{'configuration':<32}{'req/s':>12}{'lag p99 ms':>14}{'histogram p99':>15}{'held p99':>12}"
-          f"{'sched p99':>12}{'% > 5 ms':>11}{'loop busy':>11}{'step cpu p99':>14}{'stretch p99':>13}")
+    columns = (("req/s", "rps", 0, 11), ("lag p99 ms", "lag_p99_ms", 2, 13), ("hist p99 <=", "hist_p99_ms", 0, 12),
+               ("held p99", "held_p99_ms", 2, 11), ("sched p99", "sched_p99_ms", 2, 13),
+               ("% > 5 ms", "over_5ms", 1, 10), ("loop busy %", "loop_busy", 0, 12),
+               ("step cpu p99", "step_cpu_p99_ms", 2, 13), ("step cpu max", "step_cpu_max_ms", 2, 13))
+    print(f"{'configuration':<32}" + "".join(f"{title:>{width}}" for title, _, _, width in columns))
     for name, runs in results.items():
         if runs:
-            print(f"{name:<32}{span([r['rps'] for r in runs], 0):>12}{span([r['lag_p99_ms'] for r in runs]):>14}"
-                  f"{'<= ' + span([r['hist_p99_ms'] for r in runs], 1):>15}{span([r['held_p99_ms'] for r in runs]):>12}"
-                  f"{span([r['sched_p99_ms'] for r in runs]):>12}"
-                  f"{span([r['over_5ms'] * 100 for r in runs], 1):>11}{span([r['loop_busy'] * 100 for r in runs], 0):>11}"
-                  f"{span([r['step_cpu_p99_ms'] for r in runs]):>14}{span([r['stretch_p99_ms'] for r in runs]):>13}")
+            scale = {"over_5ms": 100, "loop_busy": 100}
+            print(f"{name:<32}" + "".join(f"{span([r[key] * scale.get(key, 1) for r in runs], digits):>{width}}"
+                                          for _, key, digits, width in columns))
     return results
 
 
