@@ -673,10 +673,30 @@ class RunResult:
     server_cpu_ms_per_req: float | None  # schedstat (ns) of the server's live threads
     client_cpu_ms_per_req: float
     server_cpu_ticks_ms_per_req: float | None = None  # utime+stime+cutime+cstime (10 ms ticks), cross-check
+    round_cpu_ms: list[float | None] = field(default_factory=list)  # server CPU ms/req of each round
+
+
+def merge_rounds(parts: list[RunResult], latencies: list[float]) -> RunResult:
+    """One result from the interleaved rounds of one target: totals, and percentiles over all requests."""
+    first = parts[0]
+    requests = sum(p.requests for p in parts)
+    wall = sum(p.wall_s for p in parts)
+
+    def total(attr: str) -> float | None:
+        values = [getattr(p, attr) for p in parts]
+        return None if any(v is None for v in values) else sum(v * p.requests for v, p in zip(values, parts,
+                                                                                              strict=True)) / requests
+
+    return RunResult(first.target, first.mode, first.concurrency, requests, wall, requests / wall,
+                     percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000,
+                     sum(latencies) / len(latencies) * 1000, total("server_cpu_ms_per_req"),
+                     total("client_cpu_ms_per_req") or 0.0, total("server_cpu_ticks_ms_per_req"),
+                     [p.server_cpu_ms_per_req for p in parts])
 
 
 async def run_load(client: httpx.AsyncClient, server: Server, bodies: Sequence[bytes], requests: int,
-                   concurrency: int, mode: str) -> RunResult:
+                   concurrency: int, mode: str, latencies_out: list[float] | None = None,
+                   offset: int = 0) -> RunResult:
     latencies = [0.0] * requests
     next_index = 0
     failure: list[str] = []
@@ -689,7 +709,7 @@ async def run_load(client: httpx.AsyncClient, server: Server, bodies: Sequence[b
             index = next_index
             next_index += 1
             started = perf()
-            response = await client.post(RENDER_PATH, content=bodies[index % count], headers=HEADERS)
+            response = await client.post(RENDER_PATH, content=bodies[(offset + index) % count], headers=HEADERS)
             latencies[index] = perf() - started
             if response.status_code != 200:
                 failure.append(f"{server.name}: HTTP {response.status_code}: {response.text[:300]}")
@@ -703,6 +723,8 @@ async def run_load(client: httpx.AsyncClient, server: Server, bodies: Sequence[b
     cpu_after, ticks_after = server.cpu_seconds_precise(), server.cpu_seconds()
     if failure:
         raise SystemExit(f"ABORT during the timed run: {failure[0]}")
+    if latencies_out is not None:
+        latencies_out.extend(latencies)
 
     def per_request(before: float | None, after: float | None) -> float | None:
         return None if before is None or after is None else (after - before) / requests * 1000
@@ -830,6 +852,7 @@ def issue_targets(report: dict[str, Any]) -> list[str]:
     lines = []
     for mode in dict.fromkeys(r["mode"] for r in scenario["results"]):
         cpu = {r["target"]: r["server_cpu_ms_per_req"] for r in scenario["results"] if r["mode"] == mode}
+        rounds = {r["target"]: r["round_cpu_ms"] for r in scenario["results"] if r["mode"] == mode}
         ours = cpu.get("ours")
         goals = [("vLLM", 10.0, "vLLM/ours >= 10x")] + [(f, 1.5, f"ours/{f} <= 1.5x") for f in FLOOR_SERVERS.values()]
         for other, goal, label in goals:
@@ -837,7 +860,12 @@ def issue_targets(report: dict[str, Any]) -> list[str]:
             if value is None:
                 continue
             passed = value >= goal if other == "vLLM" else value <= goal
-            lines.append(f"long9k {mode:<9} {label:<22} {value:6.2f}x  {'PASS' if passed else 'FAIL'}")
+            pairs = list(zip(rounds.get("ours") or [], rounds.get(other) or [], strict=False))
+            per_round = sorted(v for v in ((b / a if other == "vLLM" else a / b) if a and b else None
+                                           for a, b in pairs) if v is not None)
+            spread = (f"  (per round: {per_round[0]:.2f}-{per_round[-1]:.2f}x, median "
+                      f"{percentile(per_round, 50):.2f}x)") if per_round else ""
+            lines.append(f"long9k {mode:<9} {label:<22} {value:6.2f}x  {'PASS' if passed else 'FAIL'}{spread}")
     return lines
 
 
@@ -922,6 +950,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrent-requests", type=int, default=None,
                         help="requests per concurrent run (default per scenario: short 400, long9k 120, agent 200)")
     parser.add_argument("--concurrency", type=int, default=8, help="in-flight requests in the concurrent mode")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="split each timed run into this many rounds, interleaved across the targets")
     parser.add_argument("--warmup", type=int, default=20, help="warm-up requests per target, scenario and mode")
     parser.add_argument("--variants", type=int, default=8,
                         help="distinct payloads per scenario (requests cycle through them)")
@@ -1031,21 +1061,36 @@ async def _benchmark(args: argparse.Namespace, servers: dict[str, Server], workl
             results: list[RunResult] = []
             for mode, concurrency, requests in (("seq c=1", 1, sequential),
                                                 (f"conc c={args.concurrency}", args.concurrency, concurrent)):
-                # Alternate which target goes first, so slow drift of the machine hits both alike.
+                # Alternate which target goes first, so slow drift of the machine hits all alike.
                 order = list(servers) if block % 2 == 0 else list(reversed(servers))
                 block += 1
                 for name in order:
-                    # Fresh connections per block: a connection left idle longer than uvicorn's keep-alive
-                    # timeout (5 s) while other targets ran can be closed under a request (httpx.ReadError).
                     await clients[name].aclose()
                     clients[name] = new_client(servers[name].url)
                     await warm_up(clients[name], servers[name], workload.bodies, args.warmup, concurrency)
-                    result = await run_load(clients[name], servers[name], workload.bodies, requests,
-                                            concurrency, mode)
+                # The requests in --rounds interleaved rounds, rotating the order: a burst of load from
+                # elsewhere on a shared machine then lands on every target instead of on one.
+                rounds = max(1, min(args.rounds, requests // max(concurrency, len(workload.bodies))))
+                parts: dict[str, list[RunResult]] = {name: [] for name in order}
+                latencies: dict[str, list[float]] = {name: [] for name in order}
+                for index in range(rounds):
+                    count = requests // rounds + (1 if index < requests % rounds else 0)
+                    for name in order[index % len(order):] + order[:index % len(order)]:
+                        # Fresh connections per round, opened before the timed part: a connection left
+                        # idle longer than uvicorn's keep-alive timeout (5 s) while other targets ran can be
+                        # closed under a request (httpx.ReadError).
+                        await clients[name].aclose()
+                        clients[name] = new_client(servers[name].url)
+                        await run_load(clients[name], servers[name], workload.bodies, concurrency, concurrency,
+                                       "connect")
+                        parts[name].append(await run_load(clients[name], servers[name], workload.bodies, count,
+                                                          concurrency, mode, latencies[name], index))
+                for name in order:
+                    result = merge_rounds(parts[name], latencies[name])
                     results.append(result)
-                    print(f"  {scenario.name:<7} {mode:<9} {name:<5} {result.req_per_s:8.1f} req/s  "
-                          f"p50 {result.p50_ms:7.2f} ms  cpu {fmt(result.server_cpu_ms_per_req, 3)} ms/req",
-                          flush=True)
+                    print(f"  {scenario.name:<7} {mode:<9} {name:<9} {result.req_per_s:8.1f} req/s  "
+                          f"p50 {result.p50_ms:7.2f} ms  cpu {fmt(result.server_cpu_ms_per_req, 3)} ms/req "
+                          f"(rounds: {', '.join(fmt(c, 3) for c in result.round_cpu_ms)})", flush=True)
             results.sort(key=lambda r: (r.mode != "seq c=1", r.target != "ours"))
             floor = floors.get(scenario.name)
             print("\n" + scenario_table(workload, results, floor) + "\n", flush=True)
