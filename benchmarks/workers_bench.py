@@ -134,10 +134,12 @@ def stream_hit_rate(url: str, model_dir: str, streams: int = 8, tokens: int = 30
 # -- --lag-study ----------------------------------------------------------------------------
 
 LAG_CONFIGS = (
-    # name, workers, wrk niceness (None: no load, the idle baseline), pin workers one per core, wrk's CPUs
+    # name, workers, wrk niceness ("idle": SCHED_IDLE; None: no load, the idle baseline), pin workers one per
+    # core, wrk's CPUs
     ("2 workers idle (no wrk)", 2, None, False, None),
     ("2 workers, wrk nice 0", 2, 0, False, None),
     ("2 workers, wrk nice 19", 2, 19, False, None),
+    ("2 workers, wrk SCHED_IDLE", 2, "idle", False, None),
     ("2 workers pinned, wrk nice 19", 2, 19, True, None),
     ("2 workers pinned, wrk nice 0", 2, 0, True, None),
     ("1 worker on cpu0, wrk on cpu1", 1, 0, True, "1"),
@@ -192,7 +194,7 @@ def _steal_seconds() -> float:
     return int(fields[8]) / os.sysconf("SC_CLK_TCK")
 
 
-def lag_run(server: Server, workers: int, script: Path, args: argparse.Namespace, nice: int,
+def lag_run(server: Server, workers: int, script: Path, args: argparse.Namespace, nice: int | str | None,
             pin: bool, wrk_cpus: str | None) -> dict[str, Any]:
     url = server.url
     pids = worker_pids(server, workers)
@@ -200,7 +202,8 @@ def lag_run(server: Server, workers: int, script: Path, args: argparse.Namespace
     for index, pid in enumerate(pids):  # pin (or un-pin) every thread of each worker
         mask = str(cpus[index % len(cpus)]) if pin else ",".join(map(str, cpus))
         subprocess.run(["taskset", "-a", "-p", "-c", mask, str(pid)], check=True, capture_output=True)
-    prefix = [*(["taskset", "-c", wrk_cpus] if wrk_cpus else []), *(["nice", "-n", str(nice)] if nice else [])]
+    prefix = [*(["taskset", "-c", wrk_cpus] if wrk_cpus else []),
+              *(["chrt", "--idle", "0"] if nice == "idle" else ["nice", "-n", str(nice)] if nice else [])]
     before = {w: lag_buckets(r.text) for w, r in scrape_each(url, "/metrics", workers, _metrics_worker).items()}
     load = os.getloadavg()[0]
     steal = _steal_seconds()
