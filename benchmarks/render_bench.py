@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """render-service vs vLLM 0.33's `vllm launch render`, side by side, on the same requests.
 
-A benchmark script, not a timed test. For each target (ours and vLLM; each one process, one
-worker) and each scenario (short chat, ~9k-token chat, multi-turn agent conversation with a
-large tools block) it sends N chat-render requests sequentially and then at concurrency 8, and
-prints req/s, p50/p99 wall latency and server CPU-ms per request (utime+stime of the server's
-whole process tree over the run, divided by the requests), with vLLM/ours ratios, plus the
-in-process floor: the same chat rendered with transformers' `apply_chat_template(tokenize=False)`
-and encoded with the fastest tokenizer that gives the same ids, timed in this process.
+A benchmark script, not a timed test. For each target (ours, vLLM and the floor servers of
+floor_server.py, bare Starlette + orjson + template + fastokens, with jinja2 and with minijinja;
+each one process, one worker) and each scenario (short chat, ~9k-token chat, multi-turn agent
+conversation with a large tools block) it sends N chat-render requests sequentially and then at
+concurrency 8, in rounds interleaved across the targets, and prints req/s, p50/p99 wall latency
+and server CPU-ms per request (schedstat of every thread of the server's process tree over the
+run, divided by the requests), with vLLM/ours and ours/floor-server ratios, plus the in-process
+floor: the same chat rendered with transformers' `apply_chat_template(tokenize=False)` and encoded
+with the fastest tokenizer that gives the same ids, timed in this process.
 
-Before anything is timed, both servers must return identical `token_ids` for every payload
-(the comparison must be of the same work); the script aborts otherwise.
+Before anything is timed, ours and vLLM must return identical `token_ids` for every payload
+(the comparison must be of the same work); the script aborts otherwise. The floor servers'
+token_ids are compared with ours too; a difference is reported, not fatal.
 
 Example (starts both servers itself, stops them at the end):
 
