@@ -82,6 +82,28 @@ def tree_cpu_seconds(pid: int) -> float:
     return ticks / CLK_TCK
 
 
+def tree_schedstat_seconds(pid: int) -> float:
+    """CPU seconds of the live threads of `pid`'s process tree, from /proc/PID/task/TID/schedstat.
+
+    The scheduler's nanosecond count: utime/stime tick at 10 ms, which is 15 ticks for 100 requests
+    of 1.5 ms. Threads and children that already exited are not counted (servers keep theirs);
+    `tree_cpu_seconds` is the cross-check that includes them.
+    """
+    total = 0
+    for member in process_tree(pid):
+        try:
+            tids = os.listdir(f"/proc/{member}/task")
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{member}/task/{tid}/schedstat", "rb") as handle:
+                    total += int(handle.read().split(None, 1)[0])
+            except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
+                continue
+    return total / 1e9
+
+
 @dataclass(frozen=True)
 class Memory:
     rss_bytes: int  # sum of RSS over the tree (shared pages counted once per process)
@@ -184,6 +206,9 @@ class Server:
     def cpu_seconds(self) -> float | None:
         return None if self.pid is None else tree_cpu_seconds(self.pid)
 
+    def cpu_seconds_precise(self) -> float | None:
+        return None if self.pid is None else tree_schedstat_seconds(self.pid)
+
     def memory(self) -> Memory | None:
         return None if self.pid is None else tree_memory(self.pid)
 
@@ -203,6 +228,24 @@ def start_render_service(model_dir: str, port: int, args: Sequence[str], *, log:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    start_new_session=True)
     server = Server("ours", f"http://127.0.0.1:{port}", process.pid, owned=True, log=log,
+                    info={"command": " ".join(command)})
+    try:
+        wait_healthy(server.url, timeout, process.pid, log)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def start_floor_server(model_dir: str, port: int, args: Sequence[str], *, log: Path, name: str = "floor-srv",
+                       timeout: float = 120.0) -> Server:
+    """benchmarks/floor_server.py (a bare Starlette + orjson + jinja2 + fastokens render) as a child process."""
+    script = Path(__file__).resolve().parent / "floor_server.py"
+    command = [sys.executable, str(script), model_dir, "--port", str(port), *args]
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   start_new_session=True)
+    server = Server(name, f"http://127.0.0.1:{port}", process.pid, owned=True, log=log,
                     info={"command": " ".join(command)})
     try:
         wait_healthy(server.url, timeout, process.pid, log)

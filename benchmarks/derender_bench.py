@@ -157,16 +157,20 @@ def ticket_tools() -> list[dict[str, Any]]:
     ]
 
 
-def chat_request(seed: int) -> dict[str, Any]:
+def chat_request(seed: int, context_paragraphs: int = 0) -> dict[str, Any]:
+    """`context_paragraphs` adds incident context to the user turn (~80 tokens each): a longer
+    prompt, which vLLM's stream_state re-sends on every chunk and compact mode sends once."""
     w = Writer(seed)
     tools = ticket_tools()
+    context = "".join(f"\n\n{w.paragraph()}" for _ in range(context_paragraphs))
     return {
         "model": MODEL_NAME,
         "messages": [
             {"role": "system", "content": "You are the on-call assistant of the payments team. Think the problem "
                                           "through first, then file exactly one ticket with the create_ticket tool."},
             {"role": "user", "content": f"{w.paragraph((1, 2))} Please look into this and file a ticket for it "
-                                        "with a detailed description of the problem and the next steps."},
+                                        "with a detailed description of the problem and the next steps."
+                                        + context},
         ],
         "tools": tools,
         "max_tokens": 8192,
@@ -911,6 +915,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--window", type=int, default=50, help="chunks in the start and end windows")
     parser.add_argument("--batch-reps", type=int, default=20, help="batch derender requests per size and target")
     parser.add_argument("--seed", type=int, default=0, help="workload generator seed")
+    parser.add_argument("--context-paragraphs", type=int, default=0,
+                        help="paragraphs of context added to the prompt (~80 tokens each; default: the ~440-token prompt)")
     parser.add_argument("--server-args", default=DEFAULT_SERVER_ARGS,
                         help="flags given to every started server (default: %(default)s)")
     parser.add_argument("--ours-args", default=None,
@@ -954,7 +960,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{args.vllm_budget_seconds:.0f} s")
     builder = OutputBuilder(args.model)
     outputs = {n: builder.build(n, args.seed * 1000 + n) for n in args.sizes}
-    request = chat_request(args.seed)
+    request = chat_request(args.seed, args.context_paragraphs)
     report: dict[str, Any] = {
         "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

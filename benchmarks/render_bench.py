@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """render-service vs vLLM 0.33's `vllm launch render`, side by side, on the same requests.
 
-A benchmark script, not a timed test. For each target (ours and vLLM; each one process, one
-worker) and each scenario (short chat, ~9k-token chat, multi-turn agent conversation with a
-large tools block) it sends N chat-render requests sequentially and then at concurrency 8, and
-prints req/s, p50/p99 wall latency and server CPU-ms per request (utime+stime of the server's
-whole process tree over the run, divided by the requests), with vLLM/ours ratios, plus the
-in-process floor: the same chat rendered with transformers' `apply_chat_template(tokenize=False)`
-and encoded with the fastest tokenizer that gives the same ids, timed in this process.
+A benchmark script, not a timed test. For each target (ours, vLLM and the floor servers of
+floor_server.py, bare Starlette + orjson + template + fastokens, with jinja2 and with minijinja;
+each one process, one worker) and each scenario (short chat, ~9k-token chat, multi-turn agent
+conversation with a large tools block) it sends N chat-render requests sequentially and then at
+concurrency 8, in rounds interleaved across the targets, and prints req/s, p50/p99 wall latency
+and server CPU-ms per request (schedstat of every thread of the server's process tree over the
+run, divided by the requests), with vLLM/ours and ours/floor-server ratios, plus the in-process
+floor: the same chat rendered with transformers' `apply_chat_template(tokenize=False)` and encoded
+with the fastest tokenizer that gives the same ids, timed in this process.
 
-Before anything is timed, both servers must return identical `token_ids` for every payload
-(the comparison must be of the same work); the script aborts otherwise.
+Before anything is timed, ours and vLLM must return identical `token_ids` for every payload
+(the comparison must be of the same work); the script aborts otherwise. The floor servers'
+token_ids are compared with ours too; a difference is reported, not fatal.
 
 Example (starts both servers itself, stops them at the end):
 
@@ -52,6 +55,7 @@ from _common import (
     free_port,
     percentile,
     ratio,
+    start_floor_server,
     start_render_service,
     start_vllm_render,
     wait_healthy,
@@ -63,6 +67,9 @@ DEFAULT_MODEL_DIR = "/work/fixtures/tinyqwen3"
 DEFAULT_SERVER_ARGS = (f"--served-model-name {MODEL_NAME} --reasoning-parser qwen3 --enable-auto-tool-choice "
                        "--tool-call-parser hermes --max-model-len 16384")
 HEADERS = {"content-type": "application/json"}
+# benchmarks/floor_server.py (bare Starlette + orjson + template + fastokens), one per template engine:
+# jinja2 (the issue's sketch) and minijinja (render-service's own fast path: the stricter floor).
+FLOOR_SERVERS = {"jinja2": "floor-j2", "minijinja": "floor-mj"}
 
 # =============================================================================================
 # Payloads: deterministic (seeded) realistic English, code, logs and JSON.
@@ -605,9 +612,20 @@ def build_workload(scenario: Scenario, seed: int, variants: int) -> Workload:
 # Verification: both targets must return the same token_ids for every payload.
 # =============================================================================================
 
-async def verify(clients: dict[str, httpx.AsyncClient], workloads: list[Workload]) -> list[str]:
-    """Fills Workload.token_ids; raises SystemExit if the targets disagree. Returns warnings."""
+def _first_difference(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+async def verify(clients: dict[str, httpx.AsyncClient], workloads: list[Workload],
+                 report_only: Sequence[str] = tuple(FLOOR_SERVERS.values())) -> tuple[list[str], dict[str, list[str]]]:
+    """Fills Workload.token_ids; raises SystemExit if the targets disagree.
+
+    Returns warnings (other differing fields) and, for the `report_only` targets (the floor server,
+    which does no parity work), the payloads whose token_ids differ from the reference's: reported,
+    not fatal.
+    """
     warnings: list[str] = []
+    mismatches: dict[str, list[str]] = {name: [] for name in clients if name in report_only}
     for workload in workloads:
         for index, body in enumerate(workload.bodies):
             answers: dict[str, dict[str, Any]] = {}
@@ -617,20 +635,27 @@ async def verify(clients: dict[str, httpx.AsyncClient], workloads: list[Workload
                     raise SystemExit(f"{name} answered {response.status_code} on {workload.scenario.name}[{index}]: "
                                      f"{response.text[:500]}")
                 answers[name] = orjson.loads(response.content)
-            (first, reference), *others = answers.items()
-            for name, answer in others:
-                if answer["token_ids"] != reference["token_ids"]:
-                    a, b = reference["token_ids"], answer["token_ids"]
-                    at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+            first, reference = next((n, a) for n, a in answers.items() if n not in report_only)
+            for name, answer in answers.items():
+                if name == first:
+                    continue
+                a, b = reference["token_ids"], answer["token_ids"]
+                if name in report_only:
+                    if a != b:
+                        mismatches[name].append(f"{workload.scenario.name}[{index}] ({len(a)} vs {len(b)} tokens, "
+                                                f"first difference at {_first_difference(a, b)})")
+                    continue
+                if a != b:
                     raise SystemExit(f"ABORT: {first} and {name} disagree on token_ids for "
                                      f"{workload.scenario.name}[{index}] ({len(a)} vs {len(b)} tokens, first "
-                                     f"difference at {at}): the benchmark would not compare the same work")
+                                     f"difference at {_first_difference(a, b)}): the benchmark would not compare "
+                                     "the same work")
                 differing = sorted(k for k in set(reference) | set(answer)
                                    if k != "request_id" and reference.get(k) != answer.get(k))
                 if differing:
                     warnings.append(f"{workload.scenario.name}[{index}]: {first} and {name} differ in {differing}")
             workload.token_ids.append(reference["token_ids"])
-    return warnings
+    return warnings, mismatches
 
 
 # =============================================================================================
@@ -648,12 +673,33 @@ class RunResult:
     p50_ms: float
     p99_ms: float
     mean_ms: float
-    server_cpu_ms_per_req: float | None
+    server_cpu_ms_per_req: float | None  # schedstat (ns) of the server's live threads
     client_cpu_ms_per_req: float
+    server_cpu_ticks_ms_per_req: float | None = None  # utime+stime+cutime+cstime (10 ms ticks), cross-check
+    round_cpu_ms: list[float | None] = field(default_factory=list)  # server CPU ms/req of each round
+
+
+def merge_rounds(parts: list[RunResult], latencies: list[float]) -> RunResult:
+    """One result from the interleaved rounds of one target: totals, and percentiles over all requests."""
+    first = parts[0]
+    requests = sum(p.requests for p in parts)
+    wall = sum(p.wall_s for p in parts)
+
+    def total(attr: str) -> float | None:
+        values = [getattr(p, attr) for p in parts]
+        return None if any(v is None for v in values) else sum(v * p.requests for v, p in zip(values, parts,
+                                                                                              strict=True)) / requests
+
+    return RunResult(first.target, first.mode, first.concurrency, requests, wall, requests / wall,
+                     percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000,
+                     sum(latencies) / len(latencies) * 1000, total("server_cpu_ms_per_req"),
+                     total("client_cpu_ms_per_req") or 0.0, total("server_cpu_ticks_ms_per_req"),
+                     [p.server_cpu_ms_per_req for p in parts])
 
 
 async def run_load(client: httpx.AsyncClient, server: Server, bodies: Sequence[bytes], requests: int,
-                   concurrency: int, mode: str) -> RunResult:
+                   concurrency: int, mode: str, latencies_out: list[float] | None = None,
+                   offset: int = 0) -> RunResult:
     latencies = [0.0] * requests
     next_index = 0
     failure: list[str] = []
@@ -666,24 +712,30 @@ async def run_load(client: httpx.AsyncClient, server: Server, bodies: Sequence[b
             index = next_index
             next_index += 1
             started = perf()
-            response = await client.post(RENDER_PATH, content=bodies[index % count], headers=HEADERS)
+            response = await client.post(RENDER_PATH, content=bodies[(offset + index) % count], headers=HEADERS)
             latencies[index] = perf() - started
             if response.status_code != 200:
                 failure.append(f"{server.name}: HTTP {response.status_code}: {response.text[:300]}")
 
-    cpu_before = server.cpu_seconds()
+    ticks_before, cpu_before = server.cpu_seconds(), server.cpu_seconds_precise()
     client_before = time.process_time()
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.perf_counter() - started
     client_cpu = time.process_time() - client_before
-    cpu_after = server.cpu_seconds()
+    cpu_after, ticks_after = server.cpu_seconds_precise(), server.cpu_seconds()
     if failure:
         raise SystemExit(f"ABORT during the timed run: {failure[0]}")
-    server_cpu = None if cpu_before is None or cpu_after is None else (cpu_after - cpu_before) / requests * 1000
+    if latencies_out is not None:
+        latencies_out.extend(latencies)
+
+    def per_request(before: float | None, after: float | None) -> float | None:
+        return None if before is None or after is None else (after - before) / requests * 1000
+
     return RunResult(server.name, mode, concurrency, requests, wall, requests / wall,
                      percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000,
-                     sum(latencies) / requests * 1000, server_cpu, client_cpu / requests * 1000)
+                     sum(latencies) / requests * 1000, per_request(cpu_before, cpu_after),
+                     client_cpu / requests * 1000, per_request(ticks_before, ticks_after))
 
 
 async def warm_up(client: httpx.AsyncClient, server: Server, bodies: Sequence[bytes], requests: int,
@@ -795,12 +847,39 @@ class FloorKit:
 # Reporting.
 # =============================================================================================
 
-TABLE_HEADERS = ("target", "mode", "req/s", "p50 ms", "p99 ms", "server CPU ms/req", "client CPU ms/req")
+def issue_targets(report: dict[str, Any]) -> list[str]:
+    """Issue 2's goals on the ~9k-token chat: ours <= vLLM/10 and <= 1.5x the floor servers, CPU per request."""
+    scenario = report["scenarios"].get("long9k")
+    if not scenario:
+        return []
+    lines = []
+    for mode in dict.fromkeys(r["mode"] for r in scenario["results"]):
+        cpu = {r["target"]: r["server_cpu_ms_per_req"] for r in scenario["results"] if r["mode"] == mode}
+        rounds = {r["target"]: r["round_cpu_ms"] for r in scenario["results"] if r["mode"] == mode}
+        ours = cpu.get("ours")
+        goals = [("vLLM", 10.0, "vLLM/ours >= 10x")] + [(f, 1.5, f"ours/{f} <= 1.5x") for f in FLOOR_SERVERS.values()]
+        for other, goal, label in goals:
+            value = ratio(cpu.get("vLLM"), ours) if other == "vLLM" else ratio(ours, cpu.get(other))
+            if value is None:
+                continue
+            passed = value >= goal if other == "vLLM" else value <= goal
+            pairs = list(zip(rounds.get("ours") or [], rounds.get(other) or [], strict=False))
+            per_round = sorted(v for v in ((b / a if other == "vLLM" else a / b) if a and b else None
+                                           for a, b in pairs) if v is not None)
+            spread = (f"  (per round: {per_round[0]:.2f}-{per_round[-1]:.2f}x, median "
+                      f"{percentile(per_round, 50):.2f}x)") if per_round else ""
+            lines.append(f"long9k {mode:<9} {label:<22} {value:6.2f}x  {'PASS' if passed else 'FAIL'}{spread}")
+    return lines
+
+
+TABLE_HEADERS = ("target", "mode", "req/s", "p50 ms", "p99 ms", "server CPU ms/req", "(ticks)",
+                 "client CPU ms/req")
 
 
 def _row(result: RunResult) -> list[str]:
     return [result.target, result.mode, fmt(result.req_per_s, 1), fmt(result.p50_ms), fmt(result.p99_ms),
-            fmt(result.server_cpu_ms_per_req, 3), fmt(result.client_cpu_ms_per_req, 3)]
+            fmt(result.server_cpu_ms_per_req, 3), fmt(result.server_cpu_ticks_ms_per_req, 2),
+            fmt(result.client_cpu_ms_per_req, 3)]
 
 
 def _ratio_row(label: str, mode: str, num: RunResult, den: RunResult) -> list[str]:
@@ -809,7 +888,7 @@ def _ratio_row(label: str, mode: str, num: RunResult, den: RunResult) -> list[st
         return "-" if value is None else f"{value:.2f}x"
 
     return [label, mode, r(num.req_per_s, den.req_per_s), r(num.p50_ms, den.p50_ms), r(num.p99_ms, den.p99_ms),
-            r(num.server_cpu_ms_per_req, den.server_cpu_ms_per_req), ""]
+            r(num.server_cpu_ms_per_req, den.server_cpu_ms_per_req), "", ""]
 
 
 def scenario_table(workload: Workload, results: list[RunResult], floor: Floor | None) -> str:
@@ -824,13 +903,16 @@ def scenario_table(workload: Workload, results: list[RunResult], floor: Floor | 
         rows += [_row(r) for r in by_target.values()]
         if "ours" in by_target and "vLLM" in by_target:
             rows.append(_ratio_row("vLLM/ours", mode, by_target["vLLM"], by_target["ours"]))
+        for floor_server in FLOOR_SERVERS.values():
+            if "ours" in by_target and floor_server in by_target:
+                rows.append(_ratio_row(f"ours/{floor_server}", mode, by_target["ours"], by_target[floor_server]))
         rows.append([])
     if floor is not None:
-        rows.append(["floor", "in-process", "", "", "", fmt(floor.floor_ms, 3), ""])
+        rows.append(["floor", "in-process", "", "", "", fmt(floor.floor_ms, 3), "", ""])
         for mode in modes:
             ours = next((r for r in results if r.mode == mode and r.target == "ours"), None)
             value = ratio(ours.server_cpu_ms_per_req if ours else None, floor.floor_ms)
-            rows.append(["ours/floor", mode, "", "", "", "-" if value is None else f"{value:.2f}x", ""])
+            rows.append(["ours/floor", mode, "", "", "", "-" if value is None else f"{value:.2f}x", "", ""])
     while rows and not rows[-1]:
         rows.pop()
     text = format_table(TABLE_HEADERS, rows, title)
@@ -871,12 +953,17 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrent-requests", type=int, default=None,
                         help="requests per concurrent run (default per scenario: short 400, long9k 120, agent 200)")
     parser.add_argument("--concurrency", type=int, default=8, help="in-flight requests in the concurrent mode")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="split each timed run into this many rounds, interleaved across the targets")
     parser.add_argument("--warmup", type=int, default=20, help="warm-up requests per target, scenario and mode")
     parser.add_argument("--variants", type=int, default=8,
                         help="distinct payloads per scenario (requests cycle through them)")
     parser.add_argument("--seed", type=int, default=0, help="payload generator seed")
     parser.add_argument("--skip-vllm", action="store_true", help="benchmark render-service only")
     parser.add_argument("--skip-floor", action="store_true", help="do not measure the in-process floor")
+    parser.add_argument("--floor-engines", default="jinja2,minijinja",
+                        help="floor servers to start (benchmarks/floor_server.py), by template engine: comma-separated "
+                             "subset of jinja2, minijinja; '' for none (default: %(default)s)")
     parser.add_argument("--floor-seconds", type=float, default=1.0, help="min CPU seconds per floor measurement")
     parser.add_argument("--ours-url", help="use a running render-service at this base URL")
     parser.add_argument("--ours-pid", type=int, help="its PID (for CPU and RSS)")
@@ -890,10 +977,16 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="script that starts vLLM's render server (default: %(default)s)")
     parser.add_argument("--json", dest="json_out", help="also write all results as JSON to this file")
     args = parser.parse_args(argv)
+    if args.floor_engines and any(e not in FLOOR_SERVERS for e in args.floor_engines.split(",")):
+        parser.error(f"--floor-engines: choose from {list(FLOOR_SERVERS)}")
     unknown = [s for s in args.scenarios.split(",") if s not in SCENARIOS]
     if unknown:
         parser.error(f"unknown scenario(s) {unknown}; choose from {list(SCENARIOS)}")
     return args
+
+
+def _flag(args: Sequence[str], name: str, default: str = "16384") -> str:
+    return args[args.index(name) + 1] if name in args[:-1] else default
 
 
 def _start_servers(args: argparse.Namespace, log_dir: Path) -> dict[str, Server]:
@@ -915,6 +1008,14 @@ def _start_servers(args: argparse.Namespace, log_dir: Path) -> dict[str, Server]
                 port = args.vllm_port or free_port()
                 print(f"starting vLLM render on port {port} ...", flush=True)
                 servers["vLLM"] = start_vllm_render(args.model, port, server_args, script=args.oracle_script)
+        for engine in args.floor_engines.split(",") if args.floor_engines else ():
+            name = FLOOR_SERVERS[engine]
+            port = free_port()
+            print(f"starting the floor server ({engine}) on port {port} ...", flush=True)
+            floor_args = ["--served-model-name", MODEL_NAME, "--engine", engine,
+                          "--max-model-len", _flag(server_args, "--max-model-len")]
+            servers[name] = start_floor_server(args.model, port, floor_args, log=log_dir / f"{name}-{port}.log",
+                                               name=name)
     except BaseException:
         for server in servers.values():
             server.stop()
@@ -927,16 +1028,27 @@ def _start_servers(args: argparse.Namespace, log_dir: Path) -> dict[str, Server]
 async def _benchmark(args: argparse.Namespace, servers: dict[str, Server], workloads: list[Workload],
                      report: dict[str, Any]) -> None:
     limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
-    clients = {name: httpx.AsyncClient(base_url=s.url, http1=True, http2=False, limits=limits, trust_env=False,
-                                       timeout=httpx.Timeout(300.0))
-               for name, s in servers.items()}
+
+    def new_client(url: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=url, http1=True, http2=False, limits=limits, trust_env=False,
+                                 timeout=httpx.Timeout(300.0))
+
+    clients = {name: new_client(s.url) for name, s in servers.items()}
     try:
-        warnings = await verify(clients, workloads)
-        print(f"verified: identical token_ids from {' and '.join(servers)} for "
+        warnings, mismatches = await verify(clients, workloads)
+        checked = [n for n in servers if n not in mismatches]
+        print(f"verified: identical token_ids from {' and '.join(checked)} for "
               f"{sum(len(w.bodies) for w in workloads)} payloads")
+        for name, bad in mismatches.items():
+            if bad:
+                print(f"  WARNING: {name} token_ids differ from {checked[0]}'s on {len(bad)} payload(s): "
+                      f"{'; '.join(bad[:5])} (its figures are not the same work there)")
+            else:
+                print(f"  {name}: identical token_ids on every payload too")
         for warning in warnings[:5]:
             print(f"  note: {warning}")
         report["verification_notes"] = warnings
+        report["floor_server_token_mismatches"] = mismatches
 
         floors: dict[str, Floor] = {}
         if not args.skip_floor:
@@ -952,17 +1064,36 @@ async def _benchmark(args: argparse.Namespace, servers: dict[str, Server], workl
             results: list[RunResult] = []
             for mode, concurrency, requests in (("seq c=1", 1, sequential),
                                                 (f"conc c={args.concurrency}", args.concurrency, concurrent)):
-                # Alternate which target goes first, so slow drift of the machine hits both alike.
+                # Alternate which target goes first, so slow drift of the machine hits all alike.
                 order = list(servers) if block % 2 == 0 else list(reversed(servers))
                 block += 1
                 for name in order:
+                    await clients[name].aclose()
+                    clients[name] = new_client(servers[name].url)
                     await warm_up(clients[name], servers[name], workload.bodies, args.warmup, concurrency)
-                    result = await run_load(clients[name], servers[name], workload.bodies, requests,
-                                            concurrency, mode)
+                # The requests in --rounds interleaved rounds, rotating the order: a burst of load from
+                # elsewhere on a shared machine then lands on every target instead of on one.
+                rounds = max(1, min(args.rounds, requests // max(concurrency, len(workload.bodies))))
+                parts: dict[str, list[RunResult]] = {name: [] for name in order}
+                latencies: dict[str, list[float]] = {name: [] for name in order}
+                for index in range(rounds):
+                    count = requests // rounds + (1 if index < requests % rounds else 0)
+                    for name in order[index % len(order):] + order[:index % len(order)]:
+                        # Fresh connections per round, opened before the timed part: a connection left
+                        # idle longer than uvicorn's keep-alive timeout (5 s) while other targets ran can be
+                        # closed under a request (httpx.ReadError).
+                        await clients[name].aclose()
+                        clients[name] = new_client(servers[name].url)
+                        await run_load(clients[name], servers[name], workload.bodies, concurrency, concurrency,
+                                       "connect")
+                        parts[name].append(await run_load(clients[name], servers[name], workload.bodies, count,
+                                                          concurrency, mode, latencies[name], index))
+                for name in order:
+                    result = merge_rounds(parts[name], latencies[name])
                     results.append(result)
-                    print(f"  {scenario.name:<7} {mode:<9} {name:<5} {result.req_per_s:8.1f} req/s  "
-                          f"p50 {result.p50_ms:7.2f} ms  cpu {fmt(result.server_cpu_ms_per_req, 3)} ms/req",
-                          flush=True)
+                    print(f"  {scenario.name:<7} {mode:<9} {name:<9} {result.req_per_s:8.1f} req/s  "
+                          f"p50 {result.p50_ms:7.2f} ms  cpu {fmt(result.server_cpu_ms_per_req, 3)} ms/req "
+                          f"(rounds: {', '.join(fmt(c, 3) for c in result.round_cpu_ms)})", flush=True)
             results.sort(key=lambda r: (r.mode != "seq c=1", r.target != "ours"))
             floor = floors.get(scenario.name)
             print("\n" + scenario_table(workload, results, floor) + "\n", flush=True)
@@ -1006,6 +1137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         runner(_benchmark(args, servers, workloads, report))
         memory = {name: server.memory() for name, server in servers.items()}
         print(memory_table(memory))
+        targets = issue_targets(report)
+        if targets:
+            print("\n== issue 2 targets (server CPU per request, ~9k-token chat) ==\n" + "\n".join(targets))
+        report["issue_targets"] = targets
         report["memory"] = {name: asdict(m) if m else None for name, m in memory.items()}
     finally:
         for server in servers.values():

@@ -213,6 +213,15 @@ def _batch_only(body: dict[str, Any]) -> None:
             f"\"Input should be False\", 'input': {stream!r}}}", param="body.stream")
 
 
+def runqueue_wait_seconds() -> float | None:
+    """Seconds this thread has waited runnable for a CPU (Linux schedstat); None elsewhere."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as fh:
+            return int(fh.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
@@ -410,12 +419,22 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
     ]
 
     async def watch_loop_lag() -> None:
-        """CPU work runs inline on each worker's loop; this proves it never blocks the loop long."""
+        """CPU work runs inline on each worker's loop; this proves it never blocks the loop long, and
+        separates that from time the OS kept the loop off a CPU (a saturated or shared machine)."""
         interval = 0.05
+        metrics = state.metrics
+        waited = runqueue_wait_seconds()
         while True:
             start = time.perf_counter()
             await asyncio.sleep(interval)
-            state.metrics.loop_lag.observe(max(0.0, time.perf_counter() - start - interval))
+            lag = max(0.0, time.perf_counter() - start - interval)
+            metrics.loop_lag.observe(lag)
+            if waited is not None:
+                now = runqueue_wait_seconds()
+                if now is not None:
+                    metrics.loop_runqueue.inc(max(0.0, now - waited))
+                    metrics.loop_held.observe(max(0.0, lag - (now - waited)))
+                    waited = now
 
     @asynccontextmanager
     async def lifespan(app: Starlette):

@@ -34,7 +34,7 @@ def components(settings: Settings, model: Model) -> dict[str, Any]:
     """Each component's canonical value (small ones inline, large ones as digests)."""
     tokenizer = model.hf_tokenizer
     added = {str(i): [t.content, bool(t.special)] for i, t in sorted(tokenizer.added_tokens_decoder.items())}
-    return {
+    parts = {
         "model": {"root": settings.model, "revision": settings.revision},
         "tokenizer_files": {name: _digest(data) for name, data in sorted(model.tokenizer_files.items())},
         "added_tokens": _digest(added),
@@ -60,6 +60,13 @@ def components(settings: Settings, model: Model) -> dict[str, Any]:
         "served_model_names": settings.served_names,
         "service_version": __version__,
     }
+    preprocessor = model.path / "preprocessor_config.json"
+    if preprocessor.is_file():
+        # Image processing settings change placeholders and pixels (and the engine-side hashes);
+        # text-only models keep their fingerprint.
+        parts["multimodal"] = {"preprocessor_config": _digest(preprocessor.read_bytes()),
+                               "limit_mm_per_prompt": settings.limit_mm_per_prompt}
+    return parts
 
 
 def fingerprint(settings: Settings, model: Model) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import jinja2.sandbox
 from .exceptions import BadRequestError, RequestValidationError
 from .protocol import (
     MAX_STOP_STRINGS,
+    apply_return_mm_kwargs_alias,
     check_type,
     opt_bool,
     opt_dict,
@@ -232,6 +233,7 @@ def validate_messages_request(body: dict[str, Any]) -> None:
             _validate_tool(tool, f"body.tools.{index}")
     opt_int(body, "top_k")
     opt_float(body, "top_p")
+    apply_return_mm_kwargs_alias(body)
     mm_payload = body.get("mm_payload", "tensors")
     if mm_payload not in ("tensors", "none"):
         raise schema_error("body.mm_payload", "Input should be 'tensors' or 'none'", mm_payload)

@@ -52,8 +52,16 @@ class Metrics:
                               registry=r)
         self.rejected = Counter("render_overload_rejections", "Requests refused with 503 (back-pressure)",
                                 registry=r)
+        lag_buckets = (0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.5)
         self.loop_lag = Histogram("render_event_loop_lag_seconds", "How late a 50 ms timer fires on the event loop",
-                                  buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5), registry=r)
+                                  buckets=lag_buckets, registry=r)
+        # Lag minus the time the loop thread sat runnable in the kernel's run queue (Linux schedstat):
+        # what this process's own work held the loop, apart from CPU starvation by other processes.
+        self.loop_held = Histogram("render_event_loop_held_seconds",
+                                   "Event-loop lag not explained by waiting for a CPU (the loop's own work)",
+                                   buckets=lag_buckets, registry=r)
+        self.loop_runqueue = Counter("render_event_loop_runqueue_wait_seconds",
+                                     "Time the event-loop thread waited for a CPU while runnable", registry=r)
 
     def export(self) -> bytes:
         return generate_latest(self.registry)

@@ -180,6 +180,14 @@ def str_list(value: Any, param: str) -> list[str]:
     return value
 
 
+def apply_return_mm_kwargs_alias(body: dict[str, Any]) -> None:
+    """vLLM's deprecated `return_mm_kwargs: false` means `mm_payload: "none"` unless that is set
+    (llm-d sends it on every render call)."""
+    opt_bool(body, "return_mm_kwargs")
+    if body.get("return_mm_kwargs") is False and "mm_payload" not in body:
+        body["mm_payload"] = "none"
+
+
 def validate_cache_salt(salt: Any) -> None:
     """vLLM's `validate_cache_salt` (generate/base/protocol.py)."""
     if salt is None:

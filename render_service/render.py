@@ -21,6 +21,7 @@ from render_service.protocol import (
     MAX_STOP_STRINGS,
     OUTPUT_KIND_DELTA,
     OUTPUT_KIND_FINAL_ONLY,
+    apply_return_mm_kwargs_alias,
     check_type,
     generate_request,
     handler_error,
@@ -120,6 +121,7 @@ def _validate_common(body: dict[str, Any]) -> None:
     if truncation_side not in (None, "left", "right"):
         raise schema_error("body.truncation_side", "Input should be 'left' or 'right'", truncation_side)
     opt_str(body, "request_id")
+    apply_return_mm_kwargs_alias(body)
     mm_payload = body.get("mm_payload", "tensors")
     if mm_payload not in ("tensors", "none"):
         raise schema_error("body.mm_payload", "Input should be 'tensors' or 'none'", mm_payload)

@@ -18,6 +18,7 @@ from .protocol import (
     INT64_MIN,
     OUTPUT_KIND_DELTA,
     OUTPUT_KIND_FINAL_ONLY,
+    apply_return_mm_kwargs_alias,
     check_type,
     generate_request,
     handler_error,
@@ -175,6 +176,7 @@ def validate_responses_request(body: dict[str, Any]) -> None:
                                                                                  "json_object")):
         raise schema_error("body.text.format", "Input tag does not match any of the expected tags: "
                            "'text', 'json_schema', 'json_object'", fmt)
+    apply_return_mm_kwargs_alias(body)
     mm_payload = body.get("mm_payload", "tensors")
     if mm_payload not in ("tensors", "none"):
         raise schema_error("body.mm_payload", "Input should be 'tensors' or 'none'", mm_payload)
@@ -410,8 +412,9 @@ def render_responses(ctx: RenderContext, body: dict[str, Any]) -> dict[str, Any]
     kwargs = template_kwargs(ctx, body)
     messages = input_messages(body)
     chat_template = ctx.model.flag_chat_template or ctx.model.chat_template
-    token_ids, offsets, features = render_conversation(ctx, {"messages": messages}, chat_template, rendered_tools,
-                                                       kwargs, max_output, "max_output_tokens", truncate)
+    conversation = {"messages": messages, "mm_payload": body.get("mm_payload", "tensors")}
+    token_ids, offsets, features = render_conversation(ctx, conversation, chat_template, rendered_tools, kwargs,
+                                                       max_output, "max_output_tokens", truncate)
     if not token_ids:
         raise BadRequestError("No token_ids rendered")
 

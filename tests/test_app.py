@@ -176,3 +176,18 @@ def test_error_logs_carry_the_callers_trace_and_request_ids(client: TestClient, 
                            headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01", "X-Request-Id": "r-1"})
     assert response.status_code == 400
     assert f"trace_id={trace_id} request_id=r-1" in caplog.text
+
+
+def test_event_loop_metrics_separate_held_time_from_cpu_wait(qwen3_model_dir: Path) -> None:
+    import time
+
+    with TestClient(create_app(Settings(model=str(qwen3_model_dir)).validate())) as fresh:
+        time.sleep(0.3)  # a few 50 ms samples
+        text = fresh.get("/metrics").text
+    counts = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+              if line.startswith(("render_event_loop_lag_seconds_count", "render_event_loop_held_seconds_count",
+                                  "render_event_loop_runqueue_wait_seconds_total"))}
+    assert counts["render_event_loop_lag_seconds_count"] >= 2
+    assert counts["render_event_loop_held_seconds_count"] >= 2  # Linux: schedstat is readable
+    assert counts["render_event_loop_runqueue_wait_seconds_total"] >= 0
+    assert 'render_event_loop_lag_seconds_bucket{le="0.003"}' in text

@@ -98,3 +98,19 @@ def test_continuous_audit_exports_mismatches_and_gates_readiness(qwen3_model_dir
                 time.sleep(0.5)
             assert metric(text, "render_config_mismatch", peer=peer, component="max_model_len") == 1.0
             assert client.get("/health").status_code == 503
+
+
+def test_image_processing_settings_are_a_component(qwen3_model_dir: Path, tmp_path: Path) -> None:
+    from render_service.example_model import build_example_model
+    from render_service.fingerprint import fingerprint
+    from render_service.model import load_model
+
+    vl_dir = build_example_model(tmp_path / "vl", "qwen3-vl")
+    settings = Settings(model=str(vl_dir)).validate()
+    model = load_model(settings)
+    base = fingerprint(settings, model)
+    limited = Settings(model=str(vl_dir), limit_mm_per_prompt={"image": 2}).validate()
+    assert "multimodal" in base["components"]
+    assert fingerprint(limited, model)["components"]["multimodal"] != base["components"]["multimodal"]
+    text = Settings(model=str(qwen3_model_dir)).validate()
+    assert "multimodal" not in fingerprint(text, load_model(text))["components"]  # text models unchanged

@@ -124,3 +124,15 @@ def test_summary_is_order_free() -> None:
     assert a != b
     assert summarize_item(a) == summarize_item(b)
     assert summarize_item(a)["pixel_values"]["sha256"] == hashlib.sha256(b"ab").hexdigest()
+
+
+def test_return_mm_kwargs_false_means_no_tensors(client: TestClient) -> None:
+    """llm-d sends vLLM's deprecated `return_mm_kwargs: false`: the same answer as `mm_payload: "none"`."""
+    golden = json.loads((GOLDEN_DIR / "mm_payload_none.json").read_text(encoding="utf-8"))
+    request = {k: v for k, v in golden["request"].items() if k != "mm_payload"}
+    request["return_mm_kwargs"] = False
+    body = client.post("/v1/chat/completions/render", json=request).json()
+    assert body["features"]["kwargs_data"] is None and body["features"]["mm_metadata"] is None
+    assert body["features"]["mm_hashes"] == golden["response"]["features"]["mm_hashes"]
+    kept = client.post("/v1/chat/completions/render", json={**request, "return_mm_kwargs": True}).json()
+    assert kept["features"]["kwargs_data"] is not None

@@ -1,0 +1,157 @@
+"""A real vLLM engine for the tiny Qwen3-VL model: random weights, the torchvision overlay, the engine process.
+
+`build_weighted_vl_model()` writes the `qwen3-vl` example folder (render_service.example_model: Qwen3
+tokenizer, Qwen3-VL processor settings, a 2-layer 64-wide text model and a 2-block 64-wide vision
+tower with one deepstack merger) and adds random bf16 weights written by transformers in the engine
+venv. Weights are drawn with std WEIGHT_STD instead of the config's 0.02: at 0.02 the tiny model's
+greedy tokens do not depend on the image at all (the same token repeats for any pixels), so a
+token comparison could not fail; at 0.2 they change when the pixels change.
+
+The engine cannot be `--tokens-only` for this model (nor any model whose multimodal processor needs
+a tokenizer, in vLLM 0.32 and 0.33): `--tokens-only` forces `skip_tokenizer_init=True`, and the
+engine's renderer builds the multimodal processor at start-up even though /inference/v1/generate
+with `features` never calls it; `BaseMultiModalProcessor.__init__` then raises "Qwen3VLMultiModal-
+Processor requires a tokenizer and cannot be initialized when `skip_tokenizer_init=True`"
+(vllm/multimodal/processing/processor.py, `requires_tokenizer`; vllm #54670, #54886 added the check,
+#54904 to load the tokenizer anyway was closed unmerged). So the engine runs with its tokenizer and
+`--enable-scale-out` (the same /inference/v1/generate route and the same features path).
+
+torchvision: vLLM's qwen3_vl.py imports transformers' Qwen2-VL image processor module, which imports
+torchvision at module level, and the engine venv (like the 0.33 oracle venv) has none. Both venvs run
+torch 2.13.0+cpu, and PyPI's torchvision 0.28.0 (built for torch 2.13) works as a PYTHONPATH overlay
+once its `__init__` stops importing the op registrations that need its CUDA `_C` extension (the
+transforms vLLM uses are pure torch). `torchvision_overlay()` finds or builds that overlay
+(VLLM_TORCHVISION_OVERLAY, else /tmp/mm-tv as made for tests/parity/record_mm.py, else
+`pip install --no-deps --target` into the temp dir and patch).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tests.integration.engine_fixture import VllmProcess, require_engine, start_engine, start_render_oracle
+
+RECIPE_VERSION = 1
+WEIGHT_STD = 0.2
+SERVED_NAME = "tinyvl"
+MAX_MODEL_LEN = 16384
+TORCHVISION = "torchvision==0.28.0"
+DEFAULT_OVERLAY = Path("/tmp/mm-tv")
+
+# Runs inside the engine venv: random weights (every sub-config's std raised), saved next to the tokenizer.
+_WEIGHTS_SCRIPT = """
+import sys
+import torch
+from transformers import AutoConfig, Qwen3VLForConditionalGeneration
+torch.manual_seed(0)
+config = AutoConfig.from_pretrained(sys.argv[1])
+for part in (config, config.text_config, config.vision_config):
+    part.initializer_range = float(sys.argv[2])
+model = Qwen3VLForConditionalGeneration(config).to(torch.bfloat16)
+model.save_pretrained(sys.argv[1], safe_serialization=True)
+"""
+
+_REGISTRATIONS = "    _autograd_registrations,\n    _meta_registrations,\n"
+_EXTENSION = "from . import extension  # usort:skip  # noqa: F401\n"
+_GUARDED = ("# render-service overlay: the PyPI wheel's _C is a CUDA build that cannot load next to CPU torch;\n"
+            "# only these op registrations need it (the transforms are pure torch).\n"
+            "if extension._has_ops():\n"
+            "    from torchvision import _autograd_registrations, _meta_registrations  # noqa: F401\n")
+
+
+def build_weighted_vl_model(cache_root: str | Path | None = None) -> Path:
+    """The qwen3-vl example folder plus random weights, built once and cached (safe across processes)."""
+    from render_service.example_model import QWEN3_VL_CONFIG, QWEN3_VL_PREPROCESSOR, build_example_model
+
+    python = require_engine()
+    recipe = [RECIPE_VERSION, WEIGHT_STD, QWEN3_VL_CONFIG, QWEN3_VL_PREPROCESSOR, python]
+    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+    root = Path(cache_root or tempfile.gettempdir()) / "render-service-engine-models"
+    root.mkdir(parents=True, exist_ok=True)
+    target = root / f"tinyqwen3vl-{key}"
+    with (root / f"{target.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / ".complete").exists():
+            return target
+        staging = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=root))
+        try:
+            build_example_model(staging, "qwen3-vl")
+            subprocess.run([python, "-c", _WEIGHTS_SCRIPT, str(staging), str(WEIGHT_STD)], check=True,
+                           capture_output=True, timeout=600, env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
+            # save_pretrained rewrote config.json (with the raised std): put the example's files back.
+            build_example_model(staging, "qwen3-vl")
+            if not any(staging.glob("*.safetensors")):
+                raise RuntimeError(f"no weights were written to {staging}")
+            (staging / ".complete").write_text("ok\n")
+            if target.exists():
+                shutil.rmtree(target)
+            staging.rename(target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    return target
+
+
+def _overlay_works(path: Path, python: str) -> bool:
+    probe = "import torchvision.transforms.v2.functional, sys; sys.exit(0)"
+    result = subprocess.run([python, "-c", probe], capture_output=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(path)}, cwd=tempfile.gettempdir())
+    return result.returncode == 0
+
+
+def patch_torchvision_init(init: Path) -> None:
+    """Import the `_meta_registrations`/`_autograd_registrations` modules only `if extension._has_ops()`."""
+    text = init.read_text(encoding="utf-8")
+    if _GUARDED in text:
+        return
+    if text.count(_REGISTRATIONS) != 1 or text.count(_EXTENSION) != 1:
+        raise RuntimeError(f"{init}: not the torchvision 0.28 __init__ this patch knows")
+    text = text.replace(_REGISTRATIONS, "").replace(_EXTENSION, _EXTENSION + _GUARDED)
+    init.write_text(text, encoding="utf-8")
+
+
+def torchvision_overlay(cache_root: str | Path | None = None) -> Path:
+    """A directory to put on the vLLM processes' PYTHONPATH so that `import torchvision` works on CPU torch."""
+    python = require_engine()
+    configured = os.environ.get("VLLM_TORCHVISION_OVERLAY")
+    candidates = [Path(configured)] if configured else [DEFAULT_OVERLAY]
+    root = Path(cache_root or tempfile.gettempdir()) / "render-service-torchvision-overlay"
+    candidates.append(root)
+    for path in candidates:
+        if (path / "torchvision" / "__init__.py").exists() and _overlay_works(path, python):
+            return path
+    if configured:
+        raise RuntimeError(f"VLLM_TORCHVISION_OVERLAY={configured} does not import torchvision")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with Path(f"{root}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (root / ".complete").exists():
+            return root
+        shutil.rmtree(root, ignore_errors=True)
+        subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(root), TORCHVISION],
+                       check=True, capture_output=True, timeout=900)
+        patch_torchvision_init(root / "torchvision" / "__init__.py")
+        if not _overlay_works(root, python):
+            raise RuntimeError(f"the patched {TORCHVISION} in {root} does not import")
+        (root / ".complete").write_text("ok\n")
+    return root
+
+
+def start_vl_engine(model_dir: str | Path, overlay: Path, *flags: str) -> VllmProcess:
+    """The engine with its tokenizer (see the module docstring) and the dev endpoints that reset its caches."""
+    return start_engine(model_dir, "--max-num-seqs", "4", *flags, max_model_len=MAX_MODEL_LEN,
+                        served_name=SERVED_NAME, tokens_only=False,
+                        env={"PYTHONPATH": str(overlay), "VLLM_SERVER_DEV_MODE": "1"})
+
+
+def start_vl_render_oracle(model_dir: str | Path, overlay: Path) -> VllmProcess:
+    """vLLM 0.33's `vllm launch render` on the same folder (and path string: it is part of the mm_hash)."""
+    return start_render_oracle(model_dir, "--served-model-name", SERVED_NAME, "--max-model-len", str(MAX_MODEL_LEN),
+                               env={"PYTHONPATH": str(overlay)})
