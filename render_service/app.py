@@ -59,7 +59,31 @@ class JSONResponse(Response):
             # orjson encodes at most 254 levels but parses 1024, and responses echo request data
             # (tools, kwargs, kv_transfer_params): encode those with the stdlib, whose own limit
             # (a RecursionError) the endpoint answers with a 400.
-            return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode()
+            return json.dumps(content, ensure_ascii=False, separators=(",", ":"), default=_too_deep).encode()
+
+
+def _too_deep(value: Any) -> Any:
+    # Pre-encoded image data (orjson.Fragment) cannot go through the stdlib encoder: a request that
+    # is both this deep and carries images is refused like one nested past the stdlib's limit.
+    raise RecursionError(f"cannot encode {type(value).__name__} in a deeply nested response")
+
+
+class PartsResponse(Response):
+    """A JSON body sent as the pieces `ImageProcessor.json_parts` returns: megabytes of cached image
+    data go to the socket as they are, not copied into a new body on every request."""
+
+    media_type = "application/json"
+
+    def __init__(self, parts: list[bytes], status_code: int = 200) -> None:
+        self.parts = parts
+        super().__init__(b"", status_code=status_code)
+        self.headers["content-length"] = str(sum(len(part) for part in parts))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        last = len(self.parts) - 1
+        for index, part in enumerate(self.parts):
+            await send({"type": "http.response.body", "body": part, "more_body": index < last})
 
 
 def error_response(exc: RenderServiceError) -> Response:
@@ -295,6 +319,8 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
             state.metrics.mm_cache_hits.inc(vision.cache.hits - hits)
             state.metrics.mm_cache_misses.inc(vision.cache.misses - misses)
             state.metrics.mm_cache_bytes.set(vision.cache.bytes)
+            if result.get("features") is not None:
+                return PartsResponse(vision.json_parts(result))
         return result
 
     def messages_render(request: Request, body: Any) -> Any:
