@@ -18,6 +18,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from functools import partial
 from typing import Any
 
 import orjson
@@ -125,6 +126,7 @@ class State:
         self.ready = False
         self.started = int(time.time())
         self.inflight = 0
+        self.mm_hits_seen = self.mm_misses_seen = 0  # image-cache counters already exported
         self.audit: Any = None
 
     def warm_up(self) -> None:
@@ -300,39 +302,45 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
 
     def chat_render(request: Request, body: Any) -> Any:
         body = _object_body(body)
-        context = state.context
-        urls = media.image_urls(body.get("messages")) if context.vision is not None else []
-        if urls:
-            return chat_render_fetching(request, body, urls)
-        return finish_chat_render(request, body, None)
-
-    async def chat_render_fetching(request: Request, body: dict[str, Any], urls: list[str]) -> Any:
-        fetched = await media.fetch_all(urls, state.context.media_limits)
-        return finish_chat_render(request, body, fetched)
-
-    def finish_chat_render(request: Request, body: dict[str, Any], fetched: dict[str, bytes] | None) -> Any:
-        vision = state.context.vision
-        hits, misses = (vision.cache.hits, vision.cache.misses) if vision is not None else (0, 0)
-        result = render.render_chat(state.context, body, request.headers.get("x-request-id"), fetched)
-        state.metrics.prompt_tokens.inc(len(result["token_ids"]))
-        if vision is not None:
-            state.metrics.mm_cache_hits.inc(vision.cache.hits - hits)
-            state.metrics.mm_cache_misses.inc(vision.cache.misses - misses)
-            state.metrics.mm_cache_bytes.set(vision.cache.bytes)
-            if result.get("features") is not None:
-                return PartsResponse(vision.json_parts(result))
-        return result
+        render_one = partial(render.render_chat, state.context, body, request.headers.get("x-request-id"))
+        return with_images(body.get("messages"), render_one)
 
     def messages_render(request: Request, body: Any) -> Any:
-        body = _object_body(body)
-        result = messages.render_messages(state.context, body, request.headers.get("x-request-id"))
-        state.metrics.prompt_tokens.inc(len(result["token_ids"]))
-        return result
+        chat = messages.convert(state.context, _object_body(body))
+        render_one = partial(render.render_chat, state.context, chat, request.headers.get("x-request-id"),
+                             converted=True)
+        return with_images(chat["messages"], render_one)
 
     def responses_render(request: Request, body: Any) -> Any:
         body = _object_body(body)
-        result = responses.render_responses(state.context, body)
+        context = state.context
+        conversation = None
+        if context.vision is not None:  # find the image URLs to fetch (a valid request only)
+            responses.validate_responses_request(body)
+            conversation = responses.input_messages(body)
+        return with_images(conversation, partial(responses.render_responses, context, body))
+
+    def with_images(conversation: Any, render_one: Callable[..., dict[str, Any]]) -> Any:
+        """Render, after fetching the conversation's http(s) image URLs (off the loop's CPU path)."""
+        urls = media.image_urls(conversation) if state.context.vision is not None else []
+        if urls:
+            return fetching(urls, render_one)
+        return finish_render(render_one(None))
+
+    async def fetching(urls: list[str], render_one: Callable[..., dict[str, Any]]) -> Any:
+        fetched = await media.fetch_all(urls, state.context.media_limits)
+        return finish_render(render_one(fetched))
+
+    def finish_render(result: dict[str, Any]) -> Any:
+        vision = state.context.vision
         state.metrics.prompt_tokens.inc(len(result["token_ids"]))
+        if vision is not None:
+            state.metrics.mm_cache_hits.inc(vision.cache.hits - state.mm_hits_seen)
+            state.metrics.mm_cache_misses.inc(vision.cache.misses - state.mm_misses_seen)
+            state.mm_hits_seen, state.mm_misses_seen = vision.cache.hits, vision.cache.misses
+            state.metrics.mm_cache_bytes.set(vision.cache.bytes)
+            if result.get("features") is not None:
+                return PartsResponse(vision.json_parts(result))
         return result
 
     def completion_render(request: Request, body: Any) -> Any:

@@ -467,10 +467,16 @@ def _disabled_thinking_effort(ctx: Any) -> str:
     return "none"
 
 
-def render_messages(ctx: Any, body: dict[str, Any], header_request_id: str | None = None) -> dict[str, Any]:
-    """`ServingRender.render_messages_request`: convert, then chat render."""
+def convert(ctx: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """Validate an Anthropic Messages request and convert it to the chat request vLLM renders."""
+    validate_messages_request(body)
+    return to_chat_request(body, messages_defaults(ctx))
+
+
+def render_messages(ctx: Any, body: dict[str, Any], header_request_id: str | None = None,
+                    fetched: dict[str, bytes] | None = None) -> dict[str, Any]:
+    """`ServingRender.render_messages_request`: convert, then chat render (`fetched`: the bodies of
+    the request's http(s) image URLs)."""
     from .render import render_chat
 
-    validate_messages_request(body)
-    chat = to_chat_request(body, messages_defaults(ctx))
-    return render_chat(ctx, chat, header_request_id, converted=True)
+    return render_chat(ctx, convert(ctx, body), header_request_id, fetched, converted=True)

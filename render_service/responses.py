@@ -390,7 +390,9 @@ def _sampling_values(ctx: RenderContext, body: dict[str, Any], max_tokens: int,
     return values
 
 
-def render_responses(ctx: RenderContext, body: dict[str, Any]) -> dict[str, Any]:
+def render_responses(ctx: RenderContext, body: dict[str, Any],
+                     fetched: dict[str, bytes] | None = None) -> dict[str, Any]:
+    """`fetched`: the bodies of the request's http(s) image URLs (fetched by the caller, async)."""
     validate_responses_request(body)
     check_model(ctx, body.get("model"))
     if body.get("previous_response_id") is not None:
@@ -414,7 +416,7 @@ def render_responses(ctx: RenderContext, body: dict[str, Any]) -> dict[str, Any]
     chat_template = ctx.model.flag_chat_template or ctx.model.chat_template
     conversation = {"messages": messages, "mm_payload": body.get("mm_payload", "tensors")}
     token_ids, offsets, features = render_conversation(ctx, conversation, chat_template, rendered_tools, kwargs,
-                                                       max_output, "max_output_tokens", truncate)
+                                                       max_output, "max_output_tokens", truncate, fetched)
     if not token_ids:
         raise BadRequestError("No token_ids rendered")
 
