@@ -255,7 +255,9 @@ def validate_messages_request(body: dict[str, Any]) -> None:
 
 # -- conversion -----------------------------------------------------------------------------
 
-def _image_url(source: dict[str, Any]) -> str:
+def _image_url(source: Any) -> str:
+    if not isinstance(source, dict):  # tool_result items are free-form dicts in vLLM's schema
+        source = {}
     if source.get("type") == "url":
         return source.get("url", "")
     return f"data:{source.get('media_type', 'image/jpeg')};base64,{source.get('data', '')}"

@@ -89,10 +89,10 @@ def _validate_item(item: Any) -> None:
         if not isinstance(item.get("call_id"), str) or "output" not in item:
             raise _input_error([item])
     elif kind == "reasoning":
-        if not isinstance(item.get("summary"), list):
+        summary, content = item.get("summary"), item.get("content")
+        if not isinstance(summary, list) or not all(isinstance(part, dict) for part in summary):
             raise _input_error([item])
-        content = item.get("content")
-        if content is not None and not isinstance(content, list):
+        if content is not None and not (isinstance(content, list) and all(isinstance(p, dict) for p in content)):
             raise _input_error([item])
 
 

@@ -97,3 +97,14 @@ def test_disabled_thinking_effort_probe(qwen3_model_dir: Path, tmp_path: Path) -
     other = RenderContext(load_model(settings), settings)
     # the template ignores reasoning_effort: "none" renders like a real effort, so "low" is used
     assert messages.messages_defaults(other) == messages.MessagesDefaults(True, "low")
+
+
+def test_odd_tool_result_items_are_skipped_not_500() -> None:
+    body = request(messages=[
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "x", "name": "t", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": [
+            {"type": "image", "source": "not-a-dict"}, {"type": "text", "text": "ok"}, {"no_type": 1}]}]}])
+    chat = messages.to_chat_request(body, DEFAULTS)
+    assert chat["messages"][2] == {"role": "tool", "tool_call_id": "x", "content": "ok"}
+    assert chat["messages"][3]["content"][0]["image_url"]["url"] == "data:image/jpeg;base64,"

@@ -50,3 +50,16 @@ def test_request_checks(body: dict, error: type, param: str) -> None:
 def test_encrypted_reasoning_refused() -> None:
     with pytest.raises(BadRequestError, match="Encrypted content"):
         responses.input_messages({"input": [{"type": "reasoning", "summary": [], "encrypted_content": "x"}]})
+
+
+@pytest.mark.parametrize("item", [
+    {"type": "reasoning", "summary": ["not a part"]},
+    {"type": "reasoning", "summary": [], "content": [1]},
+    {"type": "message", "role": "assistant", "content": []},
+    {"type": "function_call", "call_id": "a", "name": "w"},
+    {"role": "user", "content": [1]},
+])
+def test_malformed_items_fail_the_input_union(item: dict) -> None:
+    with pytest.raises(RequestValidationError) as info:
+        responses.validate_responses_request({"input": [item]})
+    assert info.value.param == "body.input"
