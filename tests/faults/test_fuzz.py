@@ -179,7 +179,55 @@ tokenize_body = st.fixed_dictionaries({}, optional={
     "return_token_strs": maybe(st.booleans()), "add_generation_prompt": maybe(st.booleans()),
     "tokens": maybe(token_ids), "model": maybe(st.just("m"))})
 
+block = st.fixed_dictionaries({"type": maybe(st.sampled_from(
+    ["text", "image", "tool_use", "tool_result", "tool_reference", "thinking", "redacted_thinking",
+     "tool_addition", "tool_removal", "x"]))}, optional={
+    "text": maybe(st.text(max_size=20)), "thinking": maybe(st.text(max_size=10)), "id": maybe(st.text(max_size=6)),
+    "name": maybe(st.text(max_size=6)), "input": maybe(json_values), "tool_use_id": maybe(st.text(max_size=6)),
+    "content": maybe(st.text(max_size=10) | st.lists(json_values, max_size=3)),
+    "source": maybe(json_values), "tool": maybe(json_values), "is_error": maybe(st.booleans())})
+anthropic_message = st.fixed_dictionaries(
+    {"role": maybe(st.sampled_from(["user", "assistant", "system", "tool"]))},
+    optional={"content": maybe(st.text(max_size=30) | st.lists(block, max_size=3))})
+anthropic_tool = st.fixed_dictionaries({"name": maybe(st.text(max_size=8))}, optional={
+    "input_schema": maybe(schema | json_values), "description": maybe(st.text(max_size=10)),
+    "strict": maybe(st.booleans()), "defer_loading": maybe(st.booleans())})
+messages_body = st.fixed_dictionaries({"messages": maybe(st.lists(anthropic_message, max_size=4))}, optional={
+    "model": maybe(st.sampled_from(["m", "nope", ""])), "max_tokens": maybe(small_int),
+    "system": maybe(st.text(max_size=20) | st.lists(block, max_size=2)),
+    "tools": maybe(st.lists(anthropic_tool, max_size=3)),
+    "tool_choice": maybe(st.fixed_dictionaries({"type": maybe(st.sampled_from(["auto", "any", "tool", "none", "x"]))},
+                                               optional={"name": maybe(st.text(max_size=6)),
+                                                         "disable_parallel_tool_use": maybe(st.booleans())})),
+    "thinking": maybe(json_values | st.fixed_dictionaries({"type": st.sampled_from(["enabled", "disabled", "adaptive"])},
+                                                          optional={"budget_tokens": small_int})),
+    "output_config": maybe(json_values), "stop_sequences": maybe(st.lists(st.text(max_size=4), max_size=5)),
+    "stream": maybe(st.booleans()), "temperature": maybe(st.floats()), "top_k": maybe(small_int),
+    "kv_transfer_params": maybe(json_values), "return_mm_kwargs": maybe(st.booleans())})
+response_item = st.fixed_dictionaries({}, optional={
+    "type": maybe(st.sampled_from(["message", "function_call", "function_call_output", "reasoning",
+                                   "custom_tool_call", "custom_tool_call_output", "web_search_call"])),
+    "role": maybe(st.sampled_from(["user", "assistant", "system", "developer", "x"])),
+    "content": maybe(st.text(max_size=20) | st.lists(json_values, max_size=3)),
+    "call_id": maybe(st.text(max_size=6)), "name": maybe(st.text(max_size=6)),
+    "arguments": maybe(st.text(max_size=10)), "output": maybe(json_values), "input": maybe(st.text(max_size=6)),
+    "summary": maybe(st.lists(json_values, max_size=2)), "status": maybe(st.sampled_from(["in_progress", "completed"])),
+    "encrypted_content": maybe(st.text(max_size=4))})
+responses_body = st.fixed_dictionaries({"input": maybe(st.text(max_size=30) | st.lists(response_item, max_size=4))},
+                                       optional={
+    "model": maybe(st.sampled_from(["m", "nope", ""])), "instructions": maybe(st.text(max_size=10)),
+    "max_output_tokens": maybe(small_int), "tools": maybe(st.lists(json_values | st.fixed_dictionaries(
+        {"type": st.just("function"), "name": st.text(max_size=6)}, optional={"parameters": schema}), max_size=2)),
+    "tool_choice": maybe(st.sampled_from(["auto", "none", "required", "x"]) | json_values),
+    "text": maybe(json_values), "reasoning": maybe(json_values), "truncation": maybe(st.sampled_from(["auto", "x"])),
+    "include": maybe(st.lists(st.text(max_size=6), max_size=2)), "top_logprobs": maybe(small_int),
+    "previous_response_id": maybe(st.text(max_size=4)), "temperature": maybe(st.floats()),
+    "stop": maybe(st.text(max_size=4) | st.lists(st.text(max_size=4), max_size=3)),
+    "logit_bias": maybe(json_values), "structured_outputs": maybe(json_values)})
+
 SHAPED = {
+    "/v1/messages/render": messages_body,
+    "/v1/responses/render": responses_body,
     "/v1/chat/completions/render": chat_body,
     "/v1/completions/render": completion_body,
     "/v1/chat/completions/derender": chat_derender,
