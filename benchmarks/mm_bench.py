@@ -85,9 +85,15 @@ def fill(template: str, counter: int) -> str:
     return template.replace(MARKER, f"{counter:016d}")
 
 
+MM_PAYLOAD = "tensors"  # --mm-payload: "none" is what llm-d's router asks for (hashes and placeholders only)
+
+
 def body(urls: list[str]) -> dict[str, Any]:
     content = [{"type": "image_url", "image_url": {"url": u}} for u in urls]
-    return {"model": MM_MODEL_NAME, "messages": [{"role": "user", "content": [*content, {"type": "text", "text": "?"}]}]}
+    request = {"model": MM_MODEL_NAME, "messages": [{"role": "user", "content": [*content, {"type": "text", "text": "?"}]}]}
+    if MM_PAYLOAD != "tensors":
+        request["mm_payload"] = MM_PAYLOAD
+    return request
 
 
 class Payloads:
@@ -154,9 +160,10 @@ def same_work(ours: Server, vllm: Server, payloads: Payloads) -> None:
             assert response.status_code == 200, f"{server.name}: {response.status_code} {response.text[:300]}"
             result = response.json()
             features = result["features"]
+            kwargs = features["kwargs_data"]  # null with --mm-payload none
             answers.append((result["token_ids"], features["mm_hashes"], features["mm_placeholders"],
-                            [summarize_item(item)["pixel_values"] | {"field": None}
-                             for item in features["kwargs_data"]["image"]]))
+                            None if kwargs is None else [summarize_item(item)["pixel_values"] | {"field": None}
+                                                         for item in kwargs["image"]]))
         if answers[0] != answers[1]:
             raise SystemExit(f"{images} image(s): ours and vLLM differ; not benchmarking different work")
     print("precheck: token ids, mm_hashes, placeholders and pixel tensors identical", flush=True)
@@ -283,7 +290,11 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=15, help="seconds per wrk run (0: no load phase)")
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--json", dest="json_out")
+    parser.add_argument("--mm-payload", default="tensors", choices=("tensors", "none"),
+                        help="none: the router's request (no kwargs_data in the response)")
     args = parser.parse_args()
+    global MM_PAYLOAD
+    MM_PAYLOAD = args.mm_payload
     if args.duration and shutil.which("wrk") is None:
         raise SystemExit("wrk is needed for the load phase (apt-get install wrk), or pass --duration 0")
     if Path(MM_MODEL_DIR, "preprocessor_config.json").exists() is False:
