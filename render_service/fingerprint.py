@@ -66,6 +66,8 @@ def components(settings: Settings, model: Model) -> dict[str, Any]:
         # text-only models keep their fingerprint.
         parts["multimodal"] = {"preprocessor_config": _digest(preprocessor.read_bytes()),
                                "limit_mm_per_prompt": settings.limit_mm_per_prompt}
+        if settings.mm_processor_kwargs:  # absent when unset: existing fingerprints stay as they were
+            parts["multimodal"]["mm_processor_kwargs"] = settings.mm_processor_kwargs
     return parts
 
 

@@ -18,6 +18,12 @@ What vLLM 0.33 does for an `image_url` part, step by step, and what this module 
    (a `keep_on_cpu` field).
 
 Processed items are cached by hash (bytes-bounded LRU), so a re-sent image costs one hash.
+
+Processor kwargs: `--mm-processor-kwargs` sets the processor's resize bounds (`size`,
+`min_pixels`, `max_pixels`); a request's `mm_processor_kwargs` (with `--trust-request-mm-kwargs`)
+override them edge by edge (`request_bounds`). Other keys that
+would change the image are refused. The request's kwargs (never the server's) enter the hash as
+vLLM's `hash_factors`.
 """
 
 from __future__ import annotations
@@ -176,8 +182,24 @@ def _framed(chunk: bytes) -> bytes:
     return len(chunk).to_bytes(8, "little") + chunk
 
 
-def mm_hash(data: bytes, model_id: str, converted: bool) -> str:
-    """`MultiModalHasher.hash_kwargs("blake3", model_id=..., image=MediaWithBytes(...))`."""
+def _hash_value(value: Any) -> bytes:
+    """`MultiModalHasher.iter_value_to_bytes` for JSON values."""
+    if value is None:
+        return b"\x00"
+    if isinstance(value, (list, tuple)):
+        return b"\x01" + len(value).to_bytes(8, "little") + b"".join(_hash_value(v) for v in value)
+    if isinstance(value, dict):
+        return b"\x02" + len(value).to_bytes(8, "little") + b"".join(
+            _framed(str(k).encode("utf-8")) + _hash_value(v) for k, v in value.items())
+    if isinstance(value, str):
+        return b"\x03" + _framed(value.encode("utf-8"))
+    # bool is an int there too: np.array(True) is one byte, ints int64, floats float64
+    return b"\x03" + _framed(np.array(value).tobytes())
+
+
+def mm_hash(data: bytes, model_id: str, converted: bool, processor_kwargs: dict[str, Any] | None = None) -> str:
+    """`MultiModalHasher.hash_kwargs("blake3", model_id=..., image=MediaWithBytes(...),
+    [mm_processor_kwargs=...])`, keys in sorted order."""
     hasher = blake3()
     hasher.update(_framed(b"image") + b"\x03" + _framed(b"image"))
     if converted:
@@ -191,8 +213,93 @@ def mm_hash(data: bytes, model_id: str, converted: bool) -> str:
         hasher.update(_framed(b"data"))
     hasher.update(b"\x03")
     hasher.update(_framed(data))
+    if processor_kwargs:
+        hasher.update(_framed(b"mm_processor_kwargs") + _hash_value(processor_kwargs))
     hasher.update(_framed(b"model_id") + b"\x03" + _framed(model_id.encode("utf-8")))
     return hasher.hexdigest()
+
+
+# -- processor kwargs -----------------------------------------------------------------------
+
+_OTHER_MODALITY_SCOPES = ("videos_kwargs", "audio_kwargs")  # text_kwargs is shared: it stays in the hash
+# Qwen2VLImageProcessor's valid kwargs (transformers 5.x ImagesKwargs + its own): the flat keys vLLM
+# routes into `images_kwargs`.
+_IMAGE_KWARGS = frozenset((
+    "do_convert_rgb", "do_resize", "size", "crop_size", "resample", "do_rescale", "rescale_factor",
+    "do_normalize", "image_mean", "image_std", "do_pad", "pad_size", "do_center_crop", "data_format",
+    "input_data_format", "device", "return_tensors", "disable_grouping", "image_seq_length",
+    "min_pixels", "max_pixels", "patch_size", "temporal_patch_size", "merge_size",
+))
+# Of those, what this service implements; do_rescale/do_normalize are forced off by vLLM's
+# mm_device_do_normalize whatever is asked, and return_tensors is always vLLM's.
+_IMAGE_KWARGS_DONE = frozenset(("size", "min_pixels", "max_pixels", "do_rescale", "do_normalize",
+                                "return_tensors"))
+
+
+def _pixels(value: Any, name: str) -> int:
+    if type(value) is not int or value <= 0:
+        raise BadRequestError(f"mm_processor_kwargs: {name} must be a positive integer, got {value!r}",
+                              param="mm_processor_kwargs")
+    return value
+
+
+def _apply_level(kwargs: dict[str, Any], bounds: tuple[int, int]) -> tuple[int, int]:
+    """One level's `size` edges, then its `min_pixels` / `max_pixels` (Qwen-VL `_get_vision_size`)."""
+    unsupported = sorted(k for k in kwargs if k not in _IMAGE_KWARGS_DONE)
+    if unsupported:
+        raise BadRequestError(
+            f"mm_processor_kwargs {', '.join(unsupported)} not supported by this render service for images "
+            "(supported: size, min_pixels, max_pixels)", param="mm_processor_kwargs")
+    low, high = bounds
+    size = kwargs.get("size")
+    if size is not None:
+        if not isinstance(size, dict) or not set(size) <= {"shortest_edge", "longest_edge"}:
+            raise BadRequestError("mm_processor_kwargs: size must be a mapping of shortest_edge and/or "
+                                  "longest_edge (pixel counts)", param="mm_processor_kwargs")
+        low = _pixels(size.get("shortest_edge", low), "size.shortest_edge")
+        high = _pixels(size.get("longest_edge", high), "size.longest_edge")
+    if kwargs.get("min_pixels") is not None:
+        low = _pixels(kwargs["min_pixels"], "min_pixels")
+    if kwargs.get("max_pixels") is not None:
+        high = _pixels(kwargs["max_pixels"], "max_pixels")
+    return low, high
+
+
+def server_bounds(kwargs: dict[str, Any], min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """The processor's resize bounds under `--mm-processor-kwargs` (flat `size`, `min_pixels`,
+    `max_pixels`: what vLLM builds its processor with and merges under every request's)."""
+    extra = sorted(k for k in kwargs if k not in ("size", "min_pixels", "max_pixels"))
+    if extra:
+        raise BadRequestError(f"{', '.join(extra)} not supported (supported: size, min_pixels, max_pixels)",
+                              param="mm_processor_kwargs")
+    return _apply_level(kwargs, (min_pixels, max_pixels))
+
+
+def request_bounds(kwargs: dict[str, Any], bounds: tuple[int, int]) -> tuple[int, int]:
+    """A request's kwargs over the server's bounds. As recorded from vLLM 0.33 (golden_mm_kwargs/),
+    each edge comes from the most specific level that sets it (server < request flat < request
+    `images_kwargs`), and within a level `min_pixels`/`max_pixels` beat `size`: a request's `size`
+    wins over a server-wide `max_pixels`, a request's scoped `size` over its flat `min_pixels`."""
+    scope = kwargs.get("images_kwargs")
+    if scope is not None and not isinstance(scope, dict):
+        raise BadRequestError("mm_processor_kwargs: images_kwargs must be a mapping", param="mm_processor_kwargs")
+    flat = {k: v for k, v in kwargs.items() if k in _IMAGE_KWARGS}  # the flat keys vLLM routes to images
+    return _apply_level(scope or {}, _apply_level(flat, bounds))
+
+
+def hash_factor(request: dict[str, Any]) -> dict[str, Any]:
+    """What of the request's kwargs enters an image's hash (vLLM's `get_mm_hashes`): all but the
+    other modalities' scopes."""
+    return {k: v for k, v in request.items() if k not in _OTHER_MODALITY_SCOPES}
+
+
+@dataclass(frozen=True)
+class ImageOptions:
+    """Per-request processing of images: resize bounds and the hash factor."""
+
+    min_pixels: int
+    max_pixels: int
+    hash_kwargs: dict[str, Any]
 
 
 # -- processing -----------------------------------------------------------------------------
@@ -231,10 +338,13 @@ def _tensor(dtype: str, array: np.ndarray) -> tuple[str, tuple[int, ...], msgspe
     return dtype, tuple(array.shape), msgspec.msgpack.Ext(_RAW_VIEW, memoryview(np.ascontiguousarray(array)))
 
 
-def process(image: np.ndarray, config: VisionConfig, digest: str) -> ProcessedImage:
+def process(image: np.ndarray, config: VisionConfig, digest: str, options: ImageOptions | None = None
+            ) -> ProcessedImage:
     height, width = image.shape[:2]
     factor = config.patch_size * config.merge_size
-    new_h, new_w = smart_resize(height, width, factor, config.min_pixels, config.max_pixels)
+    min_pixels, max_pixels = ((options.min_pixels, options.max_pixels) if options is not None
+                              else (config.min_pixels, config.max_pixels))
+    new_h, new_w = smart_resize(height, width, factor, min_pixels, max_pixels)
     planes = resize_planar(image, new_h, new_w)
     rows, gh, gw = patchify(planes, config.patch_size, config.merge_size, config.temporal_patch_size)
     grid = np.array([1, gh, gw], dtype=np.int64)
@@ -310,18 +420,31 @@ class ImageProcessor:
     """Bytes -> ProcessedImage, through the cache."""
 
     def __init__(self, config: VisionConfig, cache_bytes: int = 512 * 1024 * 1024,
-                 max_image_pixels: int = 178_956_970) -> None:
+                 max_image_pixels: int = 178_956_970, processor_kwargs: dict[str, Any] | None = None) -> None:
         self.config = config
         self.cache = ProcessedCache(cache_bytes)
         self.max_image_pixels = max_image_pixels
+        # --mm-processor-kwargs: checked at start (Settings.validate), so a bad flag fails there
+        low, high = server_bounds(processor_kwargs or {}, config.min_pixels, config.max_pixels)
+        self.default_options = ImageOptions(low, high, {})
 
-    def __call__(self, data: bytes) -> ProcessedImage:
+    def options(self, request_kwargs: dict[str, Any] | None) -> ImageOptions:
+        """A request's kwargs (as vLLM routes them to the image processor) over the server's bounds."""
+        request_kwargs = request_kwargs or {}
+        low, high = request_bounds(request_kwargs, (self.default_options.min_pixels,
+                                                    self.default_options.max_pixels))
+        return ImageOptions(low, high, hash_factor(request_kwargs))
+
+    def __call__(self, data: bytes, options: ImageOptions | None = None) -> ProcessedImage:
+        options = options or self.default_options
         image = _open(data, self.max_image_pixels)
-        digest = mm_hash(data, self.config.model_id, _needs_conversion(image))
+        # The server's kwargs are not in the hash (vLLM's neither): they hold for every request here,
+        # and the per-process cache is keyed by the hash.
+        digest = mm_hash(data, self.config.model_id, _needs_conversion(image), options.hash_kwargs)
         cached = self.cache.get(digest)
         if cached is not None:
             return cached
-        processed = process(decode_rgb(image), self.config, digest)
+        processed = process(decode_rgb(image), self.config, digest, options)
         self.cache.put(processed)
         return processed
 

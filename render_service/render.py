@@ -268,14 +268,18 @@ def _validate_logprobs(body: dict[str, Any]) -> None:
 
 # -- shared steps ---------------------------------------------------------------------------
 
-def _check_mm_kwargs(body: dict[str, Any]) -> None:
-    """`validate_request_mm_kwargs` without --trust-request-mm-kwargs (not offered: text-only tier)."""
+def _check_mm_kwargs(ctx: RenderContext, body: dict[str, Any]) -> None:
+    """vLLM's `validate_request_mm_kwargs`; trusted, `media_io_kwargs` (not implemented) are refused."""
     for name, what in (("mm_processor_kwargs", "preprocessing"), ("media_io_kwargs", "media loading")):
-        if body.get(name):
+        opt_dict(body, name)
+        if body.get(name) and not ctx.settings.trust_request_mm_kwargs:
             raise handler_error(
                 f"Per-request {name} are disabled by default because they can change multimodal {what} "
                 "resource usage. Start the server with --trust-request-mm-kwargs only when clients are trusted.",
                 name)
+    if body.get("media_io_kwargs"):
+        raise BadRequestError("Per-request media_io_kwargs are not supported by this render service.",
+                              param="media_io_kwargs")
 
 
 def reused_prompt_ids(ctx: RenderContext, body: dict[str, Any]) -> list[int] | None:
@@ -571,7 +575,8 @@ def make_context(model: Model, settings: Settings) -> RenderContext:
     )
     vision = None
     if config is not None:
-        vision = multimodal.ImageProcessor(config, settings.mm_cache_bytes, limits.max_image_pixels)
+        vision = multimodal.ImageProcessor(config, settings.mm_cache_bytes, limits.max_image_pixels,
+                                           settings.mm_processor_kwargs)
     return RenderContext(model, settings, vision, limits)
 
 
@@ -580,12 +585,13 @@ def _image_limit(limits: dict[str, Any]) -> int:
     return int(value.get("count", 999)) if isinstance(value, dict) else int(value)
 
 
-def _load_images(ctx: RenderContext, urls: list[str], fetched: dict[str, bytes] | None
-                 ) -> list[multimodal.ProcessedImage]:
+def _load_images(ctx: RenderContext, urls: list[str], fetched: dict[str, bytes] | None,
+                 processor_kwargs: dict[str, Any] | None = None) -> list[multimodal.ProcessedImage]:
     assert ctx.vision is not None
     limit = ctx.media_limits.max_images_per_prompt
     if len(urls) > limit:
         raise BadRequestError(f"At most {limit} image(s) may be provided in one prompt.", param="messages")
+    options = ctx.vision.options(processor_kwargs) if processor_kwargs else None
     items = []
     for url in urls:
         if url.startswith("data:"):
@@ -595,7 +601,7 @@ def _load_images(ctx: RenderContext, urls: list[str], fetched: dict[str, bytes] 
         else:
             media.check_url(url, ctx.media_limits)
             raise BadRequestError(f"Image URL {url!r} was not fetched.", param="messages")
-        items.append(ctx.vision(data))
+        items.append(ctx.vision(data, options))
     return items
 
 
@@ -629,7 +635,7 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
             body.get("chat_template") is not None or user_kwargs.get("chat_template") is not None):
         raise BadRequestError("Chat template is passed with request, but --trust-request-chat-template is "
                               "not set. Refused request with untrusted chat template.")
-    _check_mm_kwargs(body)
+    _check_mm_kwargs(ctx, body)
 
     max_completion = body.get("max_completion_tokens")
     max_output = max_completion if max_completion is not None else body.get("max_tokens")
@@ -741,7 +747,8 @@ def _render_chat_tokens(ctx: RenderContext, body: dict[str, Any], chat_template:
         collector = templating.MediaCollector(ctx.vision.config.placeholder, ctx.settings.served_names[0])
     conversation = templating.build_conversation(body["messages"], content_format, collector,
                                                  model_name=ctx.settings.served_names[0])
-    images = _load_images(ctx, collector.image_urls, fetched) if collector and collector.image_urls else []
+    images = (_load_images(ctx, collector.image_urls, fetched, body.get("mm_processor_kwargs"))
+              if collector and collector.image_urls else [])
     render_kwargs = {k: v for k, v in template_kwargs.items() if k not in ("tools", "chat_template", "tokenize")}
     prompt = templating.render_prompt(ctx.model.hf_tokenizer, chat_template, conversation, rendered_tools,
                                       render_kwargs)
@@ -823,7 +830,7 @@ def render_completion(ctx: RenderContext, body: dict[str, Any],
             raise BadRequestError("suffix requires text prompt input for FIM completion rendering", param="suffix")
         raise BadRequestError("suffix is only supported for models with FIM completion rendering",
                               param="suffix")
-    _check_mm_kwargs(body)
+    _check_mm_kwargs(ctx, body)
     max_tokens_requested = body.get("max_tokens", 16)
     truncate = body.get("truncate_prompt_tokens")
     _check_lengths(ctx, 0, max_tokens_requested or 0, "max_tokens", truncate)

@@ -57,6 +57,8 @@ class Settings:
     max_inflight: int = 256  # per worker; above it requests get a fast 503 with Retry-After
     # Multimodal (a Qwen3-VL model folder): vLLM's names where vLLM has the option.
     limit_mm_per_prompt: dict[str, Any] = field(default_factory=dict)
+    mm_processor_kwargs: dict[str, Any] = field(default_factory=dict)
+    trust_request_mm_kwargs: bool = False
     allowed_media_domains: list[str] | None = None
     media_allow_private_addresses: bool = False
     media_allow_redirects: bool = False
@@ -100,6 +102,14 @@ class Settings:
                                 "the HMAC key that signs parser snapshots")
         if self.tokenizer_backend not in ("auto", "hf"):
             raise SettingsError("--tokenizer-backend must be auto or hf")
+        if self.mm_processor_kwargs:
+            from render_service import multimodal
+            from render_service.exceptions import RenderServiceError
+
+            try:  # the folder's bounds are unknown here; keys and values are checked
+                multimodal.server_bounds(self.mm_processor_kwargs, 1, 1)
+            except RenderServiceError as exc:
+                raise SettingsError(f"--mm-processor-kwargs: {exc}") from None
         return self
 
 
@@ -155,6 +165,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="auto: fastokens when its self-test matches HF tokenizers")
     parser.add_argument("--limit-mm-per-prompt", type=_json_dict("--limit-mm-per-prompt"), default={},
                         help='e.g. {"image": 4} (vLLM default: 999 per modality)')
+    parser.add_argument("--mm-processor-kwargs", type=_json_dict("--mm-processor-kwargs"), default={},
+                        help='image processor overrides, e.g. {"max_pixels": 1003520} (size, min_pixels, max_pixels)')
+    parser.add_argument("--trust-request-mm-kwargs", action="store_true",
+                        help="accept per-request mm_processor_kwargs (they change preprocessing cost)")
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:

@@ -52,6 +52,34 @@ def test_processed_bytes_match_the_reference_pipeline(width: int, height: int) -
     assert orjson.dumps([processed.kwargs_data]) == b"[" + processed.kwargs_json + b"]"
 
 
+def test_request_kwargs_change_bounds_and_hash_and_miss_the_cache() -> None:
+    processor = multimodal.ImageProcessor(CONFIG, processor_kwargs={"max_pixels": 262144})
+    data = _png(1280, 720, 3)
+    plain = processor(data)
+    assert plain.num_tokens == 252  # 512x512 ceiling: 288x512 (golden_mm_kwargs/server_only_720p)
+    assert plain.mm_hash == multimodal.mm_hash(data, "/m", False)  # the server's kwargs are not hashed
+    options = processor.options({"max_pixels": 70000, "videos_kwargs": {"fps": 1}})
+    assert (options.min_pixels, options.max_pixels, options.hash_kwargs) == (65536, 70000, {"max_pixels": 70000})
+    small = processor(data, options)
+    assert small.num_tokens == 66 and small.mm_hash != plain.mm_hash
+    assert small.mm_hash == multimodal.mm_hash(data, "/m", False, {"max_pixels": 70000})
+    assert processor(data) is plain and processor(data, options) is small
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"do_resize": False}, "do_resize not supported"),
+    ({"images_kwargs": {"patch_size": 14}}, "patch_size not supported"),
+    ({"images_kwargs": [1]}, "images_kwargs must be a mapping"),
+    ({"min_pixels": 0}, "min_pixels must be a positive integer"),
+    ({"size": {"shortest_edge": 1.5}}, "size.shortest_edge must be a positive integer"),
+    ({"size": 512}, "size must be a mapping"),
+])
+def test_unsupported_or_bad_request_kwargs_are_400(kwargs: dict, message: str) -> None:
+    with pytest.raises(multimodal.BadRequestError, match=message) as raised:
+        multimodal.ImageProcessor(CONFIG).options(kwargs)
+    assert raised.value.param == "mm_processor_kwargs"
+
+
 def test_repeat_is_a_cache_hit_returning_the_same_item() -> None:
     processor = multimodal.ImageProcessor(CONFIG)
     data = _png(120, 90, 1)

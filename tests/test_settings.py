@@ -22,8 +22,10 @@ def test_vllm_flags_parse() -> None:
         "serve", "m", "--served-model-name", "a", "b", "--max-model-len", "16k", "--reasoning-parser", "qwen3",
         "--tool-call-parser", "hermes", "--enable-auto-tool-choice", "--default-chat-template-kwargs",
         '{"enable_thinking": false}', "--override-generation-config", '{"temperature": 0.1}',
-        "--chat-template-content-format", "openai", "--max-logprobs", "5", "--trust-request-chat-template"])
+        "--chat-template-content-format", "openai", "--max-logprobs", "5", "--trust-request-chat-template",
+        "--trust-request-mm-kwargs", "--mm-processor-kwargs", '{"max_pixels": 1003520}'])
     settings = settings_from_args(args)
+    assert settings.trust_request_mm_kwargs and settings.mm_processor_kwargs == {"max_pixels": 1003520}
     assert settings.served_names == ["a", "b"] and settings.max_model_len == 16000
     assert settings.default_template_kwargs == {"enable_thinking": False, "cohere_format": "cmd4"}
     assert settings.override_generation_config == {"temperature": 0.1}
@@ -34,6 +36,9 @@ def test_vllm_flags_parse() -> None:
     ({"tool_call_parser": "mistral"}, "--tool-call-parser 'mistral' is not supported"),
     ({"enable_auto_tool_choice": True}, "--enable-auto-tool-choice requires --tool-call-parser"),
     ({"redis_url": "redis://x"}, "--snapshot-key"),
+    ({"mm_processor_kwargs": {"do_resize": False}}, "--mm-processor-kwargs: do_resize not supported"),
+    ({"mm_processor_kwargs": {"max_pixels": "big"}}, "max_pixels must be a positive integer"),
+    ({"mm_processor_kwargs": {"size": {"height": 10}}}, "size must be a mapping of shortest_edge"),
 ])
 def test_bad_settings_fail_at_start(values: dict, message: str) -> None:
     with pytest.raises(SettingsError, match=message):

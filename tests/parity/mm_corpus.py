@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 from typing import Any
 
 import numpy as np
@@ -124,6 +125,76 @@ def cases() -> dict[str, dict[str, Any]]:
             _image("data:image/png;base64,!!!notbase64!!!"), _text("Broken.")]}]),
         "error_not_an_image": _chat([{"role": "user", "content": [
             _image("data:image/png;base64," + base64.b64encode(b"hello world").decode()), _text("Text.")]}]),
+    }
+
+
+# The second oracle configuration (goldens in golden_mm_kwargs/): per-request kwargs trusted and
+# server-wide image kwargs (a 512x512 pixel ceiling, a 64x64 floor through `size`).
+KWARGS_SERVER = {"max_pixels": 262144, "size": {"shortest_edge": 4096}}
+KWARGS_FLAGS = ["--trust-request-mm-kwargs", "--mm-processor-kwargs", json.dumps(KWARGS_SERVER)]
+# The third (goldens in golden_mm_trust/): per-request kwargs trusted, the folder's own bounds.
+TRUST_FLAGS = ["--trust-request-mm-kwargs"]
+
+
+def kwargs_cases() -> dict[str, dict[str, Any]]:
+    """Requests for the KWARGS_FLAGS oracle: the server's kwargs alone, and merged with a request's."""
+    png_small = data_url(make_image(100, 70, 0))
+    jpeg_720p = data_url(make_image(1280, 720, 1), "JPEG", quality=85)
+    rgba = data_url(make_image(300, 200, 4, "RGBA"))
+    tiny = data_url(make_image(8, 8, 8))
+
+    def ask(url: str, kwargs: dict[str, Any] | None, text: str = "Look.", **extra: Any) -> dict[str, Any]:
+        body = _chat([{"role": "user", "content": [_image(url), _text(text)]}], **extra)
+        if kwargs is not None:
+            body["mm_processor_kwargs"] = kwargs
+        return body
+
+    return {
+        "server_only_720p": ask(jpeg_720p, None),  # server max_pixels: smaller grid, hash unchanged
+        "server_only_tiny": ask(tiny, None),  # server size.shortest_edge: a 64x64 floor
+        "empty_request_kwargs": ask(jpeg_720p, {}),
+        "request_max_pixels_720p": ask(jpeg_720p, {"max_pixels": 1048576}),
+        "request_min_pixels_small": ask(png_small, {"min_pixels": 200000}),
+        "request_size_edges": ask(jpeg_720p, {"size": {"shortest_edge": 1024, "longest_edge": 50000}}),
+        "request_size_and_max_pixels": ask(jpeg_720p, {"size": {"longest_edge": 50000}, "max_pixels": 70000}),
+        "images_kwargs_over_flat": ask(jpeg_720p, {"max_pixels": 70000, "images_kwargs": {"max_pixels": 150000}}),
+        "images_kwargs_size_rgba": ask(rgba, {"images_kwargs": {"size": {"longest_edge": 20000}}}),
+        "video_scope_not_hashed": ask(jpeg_720p, {"videos_kwargs": {"num_frames": 4}}),
+        "text_scope_and_floats": ask(png_small, {"text_kwargs": {"padding": False}, "fps": 2.5, "x": None,
+                                                 "max_pixels": 100000, "y": [1, "a", True]}),
+        "do_normalize_forced_off": ask(png_small, {"do_normalize": True, "do_rescale": True}),
+        "two_images_request_kwargs": _chat([{"role": "user", "content": [
+            _image(png_small), _text("and"), _image(jpeg_720p), _text("Compare.")]}],
+            mm_processor_kwargs={"min_pixels": 20000, "max_pixels": 120000}),
+        "request_kwargs_hashes_only": ask(jpeg_720p, {"max_pixels": 90000}, mm_payload="none"),
+        "request_size_shortest_only": ask(png_small, {"size": {"shortest_edge": 100000}}),
+        "flat_min_into_scoped_size": ask(png_small, {"min_pixels": 30000, "images_kwargs": {
+            "size": {"shortest_edge": 10000, "longest_edge": 40000}}}),
+        "flat_min_beside_unrelated_scope": ask(png_small, {"min_pixels": 30000, "images_kwargs": {"do_rescale": False}}),
+        "flat_max_beside_empty_scope": ask(jpeg_720p, {"max_pixels": 70000, "images_kwargs": {}}),
+        "error_kwargs_not_a_dict": ask(png_small, None, mm_processor_kwargs="max_pixels=1"),
+        "error_zero_edge": ask(png_small, {"size": {"shortest_edge": 0}}),
+        "error_string_pixels": ask(png_small, {"max_pixels": "big"}),
+    }
+
+
+def trust_cases() -> dict[str, dict[str, Any]]:
+    """Requests for the TRUST_FLAGS oracle: a request's kwargs over the preprocessor config's bounds."""
+    png_small = data_url(make_image(100, 70, 0))
+    jpeg_720p = data_url(make_image(1280, 720, 1), "JPEG", quality=85)
+    big = data_url(make_image(2000, 1500, 10), "JPEG", quality=70)
+
+    def ask(url: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return _chat([{"role": "user", "content": [_image(url), _text("Look.")]}], mm_processor_kwargs=kwargs)
+
+    return {
+        "size_longest_only": ask(big, {"size": {"longest_edge": 300000}}),
+        "size_shortest_only": ask(png_small, {"size": {"shortest_edge": 150000}}),
+        "scoped_max_pixels": ask(jpeg_720p, {"images_kwargs": {"max_pixels": 400000}}),
+        "flat_max_over_size": ask(jpeg_720p, {"size": {"shortest_edge": 1024, "longest_edge": 500000},
+                                              "max_pixels": 200000}),
+        "same_image_without_kwargs": _chat([{"role": "user", "content": [_image(jpeg_720p), _text("Look.")]}]),
+        "error_unsupported_key": ask(png_small, {"do_resize": False}),
     }
 
 

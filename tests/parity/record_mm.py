@@ -2,6 +2,13 @@
 
     python tests/parity/record_mm.py --oracle-url http://127.0.0.1:PORT [--only NAME ...]
 
+    python tests/parity/record_mm.py --oracle-url http://127.0.0.1:PORT --kwargs server|trust
+
+`--kwargs server` records mm_corpus.kwargs_cases() into golden_mm_kwargs/, from an oracle started
+with mm_corpus.KWARGS_FLAGS added (--trust-request-mm-kwargs and a server-wide
+--mm-processor-kwargs); `--kwargs trust` records trust_cases() into golden_mm_trust/ from one with
+TRUST_FLAGS added.
+
 The oracle must serve the Qwen3-VL example folder from mm_corpus.MM_MODEL_DIR (vLLM hashes
 images with the model path as given), e.g.:
 
@@ -28,20 +35,28 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mm_corpus import MM_MODEL_DIR, cases, shrink
+from mm_corpus import KWARGS_FLAGS, MM_MODEL_DIR, TRUST_FLAGS, cases, kwargs_cases, shrink, trust_cases
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden_mm"
+# --kwargs: (golden folder, oracle flags, cases)
+CONFIGS = {"server": ("golden_mm_kwargs", KWARGS_FLAGS, kwargs_cases),
+           "trust": ("golden_mm_trust", TRUST_FLAGS, trust_cases)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--oracle-url", required=True)
     parser.add_argument("--only", nargs="*")
+    parser.add_argument("--kwargs", choices=sorted(CONFIGS), help="a kwargs oracle configuration's cases")
     args = parser.parse_args()
-    GOLDEN_DIR.mkdir(exist_ok=True)
+    golden_dir, flags, make_cases = GOLDEN_DIR, None, cases
+    if args.kwargs:
+        folder, flags, make_cases = CONFIGS[args.kwargs]
+        golden_dir = GOLDEN_DIR.parent / folder
+    golden_dir.mkdir(exist_ok=True)
     with httpx.Client(base_url=args.oracle_url, timeout=300) as client:
         version = client.get("/version").json().get("version")
-        for name, body in cases().items():
+        for name, body in make_cases().items():
             if args.only and name not in args.only:
                 continue
             response = client.post("/v1/chat/completions/render", json=body)
@@ -49,11 +64,12 @@ def main() -> None:
                 "name": name,
                 "oracle": f"vllm {version} launch render",
                 "model_dir": MM_MODEL_DIR,
+                **({"oracle_flags": flags} if flags else {}),
                 "request": body,
                 "status": response.status_code,
                 "response": shrink(response.json()),
             }
-            (GOLDEN_DIR / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+            (golden_dir / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
             print(f"{name}: {response.status_code}", flush=True)
 
 

@@ -23,27 +23,47 @@ from starlette.testclient import TestClient
 from render_service.app import create_app
 from render_service.settings import Settings
 
-from .mm_corpus import MM_MAX_MODEL_LEN, MM_MODEL_DIR, MM_MODEL_NAME, shrink, summarize_item
+from .mm_corpus import KWARGS_SERVER, MM_MAX_MODEL_LEN, MM_MODEL_DIR, MM_MODEL_NAME, shrink, summarize_item
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden_mm"
 GOLDENS = sorted(GOLDEN_DIR.glob("*.json"))
+# Recorded from an oracle with --trust-request-mm-kwargs and --mm-processor-kwargs KWARGS_SERVER.
+KWARGS_GOLDENS = sorted((Path(__file__).resolve().parent / "golden_mm_kwargs").glob("*.json"))
+# Recorded from an oracle with --trust-request-mm-kwargs only.
+TRUST_GOLDENS = sorted((Path(__file__).resolve().parent / "golden_mm_trust").glob("*.json"))
 # Known, understood differences (everything else in these cases is still compared exactly).
 # vLLM batches identical-size images through one HF call and every item then carries the
 # batch's flat-field `slices` (which items get which list depends on its dedup of repeated
 # images); we emit each item's own `[[0, n]]`. The pixel bytes, dtype and shape are identical.
-KNOWN_FIELD_SLICES_DIFF = {"four_720p"}
+KNOWN_FIELD_SLICES_DIFF = {"four_720p", "two_images_request_kwargs"}
 
 
-@pytest.fixture(scope="module")
-def client() -> Iterator[TestClient]:
+def _client(**options: Any) -> TestClient:
     from render_service.example_model import build_example_model
 
     # vLLM's mm_hash includes the model path as given: serve the folder from the recorded path.
     if not (Path(MM_MODEL_DIR) / "preprocessor_config.json").exists():
         build_example_model(MM_MODEL_DIR, "qwen3-vl")
     settings = Settings(model=MM_MODEL_DIR, served_model_name=[MM_MODEL_NAME],
-                        max_model_len=MM_MAX_MODEL_LEN).validate()
-    with TestClient(create_app(settings)) as test_client:
+                        max_model_len=MM_MAX_MODEL_LEN, **options).validate()
+    return TestClient(create_app(settings))
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with _client() as test_client:
+        yield test_client
+
+
+@pytest.fixture(scope="module")
+def trust_client() -> Iterator[TestClient]:
+    with _client(trust_request_mm_kwargs=True) as test_client:
+        yield test_client
+
+
+@pytest.fixture(scope="module")
+def kwargs_client() -> Iterator[TestClient]:
+    with _client(trust_request_mm_kwargs=True, mm_processor_kwargs=KWARGS_SERVER) as test_client:
         yield test_client
 
 
@@ -66,7 +86,32 @@ def _tensor_report(ours: dict[str, Any], golden: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize("path", GOLDENS, ids=[p.stem for p in GOLDENS])
 def test_mm_render_matches_vllm(client: TestClient, path: Path) -> None:
-    golden = json.loads(path.read_text(encoding="utf-8"))
+    _check_golden(client, json.loads(path.read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize("path", KWARGS_GOLDENS, ids=[p.stem for p in KWARGS_GOLDENS])
+def test_mm_kwargs_render_matches_vllm(kwargs_client: TestClient, path: Path) -> None:
+    _check_golden(kwargs_client, json.loads(path.read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize("path", TRUST_GOLDENS, ids=[p.stem for p in TRUST_GOLDENS])
+def test_mm_trusted_kwargs_render_matches_vllm(trust_client: TestClient, path: Path) -> None:
+    _check_golden(trust_client, json.loads(path.read_text(encoding="utf-8")))
+
+
+def test_untrusted_kwargs_are_refused(client: TestClient) -> None:
+    """Without --trust-request-mm-kwargs, vLLM's 400; an empty mapping is no override."""
+    golden = json.loads((Path(__file__).resolve().parent / "golden_mm_trust" / "scoped_max_pixels.json"
+                         ).read_text(encoding="utf-8"))
+    refused = client.post("/v1/chat/completions/render", json=golden["request"])
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "mm_processor_kwargs"
+    assert "--trust-request-mm-kwargs" in refused.json()["error"]["message"]
+    empty = client.post("/v1/chat/completions/render", json={**golden["request"], "mm_processor_kwargs": {}})
+    assert empty.status_code == 200
+
+
+def _check_golden(client: TestClient, golden: dict[str, Any]) -> None:
     response = client.post("/v1/chat/completions/render", json=golden["request"])
     assert response.status_code == golden["status"], response.text
     body = response.json()
