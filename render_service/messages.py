@@ -36,7 +36,7 @@ from .protocol import (
     validate_cache_salt,
     validator_error,
 )
-from .render import MAX_MESSAGES, MAX_TOOLS
+from .render import MAX_MESSAGES, MAX_TOOLS, render_chat
 
 BLOCK_TYPES = ("text", "image", "tool_use", "tool_result", "tool_reference", "thinking", "redacted_thinking",
                "tool_addition", "tool_removal")
@@ -454,8 +454,6 @@ def messages_defaults(ctx: Any) -> MessagesDefaults:
 def _disabled_thinking_effort(ctx: Any) -> str:
     """`DisabledThinkingEffortResolver._probe`: "none" unless the template rejects it or renders it
     like a real effort (then the model cannot turn thinking off, and "low" is the closest)."""
-    from .render import render_chat
-
     def prompt(effort: str) -> list[int] | None:
         try:
             return render_chat(ctx, {"messages": [{"role": "user", "content": "Hi"}],
@@ -479,6 +477,4 @@ def render_messages(ctx: Any, body: dict[str, Any], header_request_id: str | Non
                     fetched: dict[str, bytes] | None = None) -> dict[str, Any]:
     """`ServingRender.render_messages_request`: convert, then chat render (`fetched`: the bodies of
     the request's http(s) image URLs)."""
-    from .render import render_chat
-
     return render_chat(ctx, convert(ctx, body), header_request_id, fetched, converted=True)
