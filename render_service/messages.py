@@ -24,7 +24,7 @@ import jinja2.sandbox
 from .exceptions import BadRequestError, RequestValidationError
 from .protocol import (
     MAX_STOP_STRINGS,
-    apply_return_mm_kwargs_alias,
+    check_count,
     check_type,
     opt_bool,
     opt_dict,
@@ -34,7 +34,7 @@ from .protocol import (
     str_list,
     union_error,
     validate_cache_salt,
-    validator_error,
+    validate_mm_payload,
 )
 from .render import MAX_MESSAGES, MAX_TOOLS, render_chat
 
@@ -163,8 +163,7 @@ def validate_messages_request(body: dict[str, Any]) -> None:
     messages = body["messages"]
     if not isinstance(messages, list):
         raise schema_error("body.messages", "Input should be a valid list", messages)
-    if len(messages) > MAX_MESSAGES:  # our bound (vLLM has none): before any per-message work
-        raise validator_error(f"Too many messages: {len(messages)} (at most {MAX_MESSAGES}).", "messages")
+    check_count(messages, MAX_MESSAGES, "messages", "messages")
     for index, message in enumerate(messages):
         param = f"body.messages.{index}"
         if not isinstance(message, dict):
@@ -227,16 +226,12 @@ def validate_messages_request(body: dict[str, Any]) -> None:
     if tools is not None:
         if not isinstance(tools, list):
             raise schema_error("body.tools", "Input should be a valid list", tools)
-        if len(tools) > MAX_TOOLS:
-            raise validator_error(f"Too many tools: {len(tools)} (at most {MAX_TOOLS}).", "tools")
+        check_count(tools, MAX_TOOLS, "tools", "tools")
         for index, tool in enumerate(tools):
             _validate_tool(tool, f"body.tools.{index}")
     opt_int(body, "top_k")
     opt_float(body, "top_p")
-    apply_return_mm_kwargs_alias(body)
-    mm_payload = body.get("mm_payload", "tensors")
-    if mm_payload not in ("tensors", "none"):
-        raise schema_error("body.mm_payload", "Input should be 'tensors' or 'none'", mm_payload)
+    validate_mm_payload(body)
     validate_cache_salt(body.get("cache_salt"))
     opt_bool(body, "watermarking")
     for name in ("kv_transfer_params", "ec_transfer_params", "vllm_xargs", "chat_template_kwargs"):

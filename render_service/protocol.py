@@ -180,12 +180,21 @@ def str_list(value: Any, param: str) -> list[str]:
     return value
 
 
-def apply_return_mm_kwargs_alias(body: dict[str, Any]) -> None:
-    """vLLM's deprecated `return_mm_kwargs: false` means `mm_payload: "none"` unless that is set
-    (llm-d sends it on every render call)."""
+def validate_mm_payload(body: dict[str, Any]) -> None:
+    """`mm_payload`, with vLLM's deprecated alias: `return_mm_kwargs: false` means `"none"` unless
+    `mm_payload` is set (llm-d sends it on every render call)."""
     opt_bool(body, "return_mm_kwargs")
     if body.get("return_mm_kwargs") is False and "mm_payload" not in body:
         body["mm_payload"] = "none"
+    mm_payload = body.get("mm_payload", "tensors")
+    if mm_payload not in ("tensors", "none"):
+        raise schema_error("body.mm_payload", "Input should be 'tensors' or 'none'", mm_payload)
+
+
+def check_count(items: list[Any], limit: int, noun: str, param: str) -> None:
+    """Our bound on list lengths (vLLM has none), checked before any per-item work."""
+    if len(items) > limit:
+        raise validator_error(f"Too many {noun}: {len(items)} (at most {limit}).", param)
 
 
 def validate_cache_salt(salt: Any) -> None:

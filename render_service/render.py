@@ -21,7 +21,7 @@ from render_service.protocol import (
     MAX_STOP_STRINGS,
     OUTPUT_KIND_DELTA,
     OUTPUT_KIND_FINAL_ONLY,
-    apply_return_mm_kwargs_alias,
+    check_count,
     check_type,
     generate_request,
     handler_error,
@@ -37,6 +37,7 @@ from render_service.protocol import (
     stream_options_wire,
     union_error,
     validate_cache_salt,
+    validate_mm_payload,
     validator_error,
 )
 from render_service.settings import Settings
@@ -121,10 +122,7 @@ def _validate_common(body: dict[str, Any]) -> None:
     if truncation_side not in (None, "left", "right"):
         raise schema_error("body.truncation_side", "Input should be 'left' or 'right'", truncation_side)
     opt_str(body, "request_id")
-    apply_return_mm_kwargs_alias(body)
-    mm_payload = body.get("mm_payload", "tensors")
-    if mm_payload not in ("tensors", "none"):
-        raise schema_error("body.mm_payload", "Input should be 'tensors' or 'none'", mm_payload)
+    validate_mm_payload(body)
     validate_cache_salt(body.get("cache_salt"))
     if body.get("stream_options") and not body.get("stream"):
         raise validator_error("Stream options can only be defined when `stream=True`.", "stream_options")
@@ -137,8 +135,7 @@ def _validate_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     messages = body["messages"]
     if not isinstance(messages, list):
         raise schema_error("body.messages", "Input should be a valid list", messages)
-    if len(messages) > MAX_MESSAGES:
-        raise validator_error(f"Too many messages: {len(messages)} (at most {MAX_MESSAGES}).", "messages")
+    check_count(messages, MAX_MESSAGES, "messages", "messages")
     for index, message in enumerate(messages):
         param = f"body.messages.{index}"
         if not isinstance(message, dict):
@@ -182,8 +179,7 @@ def _validate_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
         return None
     if not isinstance(tools, list):
         raise schema_error("body.tools", "Input should be a valid list", tools)
-    if len(tools) > MAX_TOOLS:
-        raise validator_error(f"Too many tools: {len(tools)} (at most {MAX_TOOLS}).", "tools")
+    check_count(tools, MAX_TOOLS, "tools", "tools")
     if tools == []:
         raise validator_error("`tools` must not be an empty array. Either provide at least one tool "
                               "or omit the field entirely.", "tools")
@@ -626,10 +622,8 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
             desc = (f'function "{tool_choice["function"]["name"]}"' if isinstance(tool_choice, dict)
                     else f'"{tool_choice}"')
             raise BadRequestError(f"tool_choice={desc} requires --tool-call-parser to be set")
-    if tools is None or (tool_choice == "none" and settings.exclude_tools_when_tool_choice_none):
-        rendered_tools = None
-    else:
-        rendered_tools = tool_dicts(tools)
+    dumped_tools = tool_dicts(tools)  # the template's tools and parse_context's (the template cannot mutate them)
+    rendered_tools = None if tool_choice == "none" and settings.exclude_tools_when_tool_choice_none else dumped_tools
     user_kwargs = body.get("chat_template_kwargs") or {}
     if not settings.trust_request_chat_template and (
             body.get("chat_template") is not None or user_kwargs.get("chat_template") is not None):
@@ -683,7 +677,7 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
         reasoning_ended = None
     stream = bool(body.get("stream"))
     parse_context = {
-        "tools": tool_dicts(tools),
+        "tools": dumped_tools,
         "tool_choice": _tool_choice_wire(tool_choice),
         "parallel_tool_calls": body.get("parallel_tool_calls", True),
         "include_reasoning": body.get("include_reasoning", True),

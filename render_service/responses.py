@@ -18,7 +18,7 @@ from .protocol import (
     INT64_MIN,
     OUTPUT_KIND_DELTA,
     OUTPUT_KIND_FINAL_ONLY,
-    apply_return_mm_kwargs_alias,
+    check_count,
     check_type,
     generate_request,
     handler_error,
@@ -33,7 +33,7 @@ from .protocol import (
     str_list,
     union_error,
     validate_cache_salt,
-    validator_error,
+    validate_mm_payload,
 )
 from .render import (
     MAX_MESSAGES,
@@ -107,8 +107,7 @@ def validate_responses_request(body: dict[str, Any]) -> None:
     if not isinstance(items, (str, list)):
         raise union_error("body.input", "None" if items is None else items)
     if isinstance(items, list):
-        if len(items) > MAX_MESSAGES:  # our bound (vLLM has none)
-            raise validator_error(f"Too many input items: {len(items)} (at most {MAX_MESSAGES}).", "input")
+        check_count(items, MAX_MESSAGES, "input items", "input")
         for item in items:
             _validate_item(item)
     include = body.get("include")
@@ -157,8 +156,7 @@ def validate_responses_request(body: dict[str, Any]) -> None:
     if tools is not None:
         if not isinstance(tools, list):
             raise schema_error("body.tools", "Input should be a valid list", tools)
-        if len(tools) > MAX_TOOLS:
-            raise validator_error(f"Too many tools: {len(tools)} (at most {MAX_TOOLS}).", "tools")
+        check_count(tools, MAX_TOOLS, "tools", "tools")
         for index, tool in enumerate(tools):
             if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
                 raise schema_error(f"body.tools.{index}", "Unable to extract tag using discriminator 'type'", tool)
@@ -176,10 +174,7 @@ def validate_responses_request(body: dict[str, Any]) -> None:
                                                                                  "json_object")):
         raise schema_error("body.text.format", "Input tag does not match any of the expected tags: "
                            "'text', 'json_schema', 'json_object'", fmt)
-    apply_return_mm_kwargs_alias(body)
-    mm_payload = body.get("mm_payload", "tensors")
-    if mm_payload not in ("tensors", "none"):
-        raise schema_error("body.mm_payload", "Input should be 'tensors' or 'none'", mm_payload)
+    validate_mm_payload(body)
     check_type(body, "service_tier", (str,))
 
 
