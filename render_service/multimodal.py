@@ -18,6 +18,9 @@ What vLLM 0.33 does for an `image_url` part, step by step, and what this module 
    (a `keep_on_cpu` field).
 
 Processed items are cached by hash (bytes-bounded LRU), so a re-sent image costs one hash.
+A request with `mm_payload: "none"` only needs the hash and the grid: its images are decoded
+(vLLM decodes them too, so a broken image is the same 400) but not resized, patchified or
+encoded, and cached as light items that a later tensors request completes.
 
 Processor kwargs: `--mm-processor-kwargs` sets the processor's resize bounds (`size`,
 `min_pixels`, `max_pixels`); a request's `mm_processor_kwargs` (with `--trust-request-mm-kwargs`)
@@ -324,10 +327,15 @@ class ProcessedImage:
     num_tokens: int
     # base64 msgpack MultiModalKwargsItem, already a JSON string (quotes included): a response
     # copies it into its body instead of re-scanning megabytes of base64 for escapes.
-    kwargs_data: orjson.Fragment
-    kwargs_json: bytes  # the same bytes, for json_parts
+    # None in a light item (processed for `mm_payload: "none"`: hash, grid and metadata only).
+    kwargs_data: orjson.Fragment | None
+    kwargs_json: bytes | None  # the same bytes, for json_parts
     metadata: str  # base64 msgpack of the keep_on_cpu fields
     nbytes: int
+
+    @property
+    def has_tensors(self) -> bool:
+        return self.kwargs_json is not None
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -338,17 +346,24 @@ def _tensor(dtype: str, array: np.ndarray) -> tuple[str, tuple[int, ...], msgspe
     return dtype, tuple(array.shape), msgspec.msgpack.Ext(_RAW_VIEW, memoryview(np.ascontiguousarray(array)))
 
 
-def process(image: np.ndarray, config: VisionConfig, digest: str, options: ImageOptions | None = None
-            ) -> ProcessedImage:
-    height, width = image.shape[:2]
-    factor = config.patch_size * config.merge_size
+def _grid(height: int, width: int, config: VisionConfig, options: ImageOptions | None) -> tuple[int, int]:
+    """The resized (height, width) of an image under the processor's bounds."""
     min_pixels, max_pixels = ((options.min_pixels, options.max_pixels) if options is not None
                               else (config.min_pixels, config.max_pixels))
-    new_h, new_w = smart_resize(height, width, factor, min_pixels, max_pixels)
+    return smart_resize(height, width, config.patch_size * config.merge_size, min_pixels, max_pixels)
+
+
+def _grid_field(gh: int, gw: int) -> dict[str, Any]:
+    grid = np.array([1, gh, gw], dtype=np.int64)
+    return {"data": _tensor("int64", grid), "field": ("batched", {"keep_on_cpu": True})}
+
+
+def process(image: np.ndarray, config: VisionConfig, digest: str, options: ImageOptions | None = None
+            ) -> ProcessedImage:
+    new_h, new_w = _grid(*image.shape[:2], config, options)
     planes = resize_planar(image, new_h, new_w)
     rows, gh, gw = patchify(planes, config.patch_size, config.merge_size, config.temporal_patch_size)
-    grid = np.array([1, gh, gw], dtype=np.int64)
-    grid_field = {"data": _tensor("int64", grid), "field": ("batched", {"keep_on_cpu": True})}
+    grid_field = _grid_field(gh, gw)
     # vLLM builds the item from a set of field names, so its key order varies per vLLM process
     # (hash seed); the engine decodes a map, so either order is the same item.
     item = {
@@ -370,6 +385,17 @@ def process(image: np.ndarray, config: VisionConfig, digest: str, options: Image
     )
 
 
+def process_light(image: np.ndarray, config: VisionConfig, digest: str, options: ImageOptions | None = None
+                  ) -> ProcessedImage:
+    """What `process` gives minus the tensors: the same grid, token count and metadata, no resize."""
+    new_h, new_w = _grid(*image.shape[:2], config, options)
+    factor = config.patch_size
+    gh, gw = new_h // factor, new_w // factor
+    metadata = _b64encode(_encoder.encode({"image_grid_thw": _grid_field(gh, gw)})).decode("ascii")
+    return ProcessedImage(mm_hash=digest, num_tokens=gh * gw // (config.merge_size ** 2), kwargs_data=None,
+                          kwargs_json=None, metadata=metadata, nbytes=len(metadata) + 200)
+
+
 _SPLIT = orjson.Fragment(b"\x00")  # orjson escapes NUL in strings: a raw one can only be this
 
 
@@ -386,10 +412,11 @@ class ProcessedCache:
         self.by_fragment: dict[int, ProcessedImage] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> ProcessedImage | None:
+    def get(self, key: str, tensors: bool = True) -> ProcessedImage | None:
+        """The cached item, if it has what is asked for (a light item does not serve `tensors`)."""
         with self._lock:
             item = self._items.get(key)
-            if item is None:
+            if item is None or (tensors and not item.has_tensors):
                 self.misses += 1
                 return None
             self._items.move_to_end(key)
@@ -400,12 +427,16 @@ class ProcessedCache:
         if item.nbytes > self.max_bytes:
             return
         with self._lock:
-            old = self._items.pop(item.mm_hash, None)
+            old = self._items.get(item.mm_hash)
+            if old is not None and old.has_tensors and not item.has_tensors:
+                return  # a light item never displaces the full one
             if old is not None:
+                del self._items[item.mm_hash]
                 self.bytes -= old.nbytes
                 self.by_fragment.pop(id(old.kwargs_data), None)
             self._items[item.mm_hash] = item
-            self.by_fragment[id(item.kwargs_data)] = item
+            if item.kwargs_data is not None:
+                self.by_fragment[id(item.kwargs_data)] = item
             self.bytes += item.nbytes
             while self.bytes > self.max_bytes:
                 _, evicted = self._items.popitem(last=False)
@@ -435,16 +466,18 @@ class ImageProcessor:
                                                     self.default_options.max_pixels))
         return ImageOptions(low, high, hash_factor(request_kwargs))
 
-    def __call__(self, data: bytes, options: ImageOptions | None = None) -> ProcessedImage:
+    def __call__(self, data: bytes, options: ImageOptions | None = None, tensors: bool = True) -> ProcessedImage:
+        """`tensors=False` (`mm_payload: "none"`): a light item is enough."""
         options = options or self.default_options
         image = _open(data, self.max_image_pixels)
         # The server's kwargs are not in the hash (vLLM's neither): they hold for every request here,
         # and the per-process cache is keyed by the hash.
         digest = mm_hash(data, self.config.model_id, _needs_conversion(image), options.hash_kwargs)
-        cached = self.cache.get(digest)
+        cached = self.cache.get(digest, tensors)
         if cached is not None:
             return cached
-        processed = process(decode_rgb(image), self.config, digest, options)
+        pixels = decode_rgb(image)
+        processed = (process if tensors else process_light)(pixels, self.config, digest, options)
         self.cache.put(processed)
         return processed
 

@@ -264,7 +264,7 @@ def _validate_logprobs(body: dict[str, Any]) -> None:
 
 # -- shared steps ---------------------------------------------------------------------------
 
-def _check_mm_kwargs(ctx: RenderContext, body: dict[str, Any]) -> None:
+def check_mm_kwargs(ctx: RenderContext, body: dict[str, Any]) -> None:
     """vLLM's `validate_request_mm_kwargs`; trusted, `media_io_kwargs` (not implemented) are refused."""
     for name, what in (("mm_processor_kwargs", "preprocessing"), ("media_io_kwargs", "media loading")):
         opt_dict(body, name)
@@ -582,7 +582,8 @@ def _image_limit(limits: dict[str, Any]) -> int:
 
 
 def _load_images(ctx: RenderContext, urls: list[str], fetched: dict[str, bytes] | None,
-                 processor_kwargs: dict[str, Any] | None = None) -> list[multimodal.ProcessedImage]:
+                 processor_kwargs: dict[str, Any] | None = None, tensors: bool = True
+                 ) -> list[multimodal.ProcessedImage]:
     assert ctx.vision is not None
     limit = ctx.media_limits.max_images_per_prompt
     if len(urls) > limit:
@@ -597,7 +598,7 @@ def _load_images(ctx: RenderContext, urls: list[str], fetched: dict[str, bytes] 
         else:
             media.check_url(url, ctx.media_limits)
             raise BadRequestError(f"Image URL {url!r} was not fetched.", param="messages")
-        items.append(ctx.vision(data, options))
+        items.append(ctx.vision(data, options, tensors))
     return items
 
 
@@ -629,7 +630,7 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
             body.get("chat_template") is not None or user_kwargs.get("chat_template") is not None):
         raise BadRequestError("Chat template is passed with request, but --trust-request-chat-template is "
                               "not set. Refused request with untrusted chat template.")
-    _check_mm_kwargs(ctx, body)
+    check_mm_kwargs(ctx, body)
 
     max_completion = body.get("max_completion_tokens")
     max_output = max_completion if max_completion is not None else body.get("max_tokens")
@@ -741,7 +742,9 @@ def _render_chat_tokens(ctx: RenderContext, body: dict[str, Any], chat_template:
         collector = templating.MediaCollector(ctx.vision.config.placeholder, ctx.settings.served_names[0])
     conversation = templating.build_conversation(body["messages"], content_format, collector,
                                                  model_name=ctx.settings.served_names[0])
-    images = (_load_images(ctx, collector.image_urls, fetched, body.get("mm_processor_kwargs"))
+    mm_payload = body.get("mm_payload", "tensors")
+    images = (_load_images(ctx, collector.image_urls, fetched, body.get("mm_processor_kwargs"),
+                           tensors=mm_payload == "tensors")
               if collector and collector.image_urls else [])
     render_kwargs = {k: v for k, v in template_kwargs.items() if k not in ("tools", "chat_template", "tokenize")}
     prompt = templating.render_prompt(ctx.model.hf_tokenizer, chat_template, conversation, rendered_tools,
@@ -751,7 +754,7 @@ def _render_chat_tokens(ctx: RenderContext, body: dict[str, Any], chat_template:
         assert ctx.vision is not None
         token_ids, placeholders = multimodal.expand_prompt(
             ctx.model.encode(prompt, add_special), images, ctx.vision.config.image_token_id)
-        return token_ids, None, multimodal.features(images, placeholders, body.get("mm_payload", "tensors"))
+        return token_ids, None, multimodal.features(images, placeholders, mm_payload)
     if body.get("return_token_offsets"):
         ids, offsets = ctx.model.encode_with_offsets(prompt, add_special)
         return ids, offsets, None
@@ -824,7 +827,7 @@ def render_completion(ctx: RenderContext, body: dict[str, Any],
             raise BadRequestError("suffix requires text prompt input for FIM completion rendering", param="suffix")
         raise BadRequestError("suffix is only supported for models with FIM completion rendering",
                               param="suffix")
-    _check_mm_kwargs(ctx, body)
+    check_mm_kwargs(ctx, body)
     max_tokens_requested = body.get("max_tokens", 16)
     truncate = body.get("truncate_prompt_tokens")
     _check_lengths(ctx, 0, max_tokens_requested or 0, "max_tokens", truncate)

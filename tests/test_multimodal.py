@@ -102,3 +102,36 @@ def test_json_parts_join_to_the_document_and_share_cached_bytes() -> None:
     assert len(shared) == 3  # items[0] twice and items[1]; not the stray one
     no_tensors = {"features": multimodal.features(images, [], "none")}
     assert b"".join(processor.json_parts(no_tensors)) == orjson.dumps(no_tensors)
+
+
+@pytest.mark.parametrize(("width", "height", "kwargs"), [
+    (1280, 720, None), (97, 451, None), (8, 8, None), (1280, 720, {"max_pixels": 70000})])
+def test_light_item_has_the_full_items_hash_tokens_and_metadata(width: int, height: int, kwargs: dict | None) -> None:
+    data = _png(width, height, 5)
+    full_processor, light_processor = multimodal.ImageProcessor(CONFIG), multimodal.ImageProcessor(CONFIG)
+    options = full_processor.options(kwargs) if kwargs else None
+    full, light = full_processor(data, options), light_processor(data, options, tensors=False)
+    assert (light.mm_hash, light.num_tokens, light.metadata) == (full.mm_hash, full.num_tokens, full.metadata)
+    assert full.has_tensors and not light.has_tensors and light.kwargs_data is None
+    assert light.nbytes < 1000 < full.nbytes
+
+
+def test_light_items_are_cached_and_completed_by_a_tensors_request() -> None:
+    processor = multimodal.ImageProcessor(CONFIG)
+    data = _png(300, 200, 6)
+    light = processor(data, tensors=False)
+    assert processor(data, tensors=False) is light  # a hashes-only repeat is a hit
+    full = processor(data)  # a tensors request does not take the light item: it processes
+    assert full.has_tensors and full.mm_hash == light.mm_hash
+    assert (processor.cache.hits, processor.cache.misses) == (1, 2)
+    assert processor(data, tensors=False) is full  # the full item serves both from now on
+    processor.cache.put(light)  # and a light item never displaces it
+    assert processor(data) is full
+
+
+def test_a_broken_image_is_refused_without_tensors_too() -> None:
+    data = _png(300, 200, 7)
+    truncated = data[: len(data) // 2]  # the header opens; the pixels do not decode
+    for tensors in (True, False):
+        with pytest.raises(multimodal.BadRequestError, match="Failed to load image"):
+            multimodal.ImageProcessor(CONFIG)(truncated, tensors=tensors)
