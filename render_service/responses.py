@@ -41,6 +41,7 @@ from .render import (
     RenderContext,
     _hoist_transfer_params,
     _merge_kwargs,
+    check_mm_kwargs,
     check_model,
     get_max_tokens,
     random_uuid,
@@ -408,8 +409,10 @@ def render_responses(ctx: RenderContext, body: dict[str, Any],
     validate_length_params(ctx, max_output, "max_output_tokens", truncate)
     kwargs = template_kwargs(ctx, body)
     messages = input_messages(body)
+    check_mm_kwargs(ctx, body)  # vLLM's preprocess_chat checks them before templating
     chat_template = ctx.model.flag_chat_template or ctx.model.chat_template
-    conversation = {"messages": messages, "mm_payload": body.get("mm_payload", "tensors")}
+    conversation = {"messages": messages, "mm_payload": body.get("mm_payload", "tensors"),
+                    "mm_processor_kwargs": body.get("mm_processor_kwargs")}
     token_ids, offsets, features = render_conversation(ctx, conversation, chat_template, rendered_tools, kwargs,
                                                        max_output, "max_output_tokens", truncate, fetched)
     if not token_ids:

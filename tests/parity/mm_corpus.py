@@ -59,6 +59,40 @@ def _chat(messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     return {"model": MM_MODEL_NAME, "messages": messages, **extra}
 
 
+CHAT_PATH = "/v1/chat/completions/render"
+RESPONSES_PATH = "/v1/responses/render"
+MESSAGES_PATH = "/v1/messages/render"
+# A case is a chat request body, or (path, body) for another render endpoint.
+Case = dict[str, Any] | tuple[str, dict[str, Any]]
+
+
+def endpoint(case: Case) -> tuple[str, dict[str, Any]]:
+    return case if isinstance(case, tuple) else (CHAT_PATH, case)
+
+
+def _responses(content: list[dict[str, Any]], **extra: Any) -> tuple[str, dict[str, Any]]:
+    return RESPONSES_PATH, {"model": MM_MODEL_NAME, "request_id": "resp_fixed",
+                            "input": [{"role": "user", "content": content}], **extra}
+
+
+def _input_image(url: str) -> dict[str, Any]:
+    return {"type": "input_image", "image_url": url}
+
+
+def _input_text(text: str) -> dict[str, Any]:
+    return {"type": "input_text", "text": text}
+
+
+def _messages(content: list[dict[str, Any]], **extra: Any) -> tuple[str, dict[str, Any]]:
+    return MESSAGES_PATH, {"model": MM_MODEL_NAME, "max_tokens": 16,
+                           "messages": [{"role": "user", "content": content}], **extra}
+
+
+def _image_block(url: str) -> dict[str, Any]:
+    media_type, _, data = url.removeprefix("data:").partition(";base64,")
+    return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+
+
 WEATHER_TOOL = {
     "type": "function",
     "function": {
@@ -69,8 +103,8 @@ WEATHER_TOOL = {
 }
 
 
-def cases() -> dict[str, dict[str, Any]]:
-    """name -> request body."""
+def cases() -> dict[str, Case]:
+    """name -> request (a chat body, or (path, body))."""
     png_small = data_url(make_image(100, 70, 0))
     jpeg_720p = data_url(make_image(1280, 720, 1), "JPEG", quality=85)
     jpeg_720p_b = data_url(make_image(1280, 720, 2), "JPEG", quality=85)
@@ -118,6 +152,14 @@ def cases() -> dict[str, dict[str, Any]]:
         ], tools=[WEATHER_TOOL], tool_choice="none"),
         "mm_payload_none": _chat([{"role": "user", "content": [_image(png_small), _text("Hashes only.")]}],
                                  mm_payload="none"),
+        "responses_input_image": _responses([_input_image(png_small), _input_text("What is this?")]),
+        "responses_two_images_hashes_only": _responses(
+            [_input_text("Compare"), _input_image(webp), _input_image(jpeg_720p)], mm_payload="none"),
+        "responses_kwargs_untrusted": _responses([_input_image(png_small), _input_text("Small?")],
+                                                 mm_processor_kwargs={"max_pixels": 70000}),
+        "messages_image_block": _messages([_image_block(png_small), {"type": "text", "text": "What is this?"}]),
+        "messages_two_image_blocks_hashes_only": _messages(
+            [_image_block(rgba), {"type": "text", "text": "and"}, _image_block(odd)], mm_payload="none"),
         "image_url_as_string_type_missing": _chat([{"role": "user", "content": [
             {"image_url": {"url": png_small}}, _text("No type field.")]}]),
         "error_aspect_ratio": _chat([{"role": "user", "content": [_image(too_thin), _text("Too thin.")]}]),
@@ -178,7 +220,7 @@ def kwargs_cases() -> dict[str, dict[str, Any]]:
     }
 
 
-def trust_cases() -> dict[str, dict[str, Any]]:
+def trust_cases() -> dict[str, Case]:
     """Requests for the TRUST_FLAGS oracle: a request's kwargs over the preprocessor config's bounds."""
     png_small = data_url(make_image(100, 70, 0))
     jpeg_720p = data_url(make_image(1280, 720, 1), "JPEG", quality=85)
@@ -195,6 +237,11 @@ def trust_cases() -> dict[str, dict[str, Any]]:
                                               "max_pixels": 200000}),
         "same_image_without_kwargs": _chat([{"role": "user", "content": [_image(jpeg_720p), _text("Look.")]}]),
         "error_unsupported_key": ask(png_small, {"do_resize": False}),
+        "responses_scoped_max_pixels": _responses([_input_image(jpeg_720p), _input_text("Look.")],
+                                                  mm_processor_kwargs={"images_kwargs": {"max_pixels": 400000}}),
+        "responses_flat_min_pixels_hashes_only": _responses(
+            [_input_image(png_small), _input_text("Look.")], mm_processor_kwargs={"min_pixels": 200000},
+            mm_payload="none"),
     }
 
 

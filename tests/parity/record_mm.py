@@ -35,7 +35,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mm_corpus import KWARGS_FLAGS, MM_MODEL_DIR, TRUST_FLAGS, cases, kwargs_cases, shrink, trust_cases
+from mm_corpus import KWARGS_FLAGS, MM_MODEL_DIR, TRUST_FLAGS, cases, endpoint, kwargs_cases, shrink, trust_cases
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden_mm"
 # --kwargs: (golden folder, oracle flags, cases)
@@ -56,15 +56,17 @@ def main() -> None:
     golden_dir.mkdir(exist_ok=True)
     with httpx.Client(base_url=args.oracle_url, timeout=300) as client:
         version = client.get("/version").json().get("version")
-        for name, body in make_cases().items():
+        for name, case in make_cases().items():
             if args.only and name not in args.only:
                 continue
-            response = client.post("/v1/chat/completions/render", json=body)
+            path, body = endpoint(case)
+            response = client.post(path, json=body)
             record = {
                 "name": name,
                 "oracle": f"vllm {version} launch render",
                 "model_dir": MM_MODEL_DIR,
                 **({"oracle_flags": flags} if flags else {}),
+                "path": path,
                 "request": body,
                 "status": response.status_code,
                 "response": shrink(response.json()),
