@@ -31,10 +31,49 @@ DEFAULT_SAMPLING_FLOATS: dict[str, float | int] = {
 }
 
 
+# pydantic's error type for a message, by prefix (the most specific first).
+_ERROR_TYPES = (
+    ("Field required", "missing"),
+    ("Extra inputs are not permitted", "extra_forbidden"),
+    ("JSON decode error", "json_invalid"),
+    ("Input should be a valid dictionary or object", "model_attributes_type"),
+    ("Input should be a valid dictionary", "dict_type"),
+    ("Input should be a valid list", "list_type"),
+    ("Input should be a valid string", "string_type"),
+    ("Input should be a valid integer, unable to parse", "int_parsing"),
+    ("Input should be a valid integer, got a number with a fractional part", "int_from_float"),
+    ("Input should be a valid integer", "int_type"),
+    ("Input should be a finite number", "finite_number"),
+    ("Input should be a valid number, unable to parse", "float_parsing"),
+    ("Input should be a valid number", "float_type"),
+    ("Input should be a valid boolean, unable to interpret", "bool_parsing"),
+    ("Input should be a valid boolean", "bool_type"),
+    ("Input should be iterable", "iterable_type"),
+    ("Input should be greater than or equal to", "greater_than_equal"),
+    ("Input should be greater than", "greater_than"),
+    ("Input should be less than or equal to", "less_than_equal"),
+    ("Input should be less than", "less_than"),
+    ("List should have at most", "too_long"),
+    ("List should have at least", "too_short"),
+    ("String should have at most", "string_too_long"),
+    ("Input tag", "union_tag_invalid"),
+    ("Unable to extract tag", "union_tag_not_found"),
+    ("Input should be ", "literal_error"),  # 'a' or 'b', True, None: what is left
+)
+
+
+def _error_type(message: str) -> str:
+    for prefix, kind in _ERROR_TYPES:
+        if message.startswith(prefix):
+            return kind
+    return "value_error"
+
+
 def schema_error(param: str, message: str, value: Any = None) -> RequestValidationError:
-    """A schema failure reported as vLLM's validation handler reports it."""
+    """A schema failure reported as vLLM's validation handler reports it (pydantic's error type
+    follows from the message)."""
     summary = _summarize(value)
-    detail = {"type": "value_error", "loc": param, "msg": message, "input": summary}
+    detail = {"type": _error_type(message), "loc": param, "msg": message, "input": summary}
     return RequestValidationError(f"1 validation error:\n  {detail}", param=param)
 
 

@@ -1134,11 +1134,12 @@ def compare_response(request: dict[str, Any], expected_status: int, expected: An
 
 # -- golden files --------------------------------------------------------------------------------
 
-_FIRST_ERROR = re.compile(r"""'loc': '([^']*)', 'msg': ("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')""")
+_FIRST_ERROR = re.compile(
+    r"""'type': '([a-z_]+)', 'loc': '([^']*)', 'msg': ("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')""")
 
 
-def _first_error(message: str) -> tuple[str, str] | None:
-    """(loc, msg) of the first error in a pydantic "N validation errors" message."""
+def _first_error(message: str) -> tuple[str, str, str] | None:
+    """(type, loc, msg) of the first error in a pydantic "N validation errors" message."""
     match = _FIRST_ERROR.search(message)
     return match.groups() if match else None  # type: ignore[return-value]
 

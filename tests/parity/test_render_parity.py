@@ -5,7 +5,7 @@ from the real `vllm launch render`) against our app, one app per server config, 
 status; for 2xx every field, value kind and key order (normalizing only random request ids,
 `created`, `/v1/models` permission ids and the model folder's path); for errors `type`, `param`
 and `code` exactly, and `message` exactly for BadRequestError/NotFoundError; for pydantic
-"Bad Request" errors the "N validation error(s)" prefix and the first error's `loc` and `msg`.
+"Bad Request" errors the "N validation error(s)" prefix and the first error's `type`, `loc` and `msg`.
 
 `test_live_parity` (marker `live`; needs RENDER_LIVE_PARITY=1 and a vLLM 0.33 env) does the same
 against a freshly started oracle instead of the goldens.
