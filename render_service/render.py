@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from render_service import media, multimodal, structured, templating
@@ -589,16 +590,16 @@ def _load_images(ctx: RenderContext, urls: list[str], fetched: dict[str, bytes] 
     if len(urls) > limit:
         raise BadRequestError(f"At most {limit} image(s) may be provided in one prompt.", param="messages")
     options = ctx.vision.options(processor_kwargs) if processor_kwargs else None
+    decode_data_url = partial(media.decode_data_url, limits=ctx.media_limits)
     items = []
     for url in urls:
         if url.startswith("data:"):
-            data = media.decode_data_url(url, ctx.media_limits)
-        elif fetched is not None and url in fetched:
-            data = fetched[url]
-        else:
+            items.append(ctx.vision.from_data_url(url, decode_data_url, options, tensors))
+            continue
+        if fetched is None or url not in fetched:
             media.check_url(url, ctx.media_limits)
             raise BadRequestError(f"Image URL {url!r} was not fetched.", param="messages")
-        items.append(ctx.vision(data, options, tensors))
+        items.append(ctx.vision(fetched[url], options, tensors))
     return items
 
 

@@ -135,3 +135,51 @@ def test_a_broken_image_is_refused_without_tensors_too() -> None:
     for tensors in (True, False):
         with pytest.raises(multimodal.BadRequestError, match="Failed to load image"):
             multimodal.ImageProcessor(CONFIG)(truncated, tensors=tensors)
+
+
+def _data_url(data: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+
+
+class _Decoder:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, url: str) -> bytes:
+        self.calls += 1
+        return base64.b64decode(url.partition(",")[2])
+
+
+def test_a_resent_data_url_is_served_from_its_text_without_decoding() -> None:
+    processor, decode = multimodal.ImageProcessor(CONFIG), _Decoder()
+    url = _data_url(_png(120, 90, 8))
+    first = processor.from_data_url(url, decode)
+    again = processor.from_data_url("".join(list(url)), decode)  # an equal, distinct str object
+    assert again is first and decode.calls == 1
+    assert (processor.cache.hits, processor.cache.misses) == (1, 1)
+    # Same pixels, other bytes (a PNG re-encoded with another compression level): another URL, decoded.
+    buffer = io.BytesIO()
+    Image.open(io.BytesIO(decode(url))).save(buffer, "PNG", compress_level=1)
+    other = processor.from_data_url(_data_url(buffer.getvalue()), decode)
+    assert decode.calls == 3 and other.mm_hash != first.mm_hash  # vLLM hashes the bytes: so do we
+
+
+def test_data_url_memo_tracks_light_items_kwargs_and_eviction() -> None:
+    processor, decode = multimodal.ImageProcessor(CONFIG), _Decoder()
+    url = _data_url(_png(300, 200, 9))
+    light = processor.from_data_url(url, decode, tensors=False)
+    assert processor.from_data_url(url, decode, tensors=False) is light and decode.calls == 1
+    full = processor.from_data_url(url, decode)  # a light item does not serve tensors
+    assert full.has_tensors and decode.calls == 2
+    assert processor.from_data_url(url, decode) is full and decode.calls == 2
+    # Request kwargs change the item: no memo, always decoded (the mm_hash cache still applies).
+    options = processor.options({"min_pixels": 1024, "max_pixels": 30000})
+    small = processor.from_data_url(url, decode, options)
+    assert small.num_tokens < full.num_tokens and decode.calls == 3
+    # The URL's text counts in the cache's bytes, and leaves with its item.
+    cache = processor.cache
+    assert cache.bytes == full.nbytes + small.nbytes + len(url)
+    cache.max_bytes = small.nbytes + len(url)  # room for one item: the LRU one (full) goes, with its URL
+    cache.put(small)
+    assert cache.bytes == small.nbytes and len(cache) == 1
+    assert processor.from_data_url(url, decode) is not full and decode.calls == 4
