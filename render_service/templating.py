@@ -264,6 +264,9 @@ class MediaCollector:
         self.image_urls: list[str] = []
 
     def add(self, part_type: str, part: dict[str, Any]) -> None:
+        if part_type in ("image_embeds", "audio_embeds", "video_embeds"):
+            # vLLM's answer without --enable-mm-embeds (its default; this service has no embeds input)
+            raise handler_error(f"You must set `--enable-mm-embeds` to input `{part_type}`", part_type)
         if part_type not in ("image_url", "input_image"):
             raise UnsupportedContentError(
                 f"{part_type} content is not supported by this render tier for {self.model_name} "

@@ -162,6 +162,9 @@ def cases() -> dict[str, Case]:
             [_image_block(rgba), {"type": "text", "text": "and"}, _image_block(odd)], mm_payload="none"),
         "image_url_as_string_type_missing": _chat([{"role": "user", "content": [
             {"image_url": {"url": png_small}}, _text("No type field.")]}]),
+        "error_image_embeds_not_enabled": _chat([{"role": "user", "content": [
+            {"type": "image_embeds", "image_embeds": base64.b64encode(b"not a tensor").decode()},
+            _text("Embeds.")]}]),
         "error_aspect_ratio": _chat([{"role": "user", "content": [_image(too_thin), _text("Too thin.")]}]),
         "error_bad_base64": _chat([{"role": "user", "content": [
             _image("data:image/png;base64,!!!notbase64!!!"), _text("Broken.")]}]),
