@@ -9,10 +9,14 @@ mm_hashes, and without the resets the second would reuse the first one's encoder
 nothing. A control shows the resets work and the tokens depend on the pixels: our request with its
 pixel patches reversed (same hashes) must generate other tokens.
 
-The engine runs with its tokenizer (`--enable-scale-out`), not `--tokens-only`: vLLM cannot start a
-tokens-only engine for Qwen3-VL (see vl_engine.py; `test_tokens_only_engine_refuses_qwen3_vl` keeps
-that claim checked). Run with `pytest -m live tests/integration/test_mm_engine.py` (~4 min: one engine,
-~4 GB, and one render oracle); skipped without the engine env or the 0.33 env.
+Every engine test runs twice, once per engine mode (one engine at a time):
+- `tokens-only`: a real `--tokens-only` engine (skip_tokenizer_init) with the disclosed start-up patch of
+  vl_engine.py (its multimodal processor gets the model folder's tokenizer; vLLM refuses to start
+  otherwise, which `test_tokens_only_engine_refuses_qwen3_vl` keeps checked). The fixture checks the
+  patch was applied and the engine still has no tokenizer (/tokenize answers 400 skip_tokenizer_init).
+- `scale-out`: the engine with its tokenizer and `--enable-scale-out`, unpatched.
+Run with `pytest -m live tests/integration/test_mm_engine.py` (~8 min: two engines in turn, ~4 GB each,
+and one render oracle); skipped without the engine env or the 0.33 env.
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ import pytest
 
 from render_service.app import create_app
 from render_service.settings import Settings
-from tests.integration.engine_fixture import VllmProcess, app_server, engine_python, render_oracle_python, start_engine
+from tests.integration.engine_fixture import app_server, engine_python, render_oracle_python, start_engine
 from tests.integration.vl_engine import (
     MAX_MODEL_LEN,
+    PATCH_BANNER,
     SERVED_NAME,
     build_weighted_vl_model,
     start_vl_engine,
@@ -48,6 +53,9 @@ pytestmark = [
 ]
 
 MAX_TOKENS = 8
+ENGINE_MODES = ("tokens-only", "scale-out")
+# (case name -> mode -> greedy ids and logprob numbers): the modes must agree too (see `compare`).
+BY_MODE: dict[str, dict[str, tuple[list[int], list[Any]]]] = {}
 CACHE_RESETS = ("/reset_prefix_cache", "/reset_mm_cache", "/reset_encoder_cache")
 
 
@@ -62,18 +70,35 @@ def model_dir() -> Path:
 
 
 @pytest.fixture(scope="module")
-def servers(model_dir: Path, overlay: Path) -> Iterator[dict[str, str]]:
-    """Our render service, vLLM 0.33's render and the engine, all on `model_dir`."""
-    started: list[VllmProcess] = []
+def renderers(model_dir: Path, overlay: Path) -> Iterator[dict[str, str]]:
+    """Our render service and vLLM 0.33's render, both on `model_dir`."""
     settings = Settings(model=str(model_dir), served_model_name=[SERVED_NAME], max_model_len=MAX_MODEL_LEN).validate()
+    oracle = start_vl_render_oracle(model_dir, overlay)
     try:
-        started.append(start_vl_render_oracle(model_dir, overlay))
-        started.append(start_vl_engine(model_dir, overlay))
         with app_server(create_app(settings)) as ours:
-            yield {"ours": ours, "vllm": started[0].url, "engine": started[1].url}
+            yield {"ours": ours, "vllm": oracle.url}
     finally:
-        for process in started:
-            process.stop()
+        oracle.stop()
+
+
+@pytest.fixture(scope="module", params=ENGINE_MODES)
+def engine(request: pytest.FixtureRequest, model_dir: Path, overlay: Path) -> Iterator[tuple[str, str]]:
+    """The engine on `model_dir` in one mode (pytest finishes one mode's engine before starting the next)."""
+    tokens_only = request.param == "tokens-only"
+    started = start_vl_engine(model_dir, overlay, tokens_only=tokens_only)
+    try:
+        if tokens_only:  # the patch ran (API server and engine core) and left the engine without a tokenizer
+            assert started.log.read_text(errors="replace").count(PATCH_BANNER) >= 2
+            refused = httpx.post(f"{started.url}/tokenize", json={"prompt": "hello"}, timeout=60)
+            assert refused.status_code == 400 and "skip_tokenizer_init" in refused.text, refused.text[:300]
+        yield request.param, started.url
+    finally:
+        started.stop()
+
+
+@pytest.fixture
+def servers(renderers: dict[str, str], engine: tuple[str, str]) -> dict[str, str]:
+    return {**renderers, "mode": engine[0], "engine": engine[1]}
 
 
 def render(client: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -129,7 +154,16 @@ def compare(servers: dict[str, str], name: str) -> tuple[dict[str, Any], list[in
           f"greedy tokens ours {tokens} vllm {their_tokens}")
     assert tokens == their_tokens
     assert logprobs == their_logprobs  # same inputs, same engine, one request at a time: bit-identical
+    # The patched tokens-only engine and the unpatched one with its tokenizer generate the same (logprob
+    # entries compared by their numbers: only the tokenizer's engine adds token strings).
+    BY_MODE.setdefault(name, {})[servers["mode"]] = (tokens, numbers(logprobs))
+    assert len({repr(result) for result in BY_MODE[name].values()}) == 1, BY_MODE[name]
     return ours, tokens
+
+
+def numbers(logprobs: list[Any]) -> list[Any]:
+    return [(entry["token_id"], entry["logprob"], [(top["token_id"], top["logprob"]) for top in entry["top_logprobs"]])
+            for entry in logprobs]
 
 
 def test_single_image(servers: dict[str, str]) -> None:
@@ -163,10 +197,10 @@ def test_four_720p_batched_slices(servers: dict[str, str]) -> None:
     assert len(ours["features"]["mm_hashes"]["image"]) == 4
 
 
-def test_four_720p_items_differ_only_in_slices(servers: dict[str, str]) -> None:
+def test_four_720p_items_differ_only_in_slices(renderers: dict[str, str]) -> None:
     """What the test above fed the engine: the same pixel bytes from both, fields apart from `slices` equal."""
     with httpx.Client(timeout=600) as client:
-        ours, theirs = (items(render(client, servers[who], greedy("four_720p")), "kwargs_data")
+        ours, theirs = (items(render(client, renderers[who], greedy("four_720p")), "kwargs_data")
                         for who in ("ours", "vllm"))
     for mine, their in zip(ours, theirs, strict=True):
         for name in ("pixel_values", "image_grid_thw"):
@@ -179,9 +213,9 @@ def test_four_720p_items_differ_only_in_slices(servers: dict[str, str]) -> None:
 
 
 def test_tokens_only_engine_refuses_qwen3_vl(model_dir: Path, overlay: Path) -> None:
-    """Why the engine above loads its tokenizer: vLLM refuses `--tokens-only` for Qwen3-VL at start-up
-    (the multimodal processor is built even though generate-with-features never uses it). When this starts
-    failing, vLLM has fixed it, and the round trip above should move to `--tokens-only`."""
+    """Why the tokens-only engine above needs its patch: unpatched, vLLM refuses `--tokens-only` for Qwen3-VL
+    at start-up (the multimodal processor is built even though generate-with-features never uses it). When
+    this starts failing, vLLM has fixed it, and the patch (vl_engine.PATCH_DIR) should go."""
     with pytest.raises(RuntimeError) as failure:
         engine = start_engine(model_dir, max_model_len=MAX_MODEL_LEN, served_name=SERVED_NAME,
                               env={"PYTHONPATH": str(overlay)}, timeout=600)

@@ -7,14 +7,34 @@ venv. Weights are drawn with std WEIGHT_STD instead of the config's 0.02: at 0.0
 greedy tokens do not depend on the image at all (the same token repeats for any pixels), so a
 token comparison could not fail; at 0.2 they change when the pixels change.
 
-The engine cannot be `--tokens-only` for this model (nor any model whose multimodal processor needs
-a tokenizer, in vLLM 0.32 and 0.33): `--tokens-only` forces `skip_tokenizer_init=True`, and the
-engine's renderer builds the multimodal processor at start-up even though /inference/v1/generate
-with `features` never calls it; `BaseMultiModalProcessor.__init__` then raises "Qwen3VLMultiModal-
-Processor requires a tokenizer and cannot be initialized when `skip_tokenizer_init=True`"
-(vllm/multimodal/processing/processor.py, `requires_tokenizer`; vllm #54670, #54886 added the check,
-#54904 to load the tokenizer anyway was closed unmerged). So the engine runs with its tokenizer and
-`--enable-scale-out` (the same /inference/v1/generate route and the same features path).
+vLLM cannot start a plain `--tokens-only` engine for this model (nor any model whose multimodal processor
+needs a tokenizer, in vLLM 0.32 and 0.33): `--tokens-only` forces `skip_tokenizer_init=True`, and both the
+API server's renderer and the engine core's encoder budget (vllm/multimodal/encoder_budget.py) build the
+multimodal processor at start-up even though /inference/v1/generate with `features` never calls it;
+`BaseMultiModalProcessor.__init__` then raises "Qwen3VLMultiModalProcessor requires a tokenizer and cannot
+be initialized when `skip_tokenizer_init=True`" (vllm/multimodal/processing/processor.py:1047,
+`requires_tokenizer`; vllm #54670, #54886 added the check, #54904 to load the tokenizer anyway was closed
+unmerged). Turning off only that check (`requires_tokenizer = False`) is not enough: the engine core's
+`MultiModalBudget` asks the processor for the maximum image tokens, which loads transformers'
+Qwen3VLProcessor, whose `__init__` calls `tokenizer.convert_tokens_to_ids` (AttributeError on None).
+
+So the engine runs in two modes, `start_vl_engine(..., tokens_only=...)`:
+- `tokens_only=False`: the engine with its tokenizer and `--enable-scale-out` (the same generate route).
+- `tokens_only=True`: a real `--tokens-only` engine (skip_tokenizer_init=True, detokenizing off) with a
+  disclosed runtime patch, PATCH_DIR/sitecustomize.py on the ENGINE's PYTHONPATH only (no file of the venv
+  is edited). It rebinds one module global, `vllm.multimodal.registry.cached_tokenizer_from_config`, used
+  there only by `MultiModalRegistry._create_processing_ctx` (registry.py:133, the tokenizer of the
+  multimodal processor's InputProcessingContext), so that the processor gets the model folder's tokenizer
+  as without `--tokens-only`. The renderer's tokenizer (renderers/registry.py binds its own), the model's
+  and the generate route's stay None: the chat template warm-up fails, /tokenize answers 400, logprobs
+  carry token ids only. Why it cannot change the comparison: with `features` the generate route builds the
+  engine input straight from the decoded kwargs_data (scale_out/token_in_token_out/serving.py,
+  `mm_kwargs_from_features` + `mm_input`), never through the processor, and the model and its weights are
+  untouched. The processor only sizes things at start-up (the encoder cache budget and the prompt-length
+  check flag, in the API server's InputProcessor and the engine core; the profiling dummy inputs; the
+  renderer's warm-up), which it now computes exactly as in the unpatched scale-out engine, and serves
+  the renderer's own text routes. Both renderers' requests go to the same engine, so any effect would
+  hit both alike; and the greedy tokens are the same in both modes.
 
 torchvision: vLLM's qwen3_vl.py imports transformers' Qwen2-VL image processor module, which imports
 torchvision at module level, and the engine venv (like the 0.33 oracle venv) has none. Both venvs run
@@ -44,6 +64,8 @@ SERVED_NAME = "tinyvl"
 MAX_MODEL_LEN = 16384
 TORCHVISION = "torchvision==0.28.0"
 DEFAULT_OVERLAY = Path("/tmp/mm-tv")
+PATCH_DIR = Path(__file__).parent / "tokens_only_patch"  # sitecustomize.py: see the module docstring
+PATCH_BANNER = "render-service tokens_only_patch:"  # what the patch prints to the engine log when applied
 
 # Runs inside the engine venv: random weights (every sub-config's std raised), saved next to the tokenizer.
 _WEIGHTS_SCRIPT = """
@@ -144,11 +166,13 @@ def torchvision_overlay(cache_root: str | Path | None = None) -> Path:
     return root
 
 
-def start_vl_engine(model_dir: str | Path, overlay: Path, *flags: str) -> VllmProcess:
-    """The engine with its tokenizer (see the module docstring) and the dev endpoints that reset its caches."""
+def start_vl_engine(model_dir: str | Path, overlay: Path, *flags: str, tokens_only: bool = False) -> VllmProcess:
+    """The engine with the dev endpoints that reset its caches: with its tokenizer, or `--tokens-only` with
+    the processor-tokenizer patch (see the module docstring)."""
+    path = [str(overlay), str(PATCH_DIR)] if tokens_only else [str(overlay)]
     return start_engine(model_dir, "--max-num-seqs", "4", *flags, max_model_len=MAX_MODEL_LEN,
-                        served_name=SERVED_NAME, tokens_only=False,
-                        env={"PYTHONPATH": str(overlay), "VLLM_SERVER_DEV_MODE": "1"})
+                        served_name=SERVED_NAME, tokens_only=tokens_only, timeout=900,
+                        env={"PYTHONPATH": os.pathsep.join(path), "VLLM_SERVER_DEV_MODE": "1"})
 
 
 def start_vl_render_oracle(model_dir: str | Path, overlay: Path) -> VllmProcess:
