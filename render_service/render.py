@@ -589,16 +589,24 @@ def _load_images(ctx: RenderContext, urls: list[str], fetched: dict[str, bytes] 
     if len(urls) > limit:
         raise BadRequestError(f"At most {limit} image(s) may be provided in one prompt.", param="messages")
     options = ctx.vision.options(processor_kwargs) if processor_kwargs else None
+    # The Redis tier's step before the render: images already decoded and hashed (same options only).
+    prepared = fetched if isinstance(fetched, media.FetchedImages) else None
+    if prepared is not None and prepared.hash_kwargs != (options or ctx.vision.default_options).hash_kwargs:
+        prepared = None
     items = []
     for url in urls:
-        if url.startswith("data:"):
+        digest = None
+        known = prepared.lookup(url) if prepared is not None else None
+        if known is not None:
+            data, digest = known
+        elif url.startswith("data:"):
             data = media.decode_data_url(url, ctx.media_limits)
         elif fetched is not None and url in fetched:
             data = fetched[url]
         else:
             media.check_url(url, ctx.media_limits)
             raise BadRequestError(f"Image URL {url!r} was not fetched.", param="messages")
-        items.append(ctx.vision(data, options, tensors))
+        items.append(ctx.vision(data, options, tensors, digest=digest))
     return items
 
 

@@ -1,0 +1,322 @@
+"""The Redis tier of the processed-image cache (`--mm-cache-redis`): behind a load balancer, an
+image another replica already processed costs a Redis GET here instead of a decode and resize.
+
+Render runs synchronously on the event loop, so Redis is asked in the async step before it
+(`ImageTier.prepare`): every image of the request is decoded from its data: URL (once: the bytes go
+to the render in `media.FetchedImages`) and hashed as `ImageProcessor` hashes it (once: the digest
+goes along too); the images the local cache lacks are asked for in one MGET, verified and put into
+the local cache, where the render then finds them. What the render had to process itself is written
+back afterwards (`ImageTier.store`), write-behind: a bounded wait, then the write finishes in the
+background and never fails the request.
+
+Keys: `rs:mm:<namespace>:<t|l>:<mm_hash>`. The mm_hash covers the image bytes, the model path and a
+request's kwargs, not what this server applies to every request, so the namespace hashes that: the
+fingerprint's `multimodal` component (preprocessor_config.json, --mm-processor-kwargs,
+--limit-mm-per-prompt), the vision config, the server's resize bounds, the service version (a
+processing fix must not meet entries of the old code) and this module's format version. `t` entries
+carry the tensors (what a `mm_payload: "tensors"` render needs), `l` entries only the grid and
+metadata (llm-d's hashes-only renders): a light entry is small, and a tensors request never asks
+for one, so it can never be served one.
+
+Values: `MAC(32) | version | kind | num_tokens (u32) | len(metadata) (u32) | mm_hash (64 hex) |
+metadata | kwargs_data` (kwargs_data is the base64 JSON string the response carries: nothing to
+re-encode on a hit). The MAC is keyed blake3 (key derived from --snapshot-key, ~4x faster than
+HMAC-SHA256 over megabytes) over the Redis key and the rest, so an entry moved to another key, cut
+short, written under another key or by an older format is a miss (counted), never wrong tensors.
+
+Redis is reached like the snapshot store's: short timeouts, then a cool-down during which it is not
+asked; a dead or slow Redis costs a bounded delay and the images are processed here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import struct
+import time
+from typing import Any
+
+import orjson
+from blake3 import blake3
+
+from render_service import __version__, media
+from render_service.exceptions import RenderServiceError
+from render_service.metrics import Metrics
+from render_service.multimodal import ImageProcessor, ProcessedImage
+
+logger = logging.getLogger("render_service.imagecache")
+
+FORMAT_VERSION = 1
+_MAC_SIZE = 32
+_HEADER = struct.Struct("<BcII64s")  # version, kind, num_tokens, len(metadata), mm_hash
+_TENSORS, _LIGHT = b"t", b"l"
+_KEY_CONTEXT = "render-service processed-image cache (Redis tier) v1"
+
+
+class EntryRejected(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _item_nbytes(kwargs_json: bytes | None, metadata: str) -> int:
+    return (len(kwargs_json) if kwargs_json is not None else 0) + len(metadata) + 200  # as multimodal.process
+
+
+def light(item: ProcessedImage) -> ProcessedImage:
+    """The light item of a full one (a tensors render also serves later hashes-only renders)."""
+    if not item.has_tensors:
+        return item
+    return ProcessedImage(mm_hash=item.mm_hash, num_tokens=item.num_tokens, kwargs_data=None, kwargs_json=None,
+                          metadata=item.metadata, nbytes=_item_nbytes(None, item.metadata))
+
+
+class EntryCodec:
+    """Processed images to authenticated Redis values and back."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._key = blake3(secret, derive_key_context=_KEY_CONTEXT).digest()
+
+    def _mac(self, redis_key: bytes, payload: bytes, body: bytes) -> bytes:
+        hasher = blake3(key=self._key)
+        hasher.update(len(redis_key).to_bytes(8, "little") + redis_key)
+        hasher.update(payload)
+        hasher.update(body)
+        return hasher.digest()
+
+    def encode(self, redis_key: str, item: ProcessedImage) -> bytes:
+        metadata = item.metadata.encode("ascii")
+        kind = _TENSORS if item.has_tensors else _LIGHT
+        payload = _HEADER.pack(FORMAT_VERSION, kind, item.num_tokens, len(metadata),
+                               item.mm_hash.encode("ascii")) + metadata
+        body = item.kwargs_json or b""
+        return b"".join((self._mac(redis_key.encode(), payload, body), payload, body))
+
+    def decode(self, redis_key: str, blob: bytes, mm_hash: str, tensors: bool) -> ProcessedImage:
+        if not isinstance(blob, bytes) or len(blob) < _MAC_SIZE + _HEADER.size:
+            raise EntryRejected("malformed")
+        view = memoryview(blob)
+        mac = self._mac(redis_key.encode(), view[_MAC_SIZE:], b"")
+        if not hmac.compare_digest(mac, view[:_MAC_SIZE]):
+            raise EntryRejected("bad_mac")
+        version, kind, num_tokens, meta_len, digest = _HEADER.unpack_from(blob, _MAC_SIZE)
+        if version != FORMAT_VERSION:
+            raise EntryRejected("version")
+        start = _MAC_SIZE + _HEADER.size
+        # Signed by a replica with our key: checked anyway, cheaply, so a bug cannot become wrong tensors.
+        if (kind != (_TENSORS if tensors else _LIGHT) or digest != mm_hash.encode("ascii") or num_tokens <= 0
+                or start + meta_len > len(blob)):
+            raise EntryRejected("malformed")
+        metadata = blob[start:start + meta_len].decode("ascii")
+        kwargs_json = None
+        if tensors:
+            kwargs_json = blob[start + meta_len:]
+            if len(kwargs_json) < 2 or kwargs_json[:1] != b'"' or kwargs_json[-1:] != b'"':
+                raise EntryRejected("malformed")
+        elif len(blob) != start + meta_len:
+            raise EntryRejected("malformed")
+        return ProcessedImage(mm_hash=mm_hash, num_tokens=num_tokens,
+                              kwargs_data=orjson.Fragment(kwargs_json) if kwargs_json is not None else None,
+                              kwargs_json=kwargs_json, metadata=metadata, nbytes=_item_nbytes(kwargs_json, metadata))
+
+
+def namespace(multimodal_component: str, vision: ImageProcessor) -> str:
+    """What changes a processed item for a given mm_hash, hashed (see the module docstring)."""
+    config = vision.config
+    parts = {
+        "format": FORMAT_VERSION,
+        "service_version": __version__,
+        "multimodal": multimodal_component,
+        "vision": [config.model_id, config.image_token_id, config.patch_size, config.merge_size,
+                   config.temporal_patch_size, config.min_pixels, config.max_pixels],
+        "bounds": [vision.default_options.min_pixels, vision.default_options.max_pixels],
+    }
+    return blake3(orjson.dumps(parts)).hexdigest()[:16]
+
+
+def conversation_image_urls(messages: Any) -> list[str]:
+    """Every image URL of the conversation (data: included), the string objects themselves."""
+    urls: list[str] = []
+    if not isinstance(messages, list):
+        return urls
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            for part in content:
+                url = media.part_image_url(part)
+                if url is not None:
+                    urls.append(url)
+    return urls
+
+
+class Prepared(media.FetchedImages):
+    """`FetchedImages` plus what `store` needs after the render: the digests the render processed."""
+
+    def __init__(self, bodies: dict[str, bytes], hash_kwargs: dict[str, Any]) -> None:
+        super().__init__(bodies, hash_kwargs)
+        self.pending: list[str] = []
+
+
+class ImageTier:
+    """Redis with short timeouts and a cool-down after failures; never raises to the caller."""
+
+    def __init__(self, url: str, secret: bytes, namespace: str, metrics: Metrics, *, ttl: int = 600,
+                 max_entry_bytes: int = 32 << 20, timeout: float = 0.25, cooldown: float = 2.0,
+                 write_wait: float = 0.005, max_pending_bytes: int = 256 << 20) -> None:
+        import redis.asyncio as redis
+
+        # The reads carry megabytes (7.2 MB per 720p image with tensors): a longer bound than the
+        # snapshot store's 50 ms, still far below processing four such images (~65 ms of CPU).
+        self._client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                            retry_on_timeout=False)
+        self.codec = EntryCodec(secret)
+        self.prefix = f"rs:mm:{namespace}:"
+        self.metrics = metrics
+        self.ttl = ttl
+        self.max_entry_bytes = max_entry_bytes
+        self.timeout = timeout
+        self.cooldown = cooldown
+        self.write_wait = write_wait
+        # Writes in flight are bounded so a slow Redis cannot pile up copies of images in memory.
+        self.max_pending_bytes = max_pending_bytes
+        self._pending_bytes = 0
+        self._down_until = 0.0
+        self._pending: set[asyncio.Task[None]] = set()
+
+    def key(self, mm_hash: str, tensors: bool) -> str:
+        return f"{self.prefix}{'t' if tensors else 'l'}:{mm_hash}"
+
+    @property
+    def available(self) -> bool:
+        return time.monotonic() >= self._down_until
+
+    def _failed(self, op: str, exc: BaseException) -> None:
+        self.metrics.mm_redis_errors.labels(op).inc()
+        if self.available:
+            logger.warning("redis %s of processed images failed (%s: %s); processing locally for %.1fs", op,
+                           type(exc).__name__, exc, self.cooldown)
+        self._down_until = time.monotonic() + self.cooldown
+
+    async def prepare(self, vision: ImageProcessor, conversation: Any, fetched: dict[str, bytes],
+                      processor_kwargs: Any, tensors: bool, limits: media.MediaLimits,
+                      trust_kwargs: bool) -> Prepared | dict[str, bytes]:
+        """Decode and hash the request's images, and fill the local cache from Redis with those it
+        lacks. Anything the render would refuse is left to the render (same error, same order): the
+        request is then prepared without those images, or not at all."""
+        urls = conversation_image_urls(conversation)
+        if not urls or len(urls) > limits.max_images_per_prompt:
+            return fetched
+        try:
+            if processor_kwargs and (not trust_kwargs or not isinstance(processor_kwargs, dict)):
+                return fetched
+            options = vision.options(processor_kwargs) if processor_kwargs else vision.default_options
+        except RenderServiceError:
+            return fetched
+        prepared = Prepared(fetched, options.hash_kwargs)
+        wanted: dict[str, None] = {}
+        for url in urls:
+            if id(url) in prepared.known:
+                continue
+            try:
+                data = media.decode_data_url(url, limits) if url.startswith("data:") else fetched.get(url)
+                if data is None:
+                    continue
+                digest = vision.identify(data, options)
+            except RenderServiceError:
+                continue
+            prepared.known[id(url)] = (url, data, digest)
+            if vision.cache.peek(digest, tensors) is None:
+                wanted[digest] = None
+        if wanted:
+            found = await self._fetch(list(wanted), tensors)
+            for digest in wanted:
+                item = found.get(digest)
+                if item is None:
+                    prepared.pending.append(digest)
+                else:
+                    vision.cache.put(item)
+        return prepared
+
+    async def _fetch(self, digests: list[str], tensors: bool) -> dict[str, ProcessedImage]:
+        metrics = self.metrics
+        if not self.available:
+            metrics.mm_redis_misses.inc(len(digests))
+            return {}
+        keys = [self.key(digest, tensors) for digest in digests]
+        start = time.perf_counter()
+        try:
+            blobs = await asyncio.wait_for(self._client.mget(keys), self.timeout)
+        except Exception as exc:  # timeouts, connection and protocol errors
+            self._failed("get", exc)
+            metrics.mm_redis_misses.inc(len(digests))
+            return {}
+        finally:
+            metrics.redis_latency.labels("mm_get").observe(time.perf_counter() - start)
+        found: dict[str, ProcessedImage] = {}
+        for key, digest, blob in zip(keys, digests, blobs, strict=True):
+            if blob is None:
+                metrics.mm_redis_misses.inc()
+                continue
+            metrics.mm_redis_fetched_bytes.inc(len(blob))
+            try:
+                found[digest] = self.codec.decode(key, blob, digest, tensors)
+            except EntryRejected as exc:
+                metrics.mm_redis_rejected.labels(exc.reason).inc()
+                metrics.mm_redis_misses.inc()
+                logger.warning("rejected processed image %s from redis: %s", key, exc.reason)
+                continue
+            metrics.mm_redis_hits.inc()
+        return found
+
+    async def store(self, vision: ImageProcessor, prepared: Any) -> None:
+        """Write what this request's render processed (a full item also as its light one), waiting
+        at most `write_wait`; the write then finishes in the background."""
+        if not isinstance(prepared, Prepared) or not prepared.pending or not self.available:
+            return
+        values: list[tuple[str, bytes, str]] = []
+        for digest in prepared.pending:
+            item = vision.cache.peek(digest, tensors=False)
+            if item is None:  # already evicted (or never cached: larger than the local cache)
+                continue
+            for variant in ((item, light(item)) if item.has_tensors else (item,)):
+                if variant.nbytes > self.max_entry_bytes:
+                    self.metrics.mm_redis_oversized.inc()
+                    continue
+                key = self.key(digest, variant.has_tensors)
+                values.append((key, self.codec.encode(key, variant), "tensors" if variant.has_tensors else "light"))
+        size = sum(len(value) for _, value, _ in values)
+        if not values or self._pending_bytes + size > self.max_pending_bytes:
+            return
+        self._pending_bytes += size
+        task = asyncio.get_running_loop().create_task(self._write(values, size))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        if self.write_wait > 0:
+            await asyncio.wait({task}, timeout=self.write_wait)
+
+    async def _write(self, values: list[tuple[str, bytes, str]], size: int) -> None:
+        start = time.perf_counter()
+        try:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for key, value, _ in values:
+                    pipe.set(key, value, ex=self.ttl)
+                await asyncio.wait_for(pipe.execute(), self.timeout * 4)
+            for _, _, kind in values:
+                self.metrics.mm_redis_stored.labels(kind).inc()
+        except Exception as exc:
+            self._failed("set", exc)
+        finally:
+            self._pending_bytes -= size
+            self.metrics.redis_latency.labels("mm_set").observe(time.perf_counter() - start)
+
+    async def flush(self) -> None:
+        if self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.flush()
+        try:
+            await self._client.aclose()
+        except Exception:
+            pass
