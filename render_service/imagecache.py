@@ -223,7 +223,7 @@ class ImageTier:
                 if data is None:
                     continue
                 digest = vision.identify(data, options)
-            except RenderServiceError:
+            except Exception:  # the render meets the same image and answers for it (a 400)
                 continue
             prepared.known[id(url)] = (url, data, digest)
             if vision.cache.peek(digest, tensors) is None:
@@ -261,10 +261,11 @@ class ImageTier:
             metrics.mm_redis_fetched_bytes.inc(len(blob))
             try:
                 found[digest] = self.codec.decode(key, blob, digest, tensors)
-            except EntryRejected as exc:
-                metrics.mm_redis_rejected.labels(exc.reason).inc()
+            except Exception as exc:  # EntryRejected; anything else is a malformed entry too, never a 500
+                reason = exc.reason if isinstance(exc, EntryRejected) else "malformed"
+                metrics.mm_redis_rejected.labels(reason).inc()
                 metrics.mm_redis_misses.inc()
-                logger.warning("rejected processed image %s from redis: %s", key, exc.reason)
+                logger.warning("rejected processed image %s from redis: %s", key, reason)
                 continue
             metrics.mm_redis_hits.inc()
         return found
