@@ -104,6 +104,40 @@ def test_fetched_images_lookup_is_by_identity() -> None:
     assert fetched.lookup("".join(["data:image/png;base64,", "AAAA"])) is None  # equal, not the same object
 
 
+# -- the MGET reader ---------------------------------------------------------------------------
+
+def test_reader_auth_select_values_and_a_cancelled_read() -> None:
+    """Against a password-protected redis-server, db 2: values (CRLF inside included) and misses come
+    back intact; a read cut off by its timeout drops that connection, the next read is clean."""
+    import asyncio
+
+    big = bytes(range(256)) * 40_000  # 10 MB, larger than any socket buffer
+    import redis
+
+    with redis_server() as server:
+        server.client().config_set("requirepass", "pw")
+        client = redis.Redis(host="127.0.0.1", port=server.port, password="pw", db=2)
+        client.set("big", big)
+        client.set("small", b"a\r\nb")
+
+        async def run() -> None:
+            reader = imagecache._reader(f"redis://:pw@127.0.0.1:{server.port}/2")
+            assert isinstance(reader, imagecache.FastReader)
+            got = await reader.mget(["big", "absent", "small"])
+            assert bytes(got[0]) == big and got[1] is None and bytes(got[2]) == b"a\r\nb"
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(reader.mget(["big", "big", "big"]), 0.0001)
+            assert [bytes(v) for v in await reader.mget(["small"])] == [b"a\r\nb"]
+            assert reader._open == 1  # the cut connection was dropped, one clean one left
+            reader.close()
+            wrong = imagecache._reader(f"redis://:nope@127.0.0.1:{server.port}/2")
+            with pytest.raises(imagecache.RedisError):
+                await wrong.mget(["small"])
+
+        asyncio.run(run())
+    assert imagecache._reader("rediss://127.0.0.1:1/0") is None  # TLS: redis-py reads
+
+
 # -- two replicas and one Redis ---------------------------------------------------------------
 
 class _Images(http.server.BaseHTTPRequestHandler):
