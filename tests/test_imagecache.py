@@ -12,6 +12,8 @@ import io
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from typing import Any
 
 import httpx
@@ -106,7 +108,7 @@ def test_fetched_images_lookup_is_by_identity() -> None:
 
 # -- the MGET reader ---------------------------------------------------------------------------
 
-def test_reader_auth_select_values_and_a_cancelled_read() -> None:
+def test_reader_and_writer_auth_select_values_and_a_cancelled_read() -> None:
     """Against a password-protected redis-server, db 2: values (CRLF inside included) and misses come
     back intact; a read cut off by its timeout drops that connection, the next read is clean."""
     import asyncio
@@ -130,6 +132,15 @@ def test_reader_auth_select_values_and_a_cancelled_read() -> None:
             assert [bytes(v) for v in await reader.mget(["small"])] == [b"a\r\nb"]
             assert reader._open == 1  # the cut connection was dropped, one clean one left
             reader.close()
+            # The writer (its own blocking socket, in a thread) over the same AUTH and SELECT.
+            writer = imagecache.Writer("127.0.0.1", server.port, db=2, password="pw")
+            codec = imagecache.EntryCodec(b"k")
+            full = _item()
+            entries = [("t:" + full.mm_hash, full), ("l:" + full.mm_hash, imagecache.light(full))]
+            await writer.set_all(codec, entries, 60)
+            writer.close()
+            for key, item in entries:
+                assert client.get(key) == codec.encode(key, item) and 0 < client.ttl(key) <= 60
             wrong = imagecache._reader(f"redis://:nope@127.0.0.1:{server.port}/2")
             with pytest.raises(imagecache.RedisError):
                 await wrong.mget(["small"])
@@ -161,13 +172,21 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     common = ("--served-model-name", "tinyvl", "--snapshot-key", SECRET, "--media-allow-private-addresses",
               "--workers", "1")  # one registry: /metrics counts every request
     try:
-        with redis_server() as redis:
+        with redis_server() as redis, ExitStack() as stack:
             on = (*common, "--redis-url", redis.url, "--mm-cache-redis")
-            with service(model, *on) as a, service(model, *on) as b, \
-                    service(model, *on, "--mm-processor-kwargs", '{"max_pixels": 65536}') as bounded, \
-                    service(model, *common, "--redis-url", redis.url) as off:
-                yield {"a": a, "b": b, "bounded": bounded, "off": off, "redis": redis,
-                       "image_url": f"http://127.0.0.1:{httpd.server_address[1]}/image.png"}
+            flags = {"a": on, "b": on, "bounded": (*on, "--mm-processor-kwargs", '{"max_pixels": 65536}'),
+                     "off": (*common, "--redis-url", redis.url)}
+            contexts = {name: service(model, *args) for name, args in flags.items()}
+            with ThreadPoolExecutor(len(contexts)) as pool:  # start together: they load in parallel
+                started = {name: pool.submit(ctx.__enter__) for name, ctx in contexts.items()}
+            urls = {}
+            for name, future in started.items():
+                if future.exception() is None:  # stopped by the stack, whatever happens next
+                    stack.push(contexts[name].__exit__)
+                    urls[name] = future.result()
+            for future in started.values():
+                future.result()  # a service that did not start fails the fixture
+            yield {**urls, "redis": redis, "image_url": f"http://127.0.0.1:{httpd.server_address[1]}/image.png"}
     finally:
         httpd.shutdown()
 
@@ -268,19 +287,22 @@ def test_tampered_foreign_and_moved_entries_are_misses(cluster: dict[str, Any]) 
         time.sleep(0.02)
     tkeys = [next(k for k in _entry_keys(redis, d) if b":t:" in k) for d in digests]
     # 1: a flipped byte; 2: re-signed with another deployment's key; 3: image 1's entry under image 3's key.
-    blob = bytearray(client.get(tkeys[0]))
+    genuine = [client.get(key) for key in tkeys]
+    blob = bytearray(genuine[0])
     blob[len(blob) // 2] ^= 0x20
     client.set(tkeys[0], bytes(blob))
     ours = imagecache.EntryCodec(SECRET.encode())
-    item = ours.decode(tkeys[1].decode(), client.get(tkeys[1]), digests[1], True)
+    item = ours.decode(tkeys[1].decode(), genuine[1], digests[1], True)
     client.set(tkeys[1], imagecache.EntryCodec(b"someone else").encode(tkeys[1].decode(), item))
-    client.set(tkeys[2], client.get(tkeys[0].replace(digests[0].encode(), digests[1].encode())))
+    client.set(tkeys[2], genuine[0])
     before = _metrics(b)
     for data, body in zip(images, bodies, strict=True):
         assert _render(b, _request([_data_url(data)])) == body  # processed on b: the right tensors
     moved = _delta(_metrics(b), before)
     assert moved["rejected"] == 3 and moved["render_mm_cache_redis_hits_total"] == 0
     assert moved["render_mm_cache_misses_total"] == 3
+    _wait_stored(b, before, 6)  # b's good entries replace the bad ones
+    assert all(ours.decode(k.decode(), client.get(k), d, True) for k, d in zip(tkeys, digests, strict=True))
 
 
 def test_other_processor_bounds_never_share(cluster: dict[str, Any]) -> None:
@@ -293,6 +315,8 @@ def test_other_processor_bounds_never_share(cluster: dict[str, Any]) -> None:
     small = httpx.post(f"{bounded}/v1/chat/completions/render", json=_request(urls)).json()
     moved = _delta(_metrics(bounded), before)
     assert moved["render_mm_cache_redis_hits_total"] == 0 and moved["render_mm_cache_misses_total"] == 1
+    _wait_stored(bounded, before, 2)  # its own entries, next to a's
+    assert len(_entry_keys(cluster["redis"], small["features"]["mm_hashes"]["image"][0])) == 4
     # Same mm_hash (server kwargs are not hashed, as in vLLM), other tensors.
     assert small["features"]["mm_hashes"] == wide["features"]["mm_hashes"]
     assert small["features"]["mm_placeholders"] != wide["features"]["mm_placeholders"]
