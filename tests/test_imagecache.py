@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -165,8 +166,43 @@ class _Images(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    model = build_example_model(tmp_path_factory.mktemp("tinyvl"), "qwen3-vl")
+def vl_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_example_model(tmp_path_factory.mktemp("tinyvl"), "qwen3-vl")
+
+
+def test_each_image_is_decoded_and_hashed_once(vl_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the tier on, the async step's bytes and digests reach the render: one base64 decode and
+    one blake3 per image, local hit or Redis miss alike."""
+    from starlette.testclient import TestClient
+
+    from render_service.app import create_app
+    from render_service.settings import Settings
+
+    calls = {"mm_hash": 0, "decode": 0}
+
+    def counted(name: str, module: Any, function: Any) -> None:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return function(*args, **kwargs)
+        monkeypatch.setattr(module, function.__name__, wrapper)
+
+    counted("mm_hash", multimodal, multimodal.mm_hash)
+    counted("decode", media, media.decode_data_url)
+    urls = [_data_url(_png(100, 80, seed)) for seed in (20, 21)]
+    with redis_server() as redis:
+        settings = Settings(model=str(vl_model), served_model_name=["tinyvl"], redis_url=redis.url,
+                            snapshot_key=SECRET, mm_cache_redis=True).validate()
+        with TestClient(create_app(settings)) as client:
+            for payload in ("tensors", "tensors", "none"):  # processed, then local hits
+                before = dict(calls)
+                response = client.post("/v1/chat/completions/render", json=_request(urls, payload))
+                assert response.status_code == 200, response.text
+                assert {k: calls[k] - before[k] for k in calls} == {"mm_hash": 2, "decode": 2}
+
+
+@pytest.fixture(scope="module")
+def cluster(vl_model: Path) -> Iterator[dict[str, Any]]:
+    model = vl_model
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Images)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     common = ("--served-model-name", "tinyvl", "--snapshot-key", SECRET, "--media-allow-private-addresses",
@@ -267,6 +303,33 @@ def test_hashes_only_then_tensors(cluster: dict[str, Any]) -> None:
     assert _render(a, _request(urls)) == full
     moved = _delta(_metrics(a), mid_a)
     assert moved["render_mm_cache_redis_hits_total"] == 1 and moved["render_mm_cache_misses_total"] == 0
+
+
+def test_messages_and_responses_renders_share_the_entries(cluster: dict[str, Any]) -> None:
+    """The image a chat render processed on a is a Redis hit for Messages and Responses renders on b
+    (their converted conversations hand the render the same URL strings the tier saw)."""
+    a, b = cluster["a"], cluster["b"]
+    data = _png(300, 240, 8)
+    before_a = _metrics(a)
+    chat = httpx.post(f"{a}/v1/chat/completions/render", json=_request([_data_url(data)])).json()
+    _wait_stored(a, before_a, 2)
+    block = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": base64.b64encode(data).decode()}}
+    requests = [
+        ("/v1/messages/render", {"model": "tinyvl", "max_tokens": 8, "messages": [
+            {"role": "user", "content": [block, {"type": "text", "text": "What is it?"}]}]}),
+        ("/v1/responses/render", {"model": "tinyvl", "input": [{"role": "user", "content": [
+            {"type": "input_image", "image_url": _data_url(data)}, {"type": "input_text", "text": "What is it?"}]}]}),
+    ]
+    # Messages: from Redis; Responses next: a local hit (the Messages render put it there).
+    for (path, body), from_redis in zip(requests, (1, 0), strict=True):
+        before = _metrics(b)
+        response = httpx.post(f"{b}{path}", json=body, timeout=30)
+        assert response.status_code == 200, response.text
+        assert response.json()["features"]["kwargs_data"] == chat["features"]["kwargs_data"]
+        moved = _delta(_metrics(b), before)
+        assert moved["render_mm_cache_redis_hits_total"] == from_redis
+        assert moved["render_mm_cache_hits_total"] == 1 and moved["render_mm_cache_misses_total"] == 0
 
 
 def _entry_keys(redis: Any, digest: str) -> list[bytes]:
