@@ -28,7 +28,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from render_service import __version__, derender, media, messages, render, responses
+from render_service import __version__, derender, imagecache, media, messages, render, responses
 from render_service.exceptions import (
     BadRequestError,
     OverloadedError,
@@ -128,6 +128,7 @@ class State:
         self.inflight = 0
         self.mm_hits_seen = self.mm_misses_seen = 0  # image-cache counters already exported
         self.audit: Any = None
+        self.image_tier: imagecache.ImageTier | None = None  # --mm-cache-redis
 
     def warm_up(self) -> None:
         """Compile the template (and its minijinja check) and touch the tokenizer before /health is 200."""
@@ -144,6 +145,7 @@ class State:
         self.fingerprint_components = components_header(self.fingerprint)
         self.store = build_store(self.settings, self.metrics)
         self.derender = derender.make_context(self.context, self.fingerprint["fingerprint"], self.store, self.metrics)
+        self.image_tier = build_image_tier(self.settings, self.context, self.fingerprint, self.metrics)
         self.warm_up()
         release_freed_memory()
         self.metrics.tokenizer_backend.labels(self.model.backend.name).set(1)
@@ -159,6 +161,17 @@ def build_store(settings: Settings, metrics: Metrics) -> SnapshotStore:
         redis = RedisStore(settings.redis_url, metrics, ttl=settings.snapshot_ttl_seconds)
     local = LocalStore(ttl=settings.snapshot_ttl_seconds)
     return SnapshotStore(SnapshotCodec(key), metrics, local=local, redis=redis)
+
+
+def build_image_tier(settings: Settings, context: render.RenderContext, print_: dict[str, Any],
+                     metrics: Metrics) -> imagecache.ImageTier | None:
+    """The Redis tier of the processed-image cache: only when asked for and the model has images."""
+    if not settings.mm_cache_redis or context.vision is None or not settings.redis_url:
+        return None
+    space = imagecache.namespace(print_["components"].get("multimodal", ""), context.vision)
+    return imagecache.ImageTier(settings.redis_url, (settings.snapshot_key or "").encode(), space, metrics,
+                                ttl=settings.mm_cache_redis_ttl_seconds,
+                                max_entry_bytes=settings.mm_cache_redis_max_entry_bytes)
 
 
 async def read_json(request: Request, limit: int) -> Any:
@@ -303,13 +316,13 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
     def chat_render(request: Request, body: Any) -> Any:
         body = _object_body(body)
         render_one = partial(render.render_chat, state.context, body, request.headers.get("x-request-id"))
-        return with_images(body.get("messages"), render_one)
+        return with_images(body.get("messages"), render_one, body)
 
     def messages_render(request: Request, body: Any) -> Any:
         chat = messages.convert(state.context, _object_body(body))
         render_one = partial(render.render_chat, state.context, chat, request.headers.get("x-request-id"),
                              converted=True)
-        return with_images(chat["messages"], render_one)
+        return with_images(chat["messages"], render_one, chat)
 
     def responses_render(request: Request, body: Any) -> Any:
         body = _object_body(body)
@@ -318,11 +331,16 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
         if context.vision is not None:  # find the image URLs to fetch (a valid request only)
             responses.validate_responses_request(body)
             conversation = responses.input_messages(body)
-        return with_images(conversation, partial(responses.render_responses, context, body))
+        return with_images(conversation, partial(responses.render_responses, context, body), body)
 
-    def with_images(conversation: Any, render_one: Callable[..., dict[str, Any]]) -> Any:
-        """Render, after fetching the conversation's http(s) image URLs (off the loop's CPU path)."""
+    def with_images(conversation: Any, render_one: Callable[..., dict[str, Any]],
+                    body: dict[str, Any] | None = None) -> Any:
+        """Render, after fetching the conversation's http(s) image URLs (off the loop's CPU path).
+        `body`: where the render reads `mm_payload` and `mm_processor_kwargs` (the Redis tier's step)."""
         urls = media.image_urls(conversation) if state.context.vision is not None else []
+        if (state.image_tier is not None and body is not None and state.context.vision is not None
+                and (urls or imagecache.conversation_image_urls(conversation))):
+            return tiered(urls, conversation, render_one, body)
         if urls:
             return fetching(urls, render_one)
         return finish_render(render_one(None))
@@ -330,6 +348,21 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
     async def fetching(urls: list[str], render_one: Callable[..., dict[str, Any]]) -> Any:
         fetched = await media.fetch_all(urls, state.context.media_limits)
         return finish_render(render_one(fetched))
+
+    async def tiered(urls: list[str], conversation: Any, render_one: Callable[..., dict[str, Any]],
+                     body: dict[str, Any]) -> Any:
+        """`fetching` with the Redis tier: the local cache is filled from Redis before the render
+        (which runs on the loop and cannot wait for Redis), what it processed is stored after."""
+        tier, vision, context = state.image_tier, state.context.vision, state.context
+        assert tier is not None and vision is not None
+        fetched = await media.fetch_all(urls, context.media_limits) if urls else {}
+        # render validates mm_payload later; `return_mm_kwargs: false` already means "none" here
+        payload = body.get("mm_payload", "none" if body.get("return_mm_kwargs") is False else "tensors")
+        prepared = await tier.prepare(vision, conversation, fetched, body.get("mm_processor_kwargs"),
+                                      payload != "none", context.media_limits, settings.trust_request_mm_kwargs)
+        response = finish_render(render_one(prepared))
+        await tier.store(vision, prepared)
+        return response
 
     def finish_render(result: dict[str, Any]) -> Any:
         vision = state.context.vision
@@ -489,6 +522,8 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
         if state.audit is not None:
             state.audit.stop()
         await state.store.close()
+        if state.image_tier is not None:
+            await state.image_tier.close()
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return JSONResponse({"detail": "Not Found"}, status_code=404)

@@ -153,3 +153,24 @@ async def fetch_all(urls: list[str], limits: MediaLimits) -> dict[str, bytes]:
     async with httpx.AsyncClient(timeout=limits.fetch_timeout, trust_env=False) as client:
         bodies = await asyncio.gather(*(fetch(client, url, limits) for url in distinct))
     return dict(zip(distinct, bodies, strict=True))
+
+
+class FetchedImages(dict[str, bytes]):
+    """The fetched bodies by URL, plus what the processed-image Redis tier (`imagecache`) learned
+    about every image of the request before its render: bytes (data: URLs decoded once) and mm_hash.
+
+    `known` is keyed by the id of the URL string the conversation holds (the same object reaches
+    the render's collector), with that object kept alongside: a multi-megabyte data: URL is then
+    never hashed as a dict key, and the id cannot be reused while the entry lives."""
+
+    def __init__(self, bodies: dict[str, bytes], hash_kwargs: dict[str, Any]) -> None:
+        super().__init__(bodies)
+        self.hash_kwargs = hash_kwargs  # the ImageOptions.hash_kwargs the digests were computed under
+        self.known: dict[int, tuple[str, bytes, str | None]] = {}
+
+    def lookup(self, url: str) -> tuple[bytes, str | None] | None:
+        """(bytes, mm_hash or None) for a URL the tier saw, else None."""
+        entry = self.known.get(id(url))
+        if entry is None or entry[0] is not url:
+            return None
+        return entry[1], entry[2]

@@ -32,6 +32,24 @@ class Metrics:
         self.mm_cache_misses = Counter("render_mm_cache_misses", "Images decoded and processed", registry=r)
         self.mm_cache_bytes = Gauge("render_mm_cache_bytes", "Bytes held by the processed-image cache",
                                     registry=r)
+        # The optional Redis tier of that cache (--mm-cache-redis): asked for the local misses.
+        self.mm_redis_hits = Counter("render_mm_cache_redis_hits", "Images served from Redis (not processed here)",
+                                     registry=r)
+        self.mm_redis_misses = Counter("render_mm_cache_redis_misses",
+                                       "Local cache misses Redis did not serve (absent, rejected, Redis down)",
+                                       registry=r)
+        self.mm_redis_rejected = Counter("render_mm_cache_redis_rejected",
+                                         "Redis entries refused (bad MAC, malformed, other format version)",
+                                         ["reason"], registry=r)
+        self.mm_redis_errors = Counter("render_mm_cache_redis_errors", "Redis failures (images processed here)",
+                                       ["op"], registry=r)
+        self.mm_redis_fetched_bytes = Counter("render_mm_cache_redis_fetched_bytes",
+                                              "Bytes of processed images read from Redis", registry=r)
+        self.mm_redis_stored = Counter("render_mm_cache_redis_stored", "Processed images written to Redis",
+                                       ["kind"], registry=r)
+        self.mm_redis_oversized = Counter("render_mm_cache_redis_oversized",
+                                          "Processed images not stored: above --mm-cache-redis-max-entry-bytes",
+                                          registry=r)
         self.model_info = Gauge("render_model_info", "Loaded model (1)", ["model", "max_model_len"], registry=r)
         # Snapshot store and derender (issue: derender).
         self.snapshot_hits = Counter("render_snapshot_hits", "Parser snapshots found", ["tier"], registry=r)

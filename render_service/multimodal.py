@@ -437,6 +437,12 @@ class ProcessedCache:
         self._sources_of: dict[str, list[_Source]] = {}
         self._lock = threading.Lock()
 
+    def peek_source(self, source: _Source, tensors: bool) -> ProcessedImage | None:
+        with self._lock:
+            digest = self._sources.get(source)
+            item = self._items.get(digest) if digest is not None else None
+        return None if item is None or (tensors and not item.has_tensors) else item
+
     def by_source(self, source: _Source, tensors: bool) -> ProcessedImage | None:
         """The item a data: URL was processed into (default options only), counted as a hit."""
         with self._lock:
@@ -480,6 +486,13 @@ class ProcessedCache:
             self.hits += 1
             return item
 
+    def peek(self, key: str, tensors: bool = True) -> ProcessedImage | None:
+        """`get` without counting or reordering: what the Redis tier asks before a request's render
+        (whose own `get` then counts the hit or miss once)."""
+        with self._lock:
+            item = self._items.get(key)
+        return None if item is None or (tensors and not item.has_tensors) else item
+
     def put(self, item: ProcessedImage) -> None:
         if item.nbytes > self.max_bytes:
             return
@@ -520,33 +533,54 @@ class ImageProcessor:
                                                     self.default_options.max_pixels))
         return ImageOptions(low, high, hash_factor(request_kwargs))
 
-    def __call__(self, data: bytes, options: ImageOptions | None = None, tensors: bool = True) -> ProcessedImage:
-        """`tensors=False` (`mm_payload: "none"`): a light item is enough."""
-        options = options or self.default_options
+    def identify(self, data: bytes, options: ImageOptions | None = None) -> str:
+        """The image's mm_hash (opening it far enough to know whether it converts to RGB)."""
+        return self._identify(data, options or self.default_options)[0]
+
+    def _identify(self, data: bytes, options: ImageOptions) -> tuple[str, Image.Image]:
         image = _open(data, self.max_image_pixels)
         # The server's kwargs are not in the hash (vLLM's neither): they hold for every request here,
         # and the per-process cache is keyed by the hash.
-        digest = mm_hash(data, self.config.model_id, _needs_conversion(image), options.hash_kwargs)
+        return mm_hash(data, self.config.model_id, _needs_conversion(image), options.hash_kwargs), image
+
+    def __call__(self, data: bytes, options: ImageOptions | None = None, tensors: bool = True,
+                 digest: str | None = None) -> ProcessedImage:
+        """`tensors=False` (`mm_payload: "none"`): a light item is enough. `digest`: what `identify`
+        already returned for these bytes under these options (the Redis tier's async step), so the
+        bytes are not hashed again; the image is then only opened on a cache miss."""
+        options = options or self.default_options
+        image = None
+        if digest is None:
+            digest, image = self._identify(data, options)
         cached = self.cache.get(digest, tensors)
         if cached is not None:
             return cached
+        if image is None:
+            image = _open(data, self.max_image_pixels)
         pixels = decode_rgb(image)
         processed = (process if tensors else process_light)(pixels, self.config, digest, options)
         self.cache.put(processed)
         return processed
 
     def from_data_url(self, url: str, decode: Callable[[str], bytes], options: ImageOptions | None = None,
-                      tensors: bool = True) -> ProcessedImage:
+                      tensors: bool = True, known: tuple[bytes, str | None] | None = None) -> ProcessedImage:
         """`self(decode(url), ...)`, remembered by the URL text when no request kwargs apply: the
-        next turn re-sending the image costs an xxh3 of its base64 and one compare."""
+        next turn re-sending the image costs an xxh3 of its base64 and one compare. `known`: the
+        (bytes, mm_hash) the Redis tier's step already has for this URL."""
         if options is not None and options is not self.default_options:
-            return self(decode(url), options, tensors)
+            data, digest = known or (decode(url), None)
+            return self(data, options, tensors, digest=digest)
         source = _Source(url)
         item = self.cache.by_source(source, tensors)
         if item is None:
-            item = self(decode(url), None, tensors)
+            data, digest = known or (decode(url), None)
+            item = self(data, None, tensors, digest=digest)
             self.cache.add_source(source, item)
         return item
+
+    def knows_data_url(self, url: str, tensors: bool = True) -> bool:
+        """Whether `from_data_url` would serve this URL from the memo (not counted as a hit)."""
+        return self.cache.peek_source(_Source(url), tensors) is not None
 
     def json_parts(self, content: dict[str, Any]) -> list[bytes]:
         """`orjson.dumps(content)` as byte strings whose concatenation is that document, each cached

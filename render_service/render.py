@@ -590,16 +590,22 @@ def _load_images(ctx: RenderContext, urls: list[str], fetched: dict[str, bytes] 
     if len(urls) > limit:
         raise BadRequestError(f"At most {limit} image(s) may be provided in one prompt.", param="messages")
     options = ctx.vision.options(processor_kwargs) if processor_kwargs else None
+    # The Redis tier's step before the render: images already decoded and hashed (same options only).
+    prepared = fetched if isinstance(fetched, media.FetchedImages) else None
+    if prepared is not None and prepared.hash_kwargs != (options or ctx.vision.default_options).hash_kwargs:
+        prepared = None
     decode_data_url = partial(media.decode_data_url, limits=ctx.media_limits)
     items = []
     for url in urls:
+        known = prepared.lookup(url) if prepared is not None else None
         if url.startswith("data:"):
-            items.append(ctx.vision.from_data_url(url, decode_data_url, options, tensors))
+            items.append(ctx.vision.from_data_url(url, decode_data_url, options, tensors, known))
             continue
-        if fetched is None or url not in fetched:
+        if known is None and (fetched is None or url not in fetched):
             media.check_url(url, ctx.media_limits)
             raise BadRequestError(f"Image URL {url!r} was not fetched.", param="messages")
-        items.append(ctx.vision(fetched[url], options, tensors))
+        data, digest = known or (fetched[url], None)
+        items.append(ctx.vision(data, options, tensors, digest=digest))
     return items
 
 

@@ -65,6 +65,9 @@ class Settings:
     media_fetch_timeout: float = 5.0
     media_max_bytes: int = 32 << 20
     mm_cache_bytes: int = 512 << 20
+    mm_cache_redis: bool = False  # share processed images between replicas through --redis-url
+    mm_cache_redis_ttl_seconds: int = 600
+    mm_cache_redis_max_entry_bytes: int = 32 << 20
 
     @property
     def served_names(self) -> list[str]:
@@ -100,6 +103,11 @@ class Settings:
         if self.redis_url and not self.snapshot_key:
             raise SettingsError("--redis-url needs --snapshot-key (or RENDER_SNAPSHOT_KEY): replicas must share "
                                 "the HMAC key that signs parser snapshots")
+        if self.mm_cache_redis and not self.redis_url:
+            raise SettingsError("--mm-cache-redis needs --redis-url (and --snapshot-key, whose key also "
+                                "authenticates the cached images)")
+        if self.mm_cache_redis_ttl_seconds <= 0 or self.mm_cache_redis_max_entry_bytes <= 0:
+            raise SettingsError("--mm-cache-redis-ttl-seconds and --mm-cache-redis-max-entry-bytes must be positive")
         if self.tokenizer_backend not in ("auto", "hf"):
             raise SettingsError("--tokenizer-backend must be auto or hf")
         if self.mm_processor_kwargs:
@@ -202,6 +210,14 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
                         help="largest image (fetched body or decoded data: URL)")
     parser.add_argument("--mm-cache-bytes", type=int, default=512 << 20,
                         help="in-process cache of processed images, by content hash")
+    parser.add_argument("--mm-cache-redis", action="store_true",
+                        help="also share processed images between replicas in --redis-url (a re-sent image "
+                             "another replica processed costs a Redis GET instead of a decode and resize)")
+    parser.add_argument("--mm-cache-redis-ttl-seconds", type=int, default=600,
+                        help="how long a processed image lives in Redis")
+    parser.add_argument("--mm-cache-redis-max-entry-bytes", type=int, default=32 << 20,
+                        help="processed images larger than this are not stored in Redis "
+                             "(a 1280x720 image with tensors is ~7.2 MB)")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
