@@ -179,8 +179,11 @@ class _Replies(asyncio.BufferedProtocol):
     straight into its own buffer: redis-py's asyncio parser copies a 7 MB value several times over
     (~11 ms of CPU per 720p image, most of what processing it costs), this ~2.5 ms."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_bulk: int = 512 << 20) -> None:
         self.transport: asyncio.Transport | None = None
+        # A value's size comes from the server: a sanity bound before allocating it (far above any
+        # entry a replica writes, whatever its --mm-cache-redis-max-entry-bytes).
+        self.max_bulk = max_bulk
         self._scratch = bytearray(1 << 16)
         self._pending = bytearray()
         self._target: memoryview | None = None  # the bulk string being filled
@@ -211,8 +214,8 @@ class _Replies(asyncio.BufferedProtocol):
             else:
                 self._pending += memoryview(self._scratch)[:nbytes]
             self._parse()
-        except RedisError as exc:
-            self._fail(exc)
+        except (RedisError, ValueError) as exc:  # ValueError: a length that is not a number
+            self._fail(RedisError(str(exc)))
 
     def _fail(self, exc: Exception) -> None:
         self.broken = True
@@ -261,6 +264,8 @@ class _Replies(asyncio.BufferedProtocol):
                 if size < 0:
                     self._value(None)
                     continue
+                if size > self.max_bulk:
+                    raise RedisError(f"value of {size} bytes is over the {self.max_bulk}-byte bound")
                 self._bulk = bytearray(size + 2)
                 take = min(len(pending), size + 2)
                 self._bulk[:take] = pending[:take]
@@ -297,8 +302,9 @@ class FastReader:
     sockets go through redis-py instead)."""
 
     def __init__(self, host: str, port: int, db: int = 0, username: str | None = None,
-                 password: str | None = None, max_connections: int = 8) -> None:
+                 password: str | None = None, max_connections: int = 8, max_value_bytes: int = 512 << 20) -> None:
         self.host, self.port, self.db = host, port, db
+        self.max_value_bytes = max_value_bytes
         self.username, self.password = username, password
         # Reads beyond this many wait for a connection (inside the caller's timeout).
         self._slots = asyncio.Semaphore(max_connections)
@@ -308,7 +314,8 @@ class FastReader:
     async def _connect(self) -> _Replies:
         self._open += 1
         try:
-            _, conn = await asyncio.get_running_loop().create_connection(_Replies, self.host, self.port)
+            _, conn = await asyncio.get_running_loop().create_connection(
+                lambda: _Replies(self.max_value_bytes), self.host, self.port)
             if self.password is not None:
                 auth = [self.username.encode(), self.password.encode()] if self.username else [self.password.encode()]
                 await conn.request(b"AUTH", *auth)

@@ -150,6 +150,35 @@ def test_reader_and_writer_auth_select_values_and_a_cancelled_read() -> None:
     assert imagecache._reader("rediss://127.0.0.1:1/0") is None  # TLS: redis-py reads
 
 
+@pytest.mark.parametrize("reply", [b"*1\r\n$12x\r\n", b"*1\r\n$999999999999\r\n", b"*1\r\n%3\r\n"])
+def test_reader_fails_fast_on_a_bad_reply(reply: bytes) -> None:
+    """A garbled length, an absurd one (never allocated) or an unknown type from whatever answers on
+    the Redis port: the read fails at once with RedisError (a counted error, then the cool-down),
+    not at the caller's timeout."""
+    import asyncio
+
+    async def run() -> None:
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(4096)
+            writer.write(reply)
+            await writer.drain()
+            await reader.read(4096)  # hold the connection open: only the reply can end the read
+            writer.close()
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = imagecache._reader(f"redis://127.0.0.1:{port}/0")
+        assert client is not None
+        started = time.monotonic()
+        with pytest.raises(imagecache.RedisError):
+            await asyncio.wait_for(client.mget(["k"]), 5)
+        assert time.monotonic() - started < 1
+        client.close()
+        server.close()
+
+    asyncio.run(run())
+
+
 # -- two replicas and one Redis ---------------------------------------------------------------
 
 class _Images(http.server.BaseHTTPRequestHandler):
