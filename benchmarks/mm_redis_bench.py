@@ -64,12 +64,17 @@ def body(urls: list[str], payload: str) -> bytes:
 
 
 def item_bytes(url: str, payload: str) -> int:
-    """The local-cache size of one processed image (what --mm-cache-bytes is counted in)."""
+    """The local-cache size of one processed image sent as a data: URL (what --mm-cache-bytes is
+    counted in: the item and the URL text its memo keeps)."""
+    from functools import partial
+
     from render_service import media
 
     config = multimodal.VisionConfig.load(Path(MM_MODEL_DIR), MM_MODEL_DIR)
-    data = media.decode_data_url(url, media.MediaLimits())
-    return multimodal.ImageProcessor(config)(data, tensors=payload == "tensors").nbytes
+    processor = multimodal.ImageProcessor(config)
+    processor.from_data_url(url, partial(media.decode_data_url, limits=media.MediaLimits()),
+                            tensors=payload == "tensors")
+    return processor.cache.bytes
 
 
 def start_redis(log_dir: Path) -> tuple[subprocess.Popen[bytes], str]:

@@ -183,3 +183,14 @@ def test_data_url_memo_tracks_light_items_kwargs_and_eviction() -> None:
     cache.put(small)
     assert cache.bytes == small.nbytes and len(cache) == 1
     assert processor.from_data_url(url, decode) is not full and decode.calls == 4
+
+
+def test_a_url_too_big_to_keep_beside_its_item_is_not_memoized() -> None:
+    data = _png(120, 90, 10)
+    url = _data_url(data)
+    probe = multimodal.ImageProcessor(CONFIG)
+    nbytes = probe(data, tensors=False).nbytes
+    processor, decode = multimodal.ImageProcessor(CONFIG, cache_bytes=nbytes + len(url) - 1), _Decoder()
+    item = processor.from_data_url(url, decode, tensors=False)
+    assert processor.from_data_url(url, decode, tensors=False) is item  # the item stays: a hash hit
+    assert decode.calls == 2 and processor.cache.bytes == item.nbytes
