@@ -9,6 +9,7 @@ nulls included (vLLM serializes them with `model_dump()`), so the JSON is byte-c
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from render_service.exceptions import BadRequestError, RequestValidationError
@@ -58,15 +59,16 @@ _ERROR_TYPES = (
     ("String should have at most", "string_too_long"),
     ("Input tag", "union_tag_invalid"),
     ("Unable to extract tag", "union_tag_not_found"),
-    ("Input should be ", "literal_error"),  # 'a' or 'b', True, None: what is left
 )
+# pydantic's literal_error: "Input should be 'a' or 'b'", "... be True", "... be 3".
+_LITERAL = re.compile(r"Input should be (?:'|\"|True\b|False\b|None\b|-?\d)")
 
 
 def _error_type(message: str) -> str:
     for prefix, kind in _ERROR_TYPES:
         if message.startswith(prefix):
             return kind
-    return "value_error"
+    return "literal_error" if _LITERAL.match(message) else "value_error"
 
 
 def schema_error(param: str, message: str, value: Any = None) -> RequestValidationError:
@@ -116,6 +118,10 @@ def _summarize(value: Any) -> Any:
 
 # -- field checks ---------------------------------------------------------------------------
 
+# pydantic's words for the types in its "Input should be a valid ..." messages
+_TYPE_NAMES = {str: "string", dict: "dictionary", list: "list", int: "integer", float: "number", bool: "boolean"}
+
+
 def check_type(
     body: dict[str, Any], name: str, types: tuple[type, ...], *, nullable: bool = True, prefix: str = "body"
 ) -> Any:
@@ -127,7 +133,7 @@ def check_type(
     # bool is an int subclass: accept it only where bool itself is allowed.
     if isinstance(value, types) and (bool in types or not isinstance(value, bool)):
         return value
-    names = " or ".join(t.__name__ for t in types)
+    names = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
     raise schema_error(f"{prefix}.{name}", f"Input should be a valid {names}", value)
 
 
@@ -154,8 +160,10 @@ def opt_int(body: dict[str, Any], name: str, *, lo: int = INT64_MIN, hi: int = I
     if value is None:
         return None
     value = body[name] = _lax_int(value, f"{prefix}.{name}")
-    if not lo <= value <= hi:
-        raise schema_error(f"{prefix}.{name}", f"Input should be between {lo} and {hi}", value)
+    if value < lo:  # pydantic's Field(ge=lo, le=hi)
+        raise schema_error(f"{prefix}.{name}", f"Input should be greater than or equal to {lo}", value)
+    if value > hi:
+        raise schema_error(f"{prefix}.{name}", f"Input should be less than or equal to {hi}", value)
     return value
 
 
