@@ -458,8 +458,9 @@ class ProcessedCache:
         with self._lock:
             if self._items.get(item.mm_hash) is not item or source in self._sources:
                 return  # not cached (too big, or a full item already won), or already known
-            if item.nbytes + len(source.text) > self.max_bytes:
-                return  # its URL would push the item itself out
+            known = sum(len(other.text) for other in self._sources_of.get(item.mm_hash, ()))
+            if item.nbytes + known + len(source.text) > self.max_bytes:
+                return  # its URLs would push the item itself out
             self._sources[source] = item.mm_hash
             self._sources_of.setdefault(item.mm_hash, []).append(source)
             self.bytes += len(source.text)

@@ -194,3 +194,16 @@ def test_a_url_too_big_to_keep_beside_its_item_is_not_memoized() -> None:
     item = processor.from_data_url(url, decode, tensors=False)
     assert processor.from_data_url(url, decode, tensors=False) is item  # the item stays: a hash hit
     assert decode.calls == 2 and processor.cache.bytes == item.nbytes
+
+
+def test_urls_never_push_out_their_own_item() -> None:
+    """Two URL texts of the same bytes (other media types): the second is kept only if both fit."""
+    data = _png(120, 90, 11)
+    encoded = base64.b64encode(data).decode("ascii")
+    urls = [f"data:image/{kind};base64,{encoded}" for kind in ("png", "x-png")]
+    nbytes = multimodal.ImageProcessor(CONFIG)(data).nbytes
+    processor, decode = multimodal.ImageProcessor(CONFIG, cache_bytes=nbytes + len(urls[0]) + 10), _Decoder()
+    first = processor.from_data_url(urls[0], decode)
+    assert processor.from_data_url(urls[1], decode) is first  # same bytes: a hash hit, its URL not kept
+    assert len(processor.cache) == 1 and processor.cache.bytes == nbytes + len(urls[0])
+    assert processor.from_data_url(urls[0], decode) is first and decode.calls == 2
