@@ -25,7 +25,10 @@ HMAC-SHA256 over megabytes) over the Redis key and the rest, so an entry moved t
 short, written under another key or by an older format is a miss (counted), never wrong tensors.
 
 Redis is reached like the snapshot store's: short timeouts, then a cool-down during which it is not
-asked; a dead or slow Redis costs a bounded delay and the images are processed here. Reads go
+asked; a dead or slow Redis costs a bounded delay and the images are processed here. A read's
+timeout is an idle timeout (megabytes arriving are progress) and a read that times out or finds
+every connection busy is load, not failure: only several in a row turn reads off. Reads and writes
+cool down separately (a failed write does not stop reads). Reads go
 through `FastReader` (a few lines of RESP2 over plain TCP, values read straight into their buffers:
 redis-py's asyncio parser spent more CPU copying a 720p entry than a local hit costs); writes,
 TLS and unix-socket URLs through redis-py.
@@ -51,6 +54,9 @@ from render_service.multimodal import ImageProcessor, ProcessedImage
 logger = logging.getLogger("render_service.imagecache")
 
 FORMAT_VERSION = 1
+TIMEOUTS_BEFORE_COOLDOWN = 3
+# A read's overall bound, in idle timeouts: megabytes at loopback or LAN speed, not a stuck server.
+READ_DEADLINE_FACTOR = 20
 _MAC_SIZE = 32
 _HEADER = struct.Struct("<BcII64s")  # version, kind, num_tokens, len(metadata), mm_hash
 _TENSORS, _LIGHT = b"t", b"l"
@@ -174,6 +180,10 @@ class RedisError(Exception):
     """An error reply, a protocol violation or a closed connection (the connection is dropped)."""
 
 
+class Busy(TimeoutError):
+    """Every reader connection stayed busy for the idle timeout: load, not a Redis failure."""
+
+
 class _Replies(asyncio.BufferedProtocol):
     """One connection's RESP2 replies, one request at a time. A bulk string is read by the kernel
     straight into its own buffer: redis-py's asyncio parser copies a 7 MB value several times over
@@ -193,6 +203,7 @@ class _Replies(asyncio.BufferedProtocol):
         self._count = 0
         self._bulk: bytearray | None = None
         self.broken = False
+        self.progress_at = 0.0  # monotonic time of the last bytes received
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -204,6 +215,7 @@ class _Replies(asyncio.BufferedProtocol):
         return self._target[self._filled:] if self._target is not None else self._scratch
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.progress_at = time.monotonic()
         try:
             if self._target is not None:
                 self._filled += nbytes
@@ -283,14 +295,25 @@ class _Replies(asyncio.BufferedProtocol):
             else:
                 raise RedisError(f"unexpected reply type {kind!r}")
 
-    async def request(self, *args: bytes) -> Any:
+    async def request(self, *args: bytes, idle_timeout: float | None = None) -> Any:
+        """The reply; with `idle_timeout`, TimeoutError once that long passes without a byte of it
+        (a large value arriving slowly is progress, not a failure)."""
         if self.broken or self.transport is None or self.transport.is_closing():
             raise RedisError("connection closed")
-        self._waiter = asyncio.get_running_loop().create_future()
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        self.progress_at = time.monotonic()
         self.transport.write(b"".join([b"*%d\r\n" % len(args),
                                        *(b"$%d\r\n%s\r\n" % (len(arg), arg) for arg in args)]))
         try:
-            return await self._waiter
+            if idle_timeout is None:
+                return await waiter
+            while True:
+                quiet = time.monotonic() - self.progress_at
+                if quiet >= idle_timeout:
+                    raise TimeoutError(f"no reply bytes from Redis for {idle_timeout}s")
+                done, _ = await asyncio.wait({waiter}, timeout=idle_timeout - quiet)
+                if done:
+                    return waiter.result()
         except BaseException:
             self.broken = True  # cancelled or failed mid-reply: its bytes may still come
             self.transport.close()
@@ -306,7 +329,8 @@ class FastReader:
         self.host, self.port, self.db = host, port, db
         self.max_value_bytes = max_value_bytes
         self.username, self.password = username, password
-        # Reads beyond this many wait for a connection (inside the caller's timeout).
+        # Reads beyond this many wait for a connection (bounded by the caller's idle timeout).
+        self.max_connections = max_connections
         self._slots = asyncio.Semaphore(max_connections)
         self._idle: list[_Replies] = []
         self._open = 0
@@ -326,11 +350,19 @@ class FastReader:
             raise
         return conn
 
-    async def mget(self, keys: list[str]) -> list[memoryview | None]:
-        async with self._slots:
-            return await self._mget(keys)
+    async def mget(self, keys: list[str], idle_timeout: float | None = None) -> list[memoryview | None]:
+        """`idle_timeout` bounds the wait for a free connection (then `Busy`) and each silence of the
+        reply (then TimeoutError), not the transfer of a large value."""
+        try:
+            await asyncio.wait_for(self._slots.acquire(), idle_timeout)
+        except TimeoutError:
+            raise Busy(f"all {self.max_connections} Redis connections busy for {idle_timeout}s") from None
+        try:
+            return await self._mget(keys, idle_timeout)
+        finally:
+            self._slots.release()
 
-    async def _mget(self, keys: list[str]) -> list[memoryview | None]:
+    async def _mget(self, keys: list[str], idle_timeout: float | None) -> list[memoryview | None]:
         while self._idle:
             conn = self._idle.pop()
             if not conn.broken:
@@ -339,7 +371,7 @@ class FastReader:
         else:
             conn = await self._connect()
         try:
-            reply = await conn.request(b"MGET", *(key.encode() for key in keys))
+            reply = await conn.request(b"MGET", *(key.encode() for key in keys), idle_timeout=idle_timeout)
         except BaseException:
             self._open -= 1
             raise
@@ -381,7 +413,7 @@ class Writer:
         while data.count(b"\r\n") < count:
             chunk = sock.recv(65536)
             if not chunk:
-                raise RedisError("connection closed")
+                raise ConnectionResetError("Redis closed the connection")
             data += chunk
         errors = [line for line in data.split(b"\r\n")[:count] if not line.startswith(b"+")]
         if errors:
@@ -405,6 +437,17 @@ class Writer:
         return sock
 
     def _set_all(self, codec: EntryCodec, entries: list[tuple[str, ProcessedImage]], ttl: int) -> None:
+        """SET them all. A kept socket the server has closed meanwhile (its idle `timeout`, a restart)
+        fails at once: then once more on a new one (SET is idempotent)."""
+        reused = self._sock is not None
+        try:
+            self._send_all(codec, entries, ttl)
+        except OSError:
+            if not reused:
+                raise
+            self._send_all(codec, entries, ttl)
+
+    def _send_all(self, codec: EntryCodec, entries: list[tuple[str, ProcessedImage]], ttl: int) -> None:
         try:
             sock = self._sock = self._sock or self._connect()
             for key, item in entries:
@@ -475,7 +518,8 @@ class ImageTier:
         # Writes in flight are bounded so a slow Redis cannot pile up copies of images in memory.
         self.max_pending_bytes = max_pending_bytes
         self._pending_bytes = 0
-        self._down_until = 0.0
+        self._down_until = {"get": 0.0, "set": 0.0}  # reads and writes cool down separately
+        self._timeouts_in_a_row = 0
         self._pending: set[asyncio.Task[None]] = set()
 
     def key(self, mm_hash: str, tensors: bool) -> str:
@@ -483,14 +527,25 @@ class ImageTier:
 
     @property
     def available(self) -> bool:
-        return time.monotonic() >= self._down_until
+        """Reads are on (writes have their own cool-down: a failed write does not stop reads)."""
+        return self._available("get")
+
+    def _available(self, op: str) -> bool:
+        return time.monotonic() >= self._down_until[op]
 
     def _failed(self, op: str, exc: BaseException) -> None:
+        """Count it; cool `op` down, except for a read that only timed out or found every connection
+        busy: that is load (many megabytes at once), and only TIMEOUTS_BEFORE_COOLDOWN in a row
+        turn reads off."""
         self.metrics.mm_redis_errors.labels(op).inc()
-        if self.available:
-            logger.warning("redis %s of processed images failed (%s: %s); processing locally for %.1fs", op,
+        if op == "get" and isinstance(exc, TimeoutError):
+            self._timeouts_in_a_row += 1
+            if self._timeouts_in_a_row < TIMEOUTS_BEFORE_COOLDOWN:
+                return
+        if self._available(op):
+            logger.warning("redis %s of processed images failed (%s: %s); not used for %.1fs", op,
                            type(exc).__name__, exc, self.cooldown)
-        self._down_until = time.monotonic() + self.cooldown
+        self._down_until[op] = time.monotonic() + self.cooldown
 
     async def prepare(self, vision: ImageProcessor, conversation: Any, fetched: dict[str, bytes],
                       processor_kwargs: Any, tensors: bool, limits: media.MediaLimits,
@@ -543,8 +598,12 @@ class ImageTier:
         keys = [self.key(digest, tensors) for digest in digests]
         start = time.perf_counter()
         try:
-            read = self._reader.mget(keys) if self._reader is not None else self._client.mget(keys)
-            blobs = await asyncio.wait_for(read, self.timeout)
+            if self._reader is not None:  # idle-timed: a slow large transfer is progress
+                read = self._reader.mget(keys, self.timeout)
+            else:
+                read = self._client.mget(keys)
+            blobs = await asyncio.wait_for(read, self.timeout * READ_DEADLINE_FACTOR)
+            self._timeouts_in_a_row = 0
         except Exception as exc:  # timeouts, connection and protocol errors
             self._failed("get", exc)
             metrics.mm_redis_misses.inc(len(digests))
@@ -571,7 +630,7 @@ class ImageTier:
     async def store(self, vision: ImageProcessor, prepared: Any) -> None:
         """Write what this request's render processed (a full item also as its light one), waiting
         at most `write_wait`; the write then finishes in the background."""
-        if not isinstance(prepared, Prepared) or not prepared.pending or not self.available:
+        if not isinstance(prepared, Prepared) or not prepared.pending or not self._available("set"):
             return
         entries: list[tuple[str, ProcessedImage]] = []
         for digest in prepared.pending:

@@ -450,3 +450,92 @@ def test_redis_killed_midway_still_renders_correctly(cluster: dict[str, Any]) ->
     moved = _delta(_metrics(b), before)
     assert moved["errors"] >= 1 and moved["render_mm_cache_redis_hits_total"] == 0
     assert moved["render_mm_cache_misses_total"] == 2  # processed once, then a local hit
+
+
+# -- timeouts and cool-downs ------------------------------------------------------------------
+
+def _resp_value(value: bytes) -> bytes:
+    return b"*1\r\n$%d\r\n%s\r\n" % (len(value), value)
+
+
+def test_reader_idle_timeout_lets_a_slow_transfer_finish_and_stops_a_silent_one() -> None:
+    """A value trickling in for longer than the idle timeout arrives; silence fails after one idle
+    timeout; with every connection busy, a read gives up with Busy (a TimeoutError: load)."""
+    import asyncio
+
+    value = bytes(range(256)) * 64  # 16 KB, sent in 8 pieces 0.05 s apart: 0.4 s in all
+
+    async def run() -> None:
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while request := await reader.read(4096):
+                if b"slow" in request:
+                    reply = _resp_value(value)
+                    for start in range(0, len(reply), len(reply) // 8 + 1):
+                        writer.write(reply[start:start + len(reply) // 8 + 1])
+                        await writer.drain()
+                        await asyncio.sleep(0.05)
+                # "silent": no answer at all
+            writer.close()
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader = imagecache.FastReader("127.0.0.1", port, max_connections=1)
+        got = await reader.mget(["slow"], idle_timeout=0.2)
+        assert bytes(got[0]) == value
+        started = time.monotonic()
+        with pytest.raises(TimeoutError) as raised:
+            await reader.mget(["silent"], idle_timeout=0.2)
+        assert not isinstance(raised.value, imagecache.Busy) and 0.15 < time.monotonic() - started < 1.0
+        slow = asyncio.ensure_future(reader.mget(["slow"], idle_timeout=0.2))
+        await asyncio.sleep(0.05)
+        with pytest.raises(imagecache.Busy):
+            await reader.mget(["slow"], idle_timeout=0.1)
+        assert bytes((await slow)[0]) == value
+        reader.close()
+        server.close()
+
+    asyncio.run(run())
+
+
+def test_tier_cools_reads_down_only_after_repeated_timeouts_and_writes_separately() -> None:
+    import asyncio
+
+    from render_service.metrics import Metrics
+
+    async def run() -> None:
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read()  # never answers
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        tier = imagecache.ImageTier(f"redis://127.0.0.1:{port}/0", b"k", "ns", Metrics(), timeout=0.05)
+        for attempt in range(1, imagecache.TIMEOUTS_BEFORE_COOLDOWN + 1):
+            assert tier.available
+            assert await tier._fetch(["a" * 64], tensors=False) == {}
+        assert attempt == imagecache.TIMEOUTS_BEFORE_COOLDOWN and not tier.available
+        # A failed write cools writes down, not reads.
+        other = imagecache.ImageTier(f"redis://127.0.0.1:{port}/0", b"k", "ns", Metrics())
+        other._failed("set", ConnectionResetError("gone"))
+        assert other.available and not other._available("set")
+        server.close()
+
+    asyncio.run(run())
+
+
+def test_writer_reconnects_when_redis_closed_its_idle_socket() -> None:
+    import asyncio
+
+    with redis_server() as server:
+        server.client().config_set("timeout", "1")  # Redis drops clients idle for 1 s
+
+        async def run() -> None:
+            writer = imagecache.Writer("127.0.0.1", server.port)
+            codec = imagecache.EntryCodec(b"k")
+            first, second = _item(seed=1), _item(seed=2)
+            await writer.set_all(codec, [("t:1", first)], 60)
+            await asyncio.sleep(2.5)
+            await writer.set_all(codec, [("t:2", second)], 60)  # the kept socket is dead by now
+            writer.close()
+            assert server.client().get("t:2") == codec.encode("t:2", second)
+
+        asyncio.run(run())
