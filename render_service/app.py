@@ -337,10 +337,12 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
                     body: dict[str, Any] | None = None) -> Any:
         """Render, after fetching the conversation's http(s) image URLs (off the loop's CPU path).
         `body`: where the render reads `mm_payload` and `mm_processor_kwargs` (the Redis tier's step)."""
-        urls = media.image_urls(conversation) if state.context.vision is not None else []
-        if (state.image_tier is not None and body is not None and state.context.vision is not None
-                and (urls or imagecache.conversation_image_urls(conversation))):
-            return tiered(urls, conversation, render_one, body)
+        if state.context.vision is None:
+            return finish_render(render_one(None))
+        tiered_images = state.image_tier is not None and body is not None
+        urls = media.image_urls(conversation, include_data=tiered_images)
+        if tiered_images and urls:
+            return tiered(urls, render_one, body)
         if urls:
             return fetching(urls, render_one)
         return finish_render(render_one(None))
@@ -349,16 +351,16 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
         fetched = await media.fetch_all(urls, state.context.media_limits)
         return finish_render(render_one(fetched))
 
-    async def tiered(urls: list[str], conversation: Any, render_one: Callable[..., dict[str, Any]],
-                     body: dict[str, Any]) -> Any:
+    async def tiered(urls: list[str], render_one: Callable[..., dict[str, Any]], body: dict[str, Any]) -> Any:
         """`fetching` with the Redis tier: the local cache is filled from Redis before the render
         (which runs on the loop and cannot wait for Redis), what it processed is stored after."""
         tier, vision, context = state.image_tier, state.context.vision, state.context
         assert tier is not None and vision is not None
-        fetched = await media.fetch_all(urls, context.media_limits) if urls else {}
+        remote = [url for url in urls if not url.startswith("data:")]
+        fetched = await media.fetch_all(remote, context.media_limits) if remote else {}
         # render validates mm_payload later; `return_mm_kwargs: false` already means "none" here
         payload = body.get("mm_payload", "none" if body.get("return_mm_kwargs") is False else "tensors")
-        prepared = await tier.prepare(vision, conversation, fetched, body.get("mm_processor_kwargs"),
+        prepared = await tier.prepare(vision, urls, fetched, body.get("mm_processor_kwargs"),
                                       payload != "none", context.media_limits, settings.trust_request_mm_kwargs)
         response = finish_render(render_one(prepared))
         await tier.store(vision, prepared)

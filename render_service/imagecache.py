@@ -153,21 +153,6 @@ def namespace(multimodal_component: str, vision: ImageProcessor) -> str:
     return blake3(orjson.dumps(parts)).hexdigest()[:16]
 
 
-def conversation_image_urls(messages: Any) -> list[str]:
-    """Every image URL of the conversation (data: included), the string objects themselves."""
-    urls: list[str] = []
-    if not isinstance(messages, list):
-        return urls
-    for message in messages:
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, list):
-            for part in content:
-                url = media.part_image_url(part)
-                if url is not None:
-                    urls.append(url)
-    return urls
-
-
 class Prepared(media.FetchedImages):
     """`FetchedImages` plus what `store` needs after the render: the digests the render processed."""
 
@@ -547,13 +532,13 @@ class ImageTier:
                            type(exc).__name__, exc, self.cooldown)
         self._down_until[op] = time.monotonic() + self.cooldown
 
-    async def prepare(self, vision: ImageProcessor, conversation: Any, fetched: dict[str, bytes],
+    async def prepare(self, vision: ImageProcessor, urls: list[str], fetched: dict[str, bytes],
                       processor_kwargs: Any, tensors: bool, limits: media.MediaLimits,
                       trust_kwargs: bool) -> Prepared | dict[str, bytes]:
-        """Decode and hash the request's images, and fill the local cache from Redis with those it
-        lacks. Anything the render would refuse is left to the render (same error, same order): the
-        request is then prepared without those images, or not at all."""
-        urls = conversation_image_urls(conversation)
+        """Decode and hash the request's images (`urls`: all of them, data: included, as
+        `media.image_urls(..., include_data=True)` gives them), and fill the local cache from Redis
+        with those it lacks. Anything the render would refuse is left to the render (same error,
+        same order): the request is then prepared without those images, or not at all."""
         if not urls or len(urls) > limits.max_images_per_prompt:
             return fetched
         try:

@@ -120,8 +120,9 @@ async def fetch(client: httpx.AsyncClient, url: str, limits: MediaLimits) -> byt
         raise media_error(f"Failed to fetch image from {url}: {exc}") from None
 
 
-def image_urls(messages: Any) -> list[str]:
-    """Every http(s) image URL in the messages, in order (fetched before rendering)."""
+def image_urls(messages: Any, include_data: bool = False) -> list[str]:
+    """Every http(s) image URL in the messages, in order (fetched before rendering); with
+    `include_data`, data: URLs too (the string objects themselves)."""
     urls: list[str] = []
     if not isinstance(messages, list):
         return urls
@@ -131,7 +132,7 @@ def image_urls(messages: Any) -> list[str]:
             continue
         for part in content:
             url = part_image_url(part)
-            if url is not None and not url.startswith("data:"):
+            if url is not None and (include_data or not url.startswith("data:")):
                 urls.append(url)
     return urls
 
