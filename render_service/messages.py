@@ -24,7 +24,7 @@ import jinja2.sandbox
 from .exceptions import BadRequestError, RequestValidationError
 from .protocol import (
     MAX_STOP_STRINGS,
-    check_count,
+    bounded_list,
     check_type,
     opt_bool,
     opt_dict,
@@ -160,10 +160,7 @@ def validate_messages_request(body: dict[str, Any]) -> None:
     check_type(body, "model", (str,), nullable=False)
     if "messages" not in body:
         raise schema_error("body.messages", "Field required", body)
-    messages = body["messages"]
-    if not isinstance(messages, list):
-        raise schema_error("body.messages", "Input should be a valid list", messages)
-    check_count(messages, MAX_MESSAGES, "messages", "messages")
+    messages = bounded_list(body["messages"], MAX_MESSAGES, "messages")
     for index, message in enumerate(messages):
         param = f"body.messages.{index}"
         if not isinstance(message, dict):
@@ -224,9 +221,7 @@ def validate_messages_request(body: dict[str, Any]) -> None:
                                         tool_choice)
     tools = body.get("tools")
     if tools is not None:
-        if not isinstance(tools, list):
-            raise schema_error("body.tools", "Input should be a valid list", tools)
-        check_count(tools, MAX_TOOLS, "tools", "tools")
+        bounded_list(tools, MAX_TOOLS, "tools")
         for index, tool in enumerate(tools):
             _validate_tool(tool, f"body.tools.{index}")
     opt_int(body, "top_k")

@@ -244,6 +244,14 @@ def check_count(items: list[Any], limit: int, noun: str, param: str) -> None:
         raise validator_error(f"Too many {noun}: {len(items)} (at most {limit}).", param)
 
 
+def bounded_list(value: Any, limit: int, name: str) -> list[Any]:
+    """A request's list field `name`: pydantic's type error, then our bound on its length."""
+    if not isinstance(value, list):
+        raise schema_error(f"body.{name}", "Input should be a valid list", value)
+    check_count(value, limit, name, name)
+    return value
+
+
 def validate_cache_salt(salt: Any) -> None:
     """vLLM's `validate_cache_salt` (generate/base/protocol.py)."""
     if salt is None:

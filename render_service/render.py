@@ -22,7 +22,7 @@ from render_service.protocol import (
     MAX_STOP_STRINGS,
     OUTPUT_KIND_DELTA,
     OUTPUT_KIND_FINAL_ONLY,
-    check_count,
+    bounded_list,
     check_type,
     generate_request,
     handler_error,
@@ -133,10 +133,7 @@ def _validate_common(body: dict[str, Any]) -> None:
 def _validate_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     if "messages" not in body:
         raise schema_error("body.messages", "Field required", body)
-    messages = body["messages"]
-    if not isinstance(messages, list):
-        raise schema_error("body.messages", "Input should be a valid list", messages)
-    check_count(messages, MAX_MESSAGES, "messages", "messages")
+    messages = bounded_list(body["messages"], MAX_MESSAGES, "messages")
     for index, message in enumerate(messages):
         param = f"body.messages.{index}"
         if not isinstance(message, dict):
@@ -178,9 +175,7 @@ def _validate_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
     tools = body.get("tools")
     if tools is None:
         return None
-    if not isinstance(tools, list):
-        raise schema_error("body.tools", "Input should be a valid list", tools)
-    check_count(tools, MAX_TOOLS, "tools", "tools")
+    bounded_list(tools, MAX_TOOLS, "tools")
     if tools == []:
         raise validator_error("`tools` must not be an empty array. Either provide at least one tool "
                               "or omit the field entirely.", "tools")

@@ -18,6 +18,7 @@ from .protocol import (
     INT64_MIN,
     OUTPUT_KIND_DELTA,
     OUTPUT_KIND_FINAL_ONLY,
+    bounded_list,
     check_count,
     check_type,
     generate_request,
@@ -155,9 +156,7 @@ def validate_responses_request(body: dict[str, Any]) -> None:
         int_list(body["stop_token_ids"], "body.stop_token_ids")
     tools = body.get("tools")
     if tools is not None:
-        if not isinstance(tools, list):
-            raise schema_error("body.tools", "Input should be a valid list", tools)
-        check_count(tools, MAX_TOOLS, "tools", "tools")
+        bounded_list(tools, MAX_TOOLS, "tools")
         for index, tool in enumerate(tools):
             if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
                 raise schema_error(f"body.tools.{index}", "Unable to extract tag using discriminator 'type'", tool)
