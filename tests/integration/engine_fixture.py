@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 DEFAULT_ENGINE_VENV = Path("/work/venvs/vllm032engine")
 DEFAULT_ORACLE_VENV = Path("/work/venvs/vllm033")
@@ -84,25 +85,36 @@ def require_render_oracle() -> str:
 
 def build_weighted_model(cache_root: str | Path | None = None) -> Path:
     """The example qwen3 folder plus random weights, built once and cached (safe across processes)."""
-    from render_service.example_model import QWEN3_CONFIG, build_example_model
+    from render_service.example_model import QWEN3_CONFIG
 
     python = require_engine()
-    key = hashlib.sha256(json.dumps([RECIPE_VERSION, QWEN3_CONFIG, python], sort_keys=True).encode()).hexdigest()[:12]
+    return cached_weighted_model("tinyqwen3", "qwen3", [RECIPE_VERSION, QWEN3_CONFIG, python], _WEIGHTS_SCRIPT,
+                                 cache_root=cache_root)
+
+
+def cached_weighted_model(name: str, family: str, recipe: list[Any], weights_script: str,
+                          script_args: tuple[str, ...] = (), cache_root: str | Path | None = None) -> Path:
+    """The `family` example folder plus the weights `weights_script FOLDER *script_args` writes in
+    the engine venv, built once per `recipe` under a file lock and renamed into place when complete."""
+    from render_service.example_model import build_example_model
+
+    python = require_engine()
+    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     root = Path(cache_root or tempfile.gettempdir()) / "render-service-engine-models"
     root.mkdir(parents=True, exist_ok=True)
-    target = root / f"tinyqwen3-{key}"
-    marker = target / ".complete"
+    target = root / f"{name}-{key}"
     with (root / f"{target.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.exists():
+        if (target / ".complete").exists():
             return target
         staging = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=root))
         try:
-            build_example_model(staging, "qwen3")
-            subprocess.run([python, "-c", _WEIGHTS_SCRIPT, str(staging)], check=True, capture_output=True,
-                           timeout=600, env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
+            build_example_model(staging, family)
+            subprocess.run([python, "-c", weights_script, str(staging), *script_args],
+                           check=True, capture_output=True, timeout=600,
+                           env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
             # save_pretrained rewrites config.json (and may touch generation_config.json): keep ours.
-            build_example_model(staging, "qwen3")
+            build_example_model(staging, family)
             if not any(staging.glob("*.safetensors")):
                 raise RuntimeError(f"no weights were written to {staging}")
             (staging / ".complete").write_text("ok\n")

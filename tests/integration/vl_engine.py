@@ -48,15 +48,19 @@ transforms vLLM uses are pure torch). `torchvision_overlay()` finds or builds th
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import json
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
-from tests.integration.engine_fixture import VllmProcess, require_engine, start_engine, start_render_oracle
+from tests.integration.engine_fixture import (
+    VllmProcess,
+    cached_weighted_model,
+    require_engine,
+    start_engine,
+    start_render_oracle,
+)
 
 RECIPE_VERSION = 1
 WEIGHT_STD = 0.2
@@ -90,35 +94,13 @@ _GUARDED = ("# render-service overlay: the PyPI wheel's _C is a CUDA build that 
 
 def build_weighted_vl_model(cache_root: str | Path | None = None) -> Path:
     """The qwen3-vl example folder plus random weights, built once and cached (safe across processes)."""
-    from render_service.example_model import QWEN3_VL_CONFIG, QWEN3_VL_PREPROCESSOR, build_example_model
+    from render_service.example_model import QWEN3_VL_CONFIG, QWEN3_VL_PREPROCESSOR
 
     python = require_engine()
     recipe = [RECIPE_VERSION, WEIGHT_STD, QWEN3_VL_CONFIG, QWEN3_VL_PREPROCESSOR, python]
-    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
-    root = Path(cache_root or tempfile.gettempdir()) / "render-service-engine-models"
-    root.mkdir(parents=True, exist_ok=True)
-    target = root / f"tinyqwen3vl-{key}"
-    with (root / f"{target.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / ".complete").exists():
-            return target
-        staging = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=root))
-        try:
-            build_example_model(staging, "qwen3-vl")
-            subprocess.run([python, "-c", _WEIGHTS_SCRIPT, str(staging), str(WEIGHT_STD)], check=True,
-                           capture_output=True, timeout=600, env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
-            # save_pretrained rewrote config.json (with the raised std): put the example's files back.
-            build_example_model(staging, "qwen3-vl")
-            if not any(staging.glob("*.safetensors")):
-                raise RuntimeError(f"no weights were written to {staging}")
-            (staging / ".complete").write_text("ok\n")
-            if target.exists():
-                shutil.rmtree(target)
-            staging.rename(target)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-    return target
+    # save_pretrained rewrites config.json with the raised std: the builder puts the example's back.
+    return cached_weighted_model("tinyqwen3vl", "qwen3-vl", recipe, _WEIGHTS_SCRIPT, (str(WEIGHT_STD),),
+                                 cache_root)
 
 
 def _overlay_works(path: Path, python: str) -> bool:
