@@ -6,7 +6,7 @@ httptools, one process, access log off): `POST /v1/chat/completions/render` deco
 with orjson, renders the model's chat template (compiled once with jinja2 in HF's environment,
 or with `--engine minijinja` render-service's own minijinja construction, `FastTemplate`) with
 the request's `messages`, `tools` and `add_generation_prompt`, encodes the text with the
-same fastokens construction render-service chooses (`render_service.tokenization.choose_backend`,
+same fastokens construction render-service chooses (`render_service.model.backends.choose_backend`,
 segment cache included), and answers a GenerateRequest-shaped orjson body. No validation, no
 parity work beyond what the template needs (tool-call arguments parsed to objects, as vLLM does),
 no metrics, no error handling: a malformed request is a 500 here.
@@ -33,8 +33,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from render_service.templating import FastTemplate
-from render_service.tokenization import choose_backend
+from render_service.render.templating import FastTemplate
+from render_service.model.backends import choose_backend
 
 # What render-service echoes for a plain request; only the per-request fields change.
 SAMPLING = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "temperature": 0.6,

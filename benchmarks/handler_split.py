@@ -30,10 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import render_bench
 
-from render_service import cli, render
-from render_service.app import create_app
-from render_service.model import load_model
-from render_service.templating import FastTemplate
+from render_service import cli
+from render_service.render import pipeline as render
+from render_service.server.app import create_app
+from render_service.model.loader import load_model
+from render_service.render.templating import FastTemplate
 
 
 def per_call_ms(function: Callable[[bytes], Any], bodies: list[bytes], seconds: float) -> float:

@@ -36,9 +36,10 @@ from typing import Any
 
 import orjson
 
-from render_service import cli, workers
-from render_service.app import create_app
-from render_service.model import load_model
+from render_service import cli
+from render_service.server import workers
+from render_service.server.app import create_app
+from render_service.model.loader import load_model
 
 INTERVAL = 0.05  # the service's own sampler's interval
 

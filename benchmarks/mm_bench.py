@@ -298,7 +298,7 @@ def main() -> None:
     if args.duration and shutil.which("wrk") is None:
         raise SystemExit("wrk is needed for the load phase (apt-get install wrk), or pass --duration 0")
     if Path(MM_MODEL_DIR, "preprocessor_config.json").exists() is False:
-        raise SystemExit(f"build the model folder first: python -m render_service.example_model {MM_MODEL_DIR} qwen3-vl")
+        raise SystemExit(f"build the model folder first: python -m render_service.model.example {MM_MODEL_DIR} qwen3-vl")
 
     tmp = Path(tempfile.mkdtemp(prefix="mm_bench."))
     payloads = Payloads()

@@ -49,7 +49,7 @@ from _common import Server, format_table, free_port, stop_process_tree, tree_cpu
 from mm_bench import fill, jpeg_template
 from mm_corpus import MM_MAX_MODEL_LEN, MM_MODEL_DIR, MM_MODEL_NAME
 
-from render_service import multimodal
+from render_service.multimodal import qwen3_vl as multimodal
 
 ROOT = Path(__file__).resolve().parents[1]
 RENDER_PATH = "/v1/chat/completions/render"
@@ -68,7 +68,7 @@ def item_bytes(url: str, payload: str) -> int:
     counted in: the item and the URL text its memo keeps)."""
     from functools import partial
 
-    from render_service import media
+    from render_service.multimodal import media
 
     config = multimodal.VisionConfig.load(Path(MM_MODEL_DIR), MM_MODEL_DIR)
     processor = multimodal.ImageProcessor(config)
@@ -196,7 +196,7 @@ def main() -> None:
     if shutil.which("redis-server") is None:
         raise SystemExit("redis-server is needed")
     if not Path(MM_MODEL_DIR, "preprocessor_config.json").exists():
-        raise SystemExit(f"build the model folder first: python -m render_service.example_model {MM_MODEL_DIR} qwen3-vl")
+        raise SystemExit(f"build the model folder first: python -m render_service.model.example {MM_MODEL_DIR} qwen3-vl")
     tmp = Path(tempfile.mkdtemp(prefix="mm_redis_bench."))
     templates = [jpeg_template(seed) for seed in range(101, 105)]
     out: dict[str, Any] = {}

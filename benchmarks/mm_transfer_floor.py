@@ -148,7 +148,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds the n requests are split into")
     args = parser.parse_args()
     if not Path(args.model, "preprocessor_config.json").exists():
-        from render_service.example_model import build_example_model
+        from render_service.model.example import build_example_model
 
         build_example_model(args.model, "qwen3-vl")
     payloads = Payloads()

@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         model = args.model
         if model is None:
-            from render_service.example_model import build_example_model
+            from render_service.model.example import build_example_model
 
             model = str(build_example_model(Path(tmp) / "tinyqwen3", "qwen3"))
         redis_port, port = free_port(), free_port()

@@ -37,12 +37,12 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["audit"]:  # its own parser: options may come before MODEL
-        from render_service.audit import main_audit
+        from render_service.audit.audit import main_audit
 
         return main_audit(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "example-model":
-        from render_service.example_model import build_example_model
+        from render_service.model.example import build_example_model
 
         print(build_example_model(args.directory, args.family))
         return 0
@@ -63,8 +63,8 @@ def print_fingerprint(settings) -> int:
     import json
 
     from render_service import __version__
-    from render_service.fingerprint import fingerprint
-    from render_service.model import ModelLoadError, load_model
+    from render_service.audit.fingerprint import fingerprint
+    from render_service.model.loader import ModelLoadError, load_model
 
     try:
         model = load_model(settings)
@@ -81,9 +81,9 @@ def serve(settings) -> int:
 
     # Workers are forked after the model loads: keep HF tokenizers' thread pool out of it.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from render_service import workers
-    from render_service.app import create_app
-    from render_service.model import ModelLoadError, load_model
+    from render_service.server import workers
+    from render_service.server.app import create_app
+    from render_service.model.loader import ModelLoadError, load_model
 
     try:
         model = load_model(settings)

@@ -111,7 +111,7 @@ class Settings:
         if self.tokenizer_backend not in ("auto", "hf"):
             raise SettingsError("--tokenizer-backend must be auto or hf")
         if self.mm_processor_kwargs:
-            from render_service import multimodal
+            from render_service.multimodal import qwen3_vl as multimodal
             from render_service.exceptions import RenderServiceError
 
             try:  # the folder's bounds are unknown here; keys and values are checked

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from render_service.example_model import build_example_model
+from render_service.model.example import build_example_model
 
 
 @pytest.fixture(scope="session")

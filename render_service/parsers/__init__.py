@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from render_service.detokenize import DetokState, TokenizerInfo, detokenize_delta, seed_state
+from render_service.derender.detokenize import DetokState, TokenizerInfo, detokenize_delta, seed_state
 from render_service.parsers.base import (
     Delta,
     FunctionCall,

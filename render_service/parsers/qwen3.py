@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from render_service.detokenize import TokenizerInfo
+from render_service.derender.detokenize import TokenizerInfo
 from render_service.parsers.base import Delta
 
 STATE_VERSION = 1

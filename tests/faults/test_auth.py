@@ -11,7 +11,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from render_service.app import create_app
+from render_service.server.app import create_app
 from render_service.settings import Settings
 from tests.faults.servers import service_process
 from tests.helpers import chunk_body, redis_server

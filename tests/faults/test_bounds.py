@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from render_service.app import create_app
-from render_service.render import MAX_MESSAGES, MAX_TOOLS
+from render_service.server.app import create_app
+from render_service.render.pipeline import MAX_MESSAGES, MAX_TOOLS
 from render_service.settings import Settings
 
 M = [{"role": "user", "content": "hi"}]

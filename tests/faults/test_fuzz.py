@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from render_service.app import create_app
+from render_service.server.app import create_app
 from render_service.settings import Settings
 
 EXAMPLES = int(os.environ.get("RENDER_FUZZ_EXAMPLES", "0"))

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from redis import exceptions as redis_exceptions
 
-from render_service.snapshots import SnapshotCodec
+from render_service.derender.snapshots import SnapshotCodec
 from tests.faults.servers import FaultProxy, fake_redis, service_process
 from tests.helpers import chunk_body, drive_stream, metric, redis_server
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from render_service import templating
-from render_service.app import create_app
+from render_service.render import templating
+from render_service.server.app import create_app
 from render_service.exceptions import TemplateTimeoutError
 from render_service.settings import Settings
 

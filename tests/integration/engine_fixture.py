@@ -85,7 +85,7 @@ def require_render_oracle() -> str:
 
 def build_weighted_model(cache_root: str | Path | None = None) -> Path:
     """The example qwen3 folder plus random weights, built once and cached (safe across processes)."""
-    from render_service.example_model import QWEN3_CONFIG
+    from render_service.model.example import QWEN3_CONFIG
 
     python = require_engine()
     return cached_weighted_model("tinyqwen3", "qwen3", [RECIPE_VERSION, QWEN3_CONFIG, python], _WEIGHTS_SCRIPT,
@@ -96,7 +96,7 @@ def cached_weighted_model(name: str, family: str, recipe: list[Any], weights_scr
                           script_args: tuple[str, ...] = (), cache_root: str | Path | None = None) -> Path:
     """The `family` example folder plus the weights `weights_script FOLDER *script_args` writes in
     the engine venv, built once per `recipe` under a file lock and renamed into place when complete."""
-    from render_service.example_model import build_example_model
+    from render_service.model.example import build_example_model
 
     python = require_engine()
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]

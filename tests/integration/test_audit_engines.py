@@ -18,9 +18,9 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from render_service.app import create_app
-from render_service.audit import AuditReport, ContinuousAudit, main_audit, run_audit
-from render_service.model import Model, load_model
+from render_service.server.app import create_app
+from render_service.audit.audit import AuditReport, ContinuousAudit, main_audit, run_audit
+from render_service.model.loader import Model, load_model
 from render_service.settings import Settings
 from tests.integration.engine_fixture import (
     VllmProcess,

@@ -31,7 +31,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from render_service.app import create_app
+from render_service.server.app import create_app
 from render_service.settings import Settings
 from tests.integration.engine_fixture import app_server, engine_python, render_oracle_python, start_engine
 from tests.integration.vl_engine import (

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from render_service.workers import available_cpus
+from render_service.server.workers import available_cpus
 from tests.helpers import free_port
 
 pytestmark = pytest.mark.timeout(300)

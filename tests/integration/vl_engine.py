@@ -1,6 +1,6 @@
 """A real vLLM engine for the tiny Qwen3-VL model: random weights, the torchvision overlay, the engine process.
 
-`build_weighted_vl_model()` writes the `qwen3-vl` example folder (render_service.example_model: Qwen3
+`build_weighted_vl_model()` writes the `qwen3-vl` example folder (render_service.model.example: Qwen3
 tokenizer, Qwen3-VL processor settings, a 2-layer 64-wide text model and a 2-block 64-wide vision
 tower with one deepstack merger) and adds random bf16 weights written by transformers in the engine
 venv. Weights are drawn with std WEIGHT_STD instead of the config's 0.02: at 0.02 the tiny model's
@@ -94,7 +94,7 @@ _GUARDED = ("# render-service overlay: the PyPI wheel's _C is a CUDA build that 
 
 def build_weighted_vl_model(cache_root: str | Path | None = None) -> Path:
     """The qwen3-vl example folder plus random weights, built once and cached (safe across processes)."""
-    from render_service.example_model import QWEN3_VL_CONFIG, QWEN3_VL_PREPROCESSOR
+    from render_service.model.example import QWEN3_VL_CONFIG, QWEN3_VL_PREPROCESSOR
 
     python = require_engine()
     recipe = [RECIPE_VERSION, WEIGHT_STD, QWEN3_VL_CONFIG, QWEN3_VL_PREPROCESSOR, python]

@@ -37,7 +37,7 @@ from corpus import (
 
 
 def build_model(family: str, root: Path) -> Path:
-    from render_service.example_model import build_example_model
+    from render_service.model.example import build_example_model
 
     return build_example_model(root / family, family)
 

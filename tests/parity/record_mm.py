@@ -12,7 +12,7 @@ TRUST_FLAGS added.
 The oracle must serve the Qwen3-VL example folder from mm_corpus.MM_MODEL_DIR (vLLM hashes
 images with the model path as given), e.g.:
 
-    python -m render_service.example_model /tmp/render-service-mm-tinyvl qwen3-vl
+    python -m render_service.model.example /tmp/render-service-mm-tinyvl qwen3-vl
     PYTHONPATH=/tmp/mm-tv /work/venvs/start_oracle.sh /tmp/render-service-mm-tinyvl PORT \\
         --served-model-name tinyvl --max-model-len 16384
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from render_service.app import create_app
+from render_service.server.app import create_app
 from render_service.settings import Settings
 
 from .mm_corpus import CHAT_PATH, KWARGS_SERVER, MM_MAX_MODEL_LEN, MM_MODEL_DIR, MM_MODEL_NAME, shrink, summarize_item
@@ -44,7 +44,7 @@ IMAGE_ERROR_TEXT_DIFFERS = {"error_aspect_ratio", "error_bad_base64", "error_not
 
 
 def _client(**options: Any) -> TestClient:
-    from render_service.example_model import build_example_model
+    from render_service.model.example import build_example_model
 
     # vLLM's mm_hash includes the model path as given: serve the folder from the recorded path.
     if not (Path(MM_MODEL_DIR) / "preprocessor_config.json").exists():

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from render_service.app import create_app
+from render_service.server.app import create_app
 from render_service.settings import Settings
 
 from .corpus import (

@@ -1,0 +1,448 @@
+"""OpenAI Responses requests, rendered as vLLM 0.33's stateless `/v1/responses/render` does.
+
+A port of `ServingRender.render_responses_request` with `OnlineRenderer.render_responses` on its
+non-Harmony path (`construct_input_messages`, `construct_tool_dicts`, `ResponsesRequest`'s
+validators, `build_chat_params` and `to_sampling_params`). The render is stateless: history
+comes only from `input`, and `previous_response_id` is refused as vLLM refuses it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from render_service.api import structured
+from render_service.exceptions import BadRequestError, RequestValidationError
+from render_service.api.protocol import (
+    INT64_MAX,
+    INT64_MIN,
+    OUTPUT_KIND_DELTA,
+    OUTPUT_KIND_FINAL_ONLY,
+    bounded_list,
+    check_count,
+    check_type,
+    generate_request,
+    handler_error,
+    int_list,
+    opt_bool,
+    opt_dict,
+    opt_float,
+    opt_int,
+    opt_str,
+    sampling_params_wire,
+    schema_error,
+    str_list,
+    union_error,
+    validate_cache_salt,
+    validate_mm_payload,
+)
+from render_service.render.pipeline import (
+    MAX_MESSAGES,
+    MAX_TOOLS,
+    RenderContext,
+    _hoist_transfer_params,
+    _merge_kwargs,
+    check_mm_kwargs,
+    check_model,
+    get_max_tokens,
+    random_uuid,
+    render_conversation,
+    tool_dicts,
+    validate_length_params,
+)
+
+_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
+_INCLUDE = ("code_interpreter_call.outputs", "computer_call_output.output.image_url", "file_search_call.results",
+            "message.input_image.image_url", "message.output_text.logprobs", "reasoning.encrypted_content")
+_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+_ROLES = ("user", "assistant", "system", "developer")
+# Item types the render path turns into chat messages; anything else fails the input union.
+_ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning", "custom_tool_call",
+               "custom_tool_call_output")
+_CUSTOM_TOOL_INPUT_KEY = "input"
+
+
+def _input_error(items: Any) -> RequestValidationError:
+    """`input` matching no member of `str | list[ResponseInputOutputItem]`."""
+    return union_error("body.input", items)
+
+
+def _validate_item(item: Any) -> None:
+    if not isinstance(item, dict):
+        raise _input_error([item])
+    kind = item.get("type")
+    if kind is None or kind == "message":
+        if item.get("role") not in _ROLES or "content" not in item:
+            raise _input_error([item])
+        content = item["content"]
+        if not isinstance(content, str) and not (
+                isinstance(content, list) and all(isinstance(p, dict) for p in content)):
+            raise _input_error([item])
+        if item["role"] == "assistant" and kind == "message" and isinstance(content, list) and not content:
+            raise _input_error([item])
+        return
+    if kind not in _ITEM_TYPES:
+        raise _input_error([item])
+    if kind in ("function_call", "custom_tool_call"):
+        fields = ("call_id", "name", "arguments" if kind == "function_call" else "input")
+        if not all(isinstance(item.get(f), str) for f in fields):
+            raise _input_error([item])
+    elif kind in ("function_call_output", "custom_tool_call_output"):
+        if not isinstance(item.get("call_id"), str) or "output" not in item:
+            raise _input_error([item])
+    elif kind == "reasoning":
+        summary, content = item.get("summary"), item.get("content")
+        if not isinstance(summary, list) or not all(isinstance(part, dict) for part in summary):
+            raise _input_error([item])
+        if content is not None and not (isinstance(content, list) and all(isinstance(p, dict) for p in content)):
+            raise _input_error([item])
+
+
+def validate_responses_request(body: dict[str, Any]) -> None:
+    """`ResponsesRequest`'s "before" model validators, then its schema (the fields render reads)."""
+    validate_cache_salt(body.get("cache_salt"))
+    if body.get("background") and not body.get("store", True):
+        raise handler_error("background can only be used when `store` is true", "background")
+    if body.get("prompt") is not None:
+        raise handler_error("prompt template is not supported", "prompt")
+    items = body.get("input")
+    if not isinstance(items, (str, list)):
+        raise union_error("body.input", "None" if items is None else items)
+    if isinstance(items, list):
+        check_count(items, MAX_MESSAGES, "input items", "input")
+        for item in items:
+            _validate_item(item)
+    include = body.get("include")
+    if include is not None:
+        str_list(include, "body.include")
+        for index, value in enumerate(include):
+            if value not in _INCLUDE:
+                raise schema_error(f"body.include.{index}", "Input should be " + ", ".join(
+                    f"'{v}'" for v in _INCLUDE[:-1]) + f" or '{_INCLUDE[-1]}'", value)
+    for name in ("instructions", "model", "previous_response_id", "user", "request_id"):
+        opt_str(body, name)
+    for name in ("max_output_tokens", "max_tool_calls", "top_k"):
+        opt_int(body, name)
+    opt_int(body, "top_logprobs", lo=0, hi=20)
+    opt_int(body, "priority", lo=INT64_MIN, hi=INT64_MAX)
+    opt_int(body, "seed", lo=INT64_MIN, hi=INT64_MAX)
+    for name in ("temperature", "top_p", "min_p", "repetition_penalty"):
+        opt_float(body, name)
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = opt_float(body, name)
+        if value is not None and not -2.0 <= value <= 2.0:
+            op, bound = ("greater", -2) if value < -2.0 else ("less", 2)
+            raise schema_error(f"body.{name}", f"Input should be {op} than or equal to {bound}", value)
+    for name in ("background", "parallel_tool_calls", "store", "stream", "include_reasoning",
+                 "skip_special_tokens", "spaces_between_special_tokens", "include_stop_str_in_output",
+                 "ignore_eos", "watermarking", "enable_response_messages"):
+        opt_bool(body, name)
+    for name in ("metadata", "logit_bias", "reasoning", "text", "kv_transfer_params", "ec_transfer_params",
+                 "vllm_xargs", "chat_template_kwargs", "mm_processor_kwargs", "media_io_kwargs",
+                 "structured_outputs"):
+        opt_dict(body, name)
+    reasoning = body.get("reasoning") or {}
+    effort = reasoning.get("effort")
+    if effort is not None and effort not in _EFFORTS:
+        raise schema_error("body.reasoning.effort", "Input should be " + ", ".join(
+            f"'{v}'" for v in _EFFORTS[:-1]) + f" or '{_EFFORTS[-1]}'", effort)
+    truncation = body.get("truncation", "disabled")
+    if truncation not in (None, "auto", "disabled"):
+        raise schema_error("body.truncation", "Input should be 'auto' or 'disabled'", truncation)
+    stop = body.get("stop")
+    if stop is not None and not isinstance(stop, str):
+        str_list(stop, "body.stop")
+    if body.get("stop_token_ids") is not None:
+        int_list(body["stop_token_ids"], "body.stop_token_ids")
+    tools = body.get("tools")
+    if tools is not None:
+        bounded_list(tools, MAX_TOOLS, "tools")
+        for index, tool in enumerate(tools):
+            if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+                raise schema_error(f"body.tools.{index}", "Unable to extract tag using discriminator 'type'", tool)
+            if tool["type"] == "function" and not isinstance(tool.get("name"), str):
+                raise schema_error(f"body.tools.{index}.function.name", "Field required", tool)
+    choice = body.get("tool_choice", "auto")
+    if isinstance(choice, str):
+        if choice not in ("none", "auto", "required"):
+            raise schema_error("body.tool_choice", "Input should be 'none', 'auto' or 'required'", choice)
+    elif not isinstance(choice, dict):
+        raise schema_error("body.tool_choice", "Input should be 'none', 'auto' or 'required'", choice)
+    text = body.get("text") or {}
+    fmt = text.get("format")
+    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_schema",
+                                                                                 "json_object")):
+        raise schema_error("body.text.format", "Input tag does not match any of the expected tags: "
+                           "'text', 'json_schema', 'json_object'", fmt)
+    validate_mm_payload(body)
+    check_type(body, "service_tier", (str,))
+
+
+# -- input items -> chat messages (responses/utils.py) -----------------------------------------
+
+def _tool_call(item: dict[str, Any]) -> dict[str, Any]:
+    if item["type"] == "custom_tool_call":
+        arguments = json.dumps({_CUSTOM_TOOL_INPUT_KEY: item.get("input") or ""}, ensure_ascii=False)
+        return {"id": item["call_id"], "function": {"name": item["name"], "arguments": arguments},
+                "type": "function"}
+    name = item["name"]
+    if item.get("namespace"):
+        name = f"{item['namespace']}__{name}"
+    return {"id": item["call_id"], "function": {"name": name, "arguments": item["arguments"]}, "type": "function"}
+
+
+def _message_from_item(item: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`_construct_message_from_response_item`: a new message, or None after merging into the
+    previous assistant message."""
+    assistant = previous if previous and previous.get("role") == "assistant" else None
+    kind = item.get("type")
+    if kind in ("function_call", "custom_tool_call"):
+        call = _tool_call(item)
+        if assistant:
+            if assistant.get("tool_calls") is None:
+                assistant["tool_calls"] = [call]
+                return None
+            assistant["tool_calls"].append(call)
+            return None
+        return {"role": "assistant", "tool_calls": [call]}
+    if kind == "reasoning":
+        if item.get("encrypted_content"):
+            raise handler_error("Encrypted content is not supported.", "input")
+        reasoning = ""
+        if item.get("content"):
+            reasoning = item["content"][0].get("text", "")
+        elif item["summary"]:
+            reasoning = item["summary"][0].get("text", "")
+        if assistant and assistant.get("reasoning") is None:
+            assistant["reasoning"] = reasoning
+            return None
+        return {"role": "assistant", "reasoning": reasoning}
+    if kind == "message" and item.get("role") == "assistant" and isinstance(item.get("content"), list):
+        # parsed as ResponseOutputMessage by ResponsesRequest.input_item_parsing
+        text = item["content"][0].get("text")
+        if assistant and assistant.get("content") is None:
+            assistant["content"] = text
+            return None
+        return {"role": "assistant", "content": text}
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        return {"role": "tool", "content": item.get("output"), "tool_call_id": item.get("call_id")}
+    if item.get("role") == "assistant":
+        content = item.get("content")
+        text = content if isinstance(content, str) else (content[0].get("text") if content else None)
+        if text is not None:
+            if assistant and assistant.get("content") is None:
+                assistant["content"] = text
+                return None
+            return {"role": "assistant", "content": text}
+    return item
+
+
+def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """`construct_input_messages` without history (the render endpoint is stateless)."""
+    messages: list[dict[str, Any]] = []
+    if body.get("instructions"):
+        messages.append({"role": "system", "content": body["instructions"]})
+    items = body["input"]
+    if isinstance(items, str):
+        messages.append({"role": "user", "content": items})
+        return messages
+    converted: list[dict[str, Any]] = []
+    for item in items:
+        message = _message_from_item(dict(item), converted[-1] if converted else None)
+        if message is not None:
+            converted.append(message)
+    return messages + converted
+
+
+def _continue_final(items: Any) -> bool:
+    """`should_continue_final_message`: a trailing in-progress assistant message or reasoning item."""
+    if isinstance(items, str) or not items:
+        return False
+    last = items[-1]
+    if last.get("type", "message") not in ("message", "reasoning"):
+        return False
+    return last.get("status") in ("in_progress", "incomplete")
+
+
+def _chat_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Responses function tools (flat) in the chat shape; other tool types are not rendered."""
+    tools = body.get("tools") or []
+    out = []
+    for tool in tools:
+        if tool.get("type") == "function":
+            out.append({"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}})
+        elif tool.get("type") == "namespace":
+            for inner in tool.get("tools") or []:
+                if inner.get("type") == "function":
+                    function = {k: v for k, v in inner.items() if k != "type"}
+                    function["name"] = f"{tool['name']}__{inner['name']}"
+                    out.append({"type": "function", "function": function})
+    return out
+
+
+def _chat_tool_choice(choice: Any) -> Any:
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    return choice
+
+
+def template_kwargs(ctx: RenderContext, body: dict[str, Any]) -> dict[str, Any]:
+    """`build_chat_params(...).chat_template_kwargs` merged over the server defaults."""
+    continue_final = _continue_final(body["input"])
+    effort = (body.get("reasoning") or {}).get("effort")
+    extra: dict[str, Any] = {"add_generation_prompt": not continue_final,
+                             "continue_final_message": continue_final, "reasoning_effort": effort}
+    user = body.get("chat_template_kwargs") or {}
+    if effort is not None and "enable_thinking" not in user:
+        extra["enable_thinking"] = effort != "none"
+    kwargs = _merge_kwargs(user, extra)
+    defaults = ctx.settings.default_template_kwargs
+    return _merge_kwargs(defaults, kwargs) if defaults else kwargs
+
+
+def _structured_outputs(ctx: RenderContext, body: dict[str, Any], tools: list[dict[str, Any]] | None,
+                        tool_choice: Any) -> dict[str, Any] | None:
+    """`extract_structured_outputs()` after the tool parser's `adjust_request`."""
+    own = body.get("structured_outputs")
+    fmt = (body.get("text") or {}).get("format")
+    chat_view: dict[str, Any] = {"parallel_tool_calls": body.get("parallel_tool_calls", True)}
+    if fmt is not None and fmt.get("type") != "text":
+        if own is not None:
+            raise handler_error("Cannot specify both structured_outputs and text.format", "structured_outputs")
+        if fmt["type"] == "json_object":
+            chat_view["structured_outputs"] = {"json_object": True}
+        elif fmt.get("schema") is not None:
+            chat_view["structured_outputs"] = {"json": fmt["schema"]}
+    elif own is not None:
+        chat_view["structured_outputs"] = own
+    if tools:
+        chat_view["tools"] = tools
+        chat_view["tool_choice"] = tool_choice
+    settings = ctx.settings
+    return structured.structured_outputs_wire(
+        chat_view, chat=True, tool_parser=settings.tool_call_parser,
+        enable_auto_tool_choice=settings.enable_auto_tool_choice, reasoning_parser=settings.reasoning_parser)
+
+
+def _sampling_values(ctx: RenderContext, body: dict[str, Any], max_tokens: int,
+                     structured_outputs: dict[str, Any] | None, skip_special_tokens: bool) -> dict[str, Any]:
+    """`ResponsesRequest.to_sampling_params`."""
+    defaults = ctx.model.default_sampling
+    values: dict[str, Any] = {}
+    for name, fallback in _DEFAULTS.items():
+        value = body.get(name)
+        values[name] = value if value is not None else defaults.get(name, fallback)
+    for name, fallback in (("repetition_penalty", 1.0), ("presence_penalty", 0.0), ("frequency_penalty", 0.0)):
+        value = body.get(name)
+        values[name] = value if value is not None else defaults.get(name, fallback)
+    for name in ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"):
+        values[name] = float(values[name])
+    stop = body.get("stop") or []
+    if isinstance(stop, str):
+        stop = [stop]
+    extra_args = dict(body.get("vllm_xargs") or {})
+    if body.get("kv_transfer_params"):
+        extra_args["kv_transfer_params"] = body["kv_transfer_params"]
+    if body.get("ec_transfer_params"):
+        extra_args["ec_transfer_params"] = body["ec_transfer_params"]
+    include = body.get("include") or []
+    logit_bias = body.get("logit_bias")
+    if logit_bias is not None:
+        try:
+            logit_bias = {int(k): min(100.0, max(-100.0, v)) for k, v in logit_bias.items()}
+        except (TypeError, ValueError):
+            invalid = [k for k in logit_bias if not str(k).lstrip("-").isdigit()]
+            raise handler_error(f"logit_bias contains key(s) that cannot be converted to integer token IDs: "
+                                f"{invalid!r}", "logit_bias", invalid) from None
+    values.update(
+        n=1,
+        watermarking=body.get("watermarking"),
+        seed=body.get("seed"),
+        stop=stop,
+        stop_token_ids=body.get("stop_token_ids", []),
+        logprobs=body.get("top_logprobs", 0) if "message.output_text.logprobs" in include else None,
+        prompt_logprobs=None,
+        logprob_token_ids=None,
+        ignore_eos=body.get("ignore_eos", False),
+        max_tokens=max_tokens,
+        min_tokens=0,
+        skip_special_tokens=skip_special_tokens,
+        spaces_between_special_tokens=body.get("spaces_between_special_tokens", True),
+        include_stop_str_in_output=body.get("include_stop_str_in_output", False),
+        output_kind=OUTPUT_KIND_DELTA if body.get("stream") else OUTPUT_KIND_FINAL_ONLY,
+        stream_interval=None,
+        structured_outputs=structured_outputs,
+        logit_bias=logit_bias,
+        bad_words=[],
+        thinking_token_budget=None,
+        allowed_token_ids=None,
+        # from_optional keeps an empty dict, which the wire then carries as {}
+        extra_args=extra_args,
+        skip_clone=True,
+        repetition_detection=None,
+        routed_experts_prompt_start=0,
+    )
+    return values
+
+
+def render_responses(ctx: RenderContext, body: dict[str, Any],
+                     fetched: dict[str, bytes] | None = None) -> dict[str, Any]:
+    """`fetched`: the bodies of the request's http(s) image URLs (fetched by the caller, async)."""
+    validate_responses_request(body)
+    check_model(ctx, body.get("model"))
+    if body.get("previous_response_id") is not None:
+        raise BadRequestError("previous_response_id is not supported by the stateless render endpoint.",
+                              param="previous_response_id", error_type="invalid_request_error")
+    settings = ctx.settings
+    if not settings.trust_request_chat_template and (body.get("chat_template_kwargs") or {}).get(
+            "chat_template") is not None:
+        raise BadRequestError("Chat template is passed with request, but --trust-request-chat-template is "
+                              "not set. Refused request with untrusted chat template.")
+    tool_choice = body.get("tool_choice", "auto")
+    tools = _chat_tools(body)
+    rendered_tools = None
+    if tools and not (tool_choice == "none" and settings.exclude_tools_when_tool_choice_none):
+        rendered_tools = tool_dicts(tools)
+    max_output = body.get("max_output_tokens")
+    truncate = -1 if body.get("truncation", "disabled") != "disabled" else None
+    validate_length_params(ctx, max_output, "max_output_tokens", truncate)
+    kwargs = template_kwargs(ctx, body)
+    messages = input_messages(body)
+    check_mm_kwargs(ctx, body)  # vLLM's preprocess_chat checks them before templating
+    chat_template = ctx.model.flag_chat_template or ctx.model.chat_template
+    conversation = {"messages": messages, "mm_payload": body.get("mm_payload", "tensors"),
+                    "mm_processor_kwargs": body.get("mm_processor_kwargs")}
+    token_ids, offsets, features = render_conversation(ctx, conversation, chat_template, rendered_tools, kwargs,
+                                                       max_output, "max_output_tokens", truncate, fetched)
+    if not token_ids:
+        raise BadRequestError("No token_ids rendered")
+
+    chat_choice = _chat_tool_choice(tool_choice) if tools else None
+    skip_special_tokens = body.get("skip_special_tokens")
+    if skip_special_tokens is None:
+        skip_special_tokens = ctx.model.default_sampling.get("skip_special_tokens", True)
+    if settings.reasoning_parser == "qwen3":
+        skip_special_tokens = False
+    if ctx.has_tool_parser and tools and chat_choice != "none":
+        skip_special_tokens = False
+    structured_outputs = _structured_outputs(ctx, body, tools, chat_choice)
+    max_tokens = get_max_tokens(ctx, None, len(token_ids), truncate)
+    if max_output is not None:
+        max_tokens = min(max_output, max_tokens)
+    sampling = sampling_params_wire(_sampling_values(ctx, body, max_tokens, structured_outputs,
+                                                     skip_special_tokens))
+    kv_params, ec_params = _hoist_transfer_params(sampling)
+    return generate_request(
+        request_id=body.get("request_id") or f"resp_{random_uuid()}",
+        token_ids=token_ids,
+        features=features,
+        sampling_params=sampling,
+        model=body.get("model"),
+        reasoning_parser_kwargs={"chat_template_kwargs": kwargs} if ctx.has_reasoning_parser else None,
+        stream=bool(body.get("stream")),
+        cache_salt=body.get("cache_salt"),
+        priority=body.get("priority", 0),
+        kv_transfer_params=kv_params,
+        ec_transfer_params=ec_params,
+        token_offsets=offsets,
+    )

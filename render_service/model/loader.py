@@ -1,0 +1,236 @@
+"""One loaded model: tokenizer, chat template, special ids, generation defaults, max_model_len.
+
+Loaded once at start with transformers (which runs without torch) so that special tokens,
+the chat template and `generation_config.json` are read exactly as vLLM reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from render_service.settings import Settings
+from render_service.model.backends import TokenizerBackend, choose_backend
+
+logger = logging.getLogger("render_service.model.loader")
+
+# vLLM's ModelArchitectureConfig: the smallest of these keys is the derived context length.
+_MAX_LEN_KEYS = (
+    "max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+    "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len",
+)
+# get_diff_sampling_param: the generation_config keys vLLM turns into sampling defaults.
+_SAMPLING_KEYS = (
+    "repetition_penalty", "presence_penalty", "frequency_penalty", "temperature",
+    "top_k", "top_p", "min_p", "max_new_tokens", "skip_special_tokens",
+)
+
+
+class ModelLoadError(Exception):
+    """The model folder or an option cannot be used; raised at start, never at request time."""
+
+
+@dataclass
+class Model:
+    path: Path
+    root: str
+    hf_tokenizer: Any  # transformers PreTrainedTokenizerFast
+    backend: TokenizerBackend
+    chat_template: str | None
+    flag_chat_template: str | None
+    special_tokens: dict[str, Any]
+    max_model_len: int
+    vocab_size: int
+    default_sampling: dict[str, Any]
+    override_max_tokens: int | None
+    eos_token_id: int | None
+    tokenizer_files: dict[str, bytes] = field(default_factory=dict)
+    # Ids of the markers the parsers and render look for (the vocabulary is 150k entries:
+    # never rebuild it per request).
+    marker_ids: dict[str, int] = field(default_factory=dict)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self.backend.encode(text, add_special_tokens)
+
+    def encode_with_offsets(self, text: str, add_special_tokens: bool = False) -> tuple[list[int], list[list[int]]]:
+        """Ids and char offsets, for `return_token_offsets` (HF's offset mapping, as vLLM reports it)."""
+        encoded = self.hf_tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+        return list(encoded["input_ids"]), [[int(s), int(e)] for s, e in encoded["offset_mapping"]]
+
+
+def resolve_model_path(model: str, revision: str | None) -> Path:
+    """A local folder, or a Hugging Face id resolved through the HF cache (offline-safe)."""
+    local = Path(model).expanduser()
+    if local.is_dir():
+        return local
+    try:
+        from huggingface_hub import snapshot_download
+
+        offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+        return Path(
+            snapshot_download(
+                model,
+                revision=revision,
+                local_files_only=offline,
+                allow_patterns=["*.json", "*.jinja", "*.txt", "*.model", "*.tiktoken"],
+            )
+        )
+    except Exception as exc:
+        raise ModelLoadError(f"cannot find model {model!r} locally or in the HF cache: {exc}") from exc
+
+
+def load_model(settings: Settings) -> Model:
+    path = resolve_model_path(settings.model, settings.revision)
+    tokenizer_source = settings.tokenizer or settings.model
+    tokenizer_path = resolve_model_path(tokenizer_source, settings.tokenizer_revision or settings.revision)
+    from transformers import AutoTokenizer
+
+    try:
+        hf_tokenizer = AutoTokenizer.from_pretrained(
+            str(tokenizer_path), trust_remote_code=settings.trust_remote_code
+        )
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load the tokenizer from {tokenizer_path}: {exc}") from exc
+    if not getattr(hf_tokenizer, "is_fast", False):
+        raise ModelLoadError("only fast (tokenizer.json) tokenizers are supported")
+    # Some transformers tokenizer classes keep the vocabulary and merges they were built from as
+    # Python objects (~90 MB for Qwen); the Rust backend holds its own copy and is all we use.
+    for leftover in ("_vocab", "_merges"):
+        if isinstance(getattr(hf_tokenizer, leftover, None), (dict, list)):
+            setattr(hf_tokenizer, leftover, type(getattr(hf_tokenizer, leftover))())
+
+    config = _read_json(path / "config.json") or {}
+    tokenizer_config = _read_json(tokenizer_path / "tokenizer_config.json") or {}
+    max_model_len = _max_model_len(config, tokenizer_config, settings.max_model_len)
+    default_sampling = _default_sampling(path, settings)
+    override_max_tokens = (
+        default_sampling.get("max_tokens")
+        if settings.generation_config not in ("auto", "vllm")
+        else settings.override_generation_config.get("max_new_tokens")
+    )
+    chat_template = _chat_template(settings, hf_tokenizer)
+    tokenizer_json_path = tokenizer_path / "tokenizer.json"
+    tokenizer_json = tokenizer_json_path.read_text(encoding="utf-8") if tokenizer_json_path.exists() else None
+    backend = choose_backend(hf_tokenizer._tokenizer, tokenizer_json, settings.tokenizer_backend)
+    logger.info("tokenizer backend: %s", backend.name)
+    files = {
+        name: (tokenizer_path / name).read_bytes()
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                     "chat_template.jinja", "vocab.json", "merges.txt")
+        if (tokenizer_path / name).exists()
+    }
+    model = Model(
+        path=path,
+        root=settings.model,
+        hf_tokenizer=hf_tokenizer,
+        backend=backend,
+        chat_template=chat_template,
+        flag_chat_template=chat_template if settings.chat_template is not None else None,
+        special_tokens=_special_tokens_map(hf_tokenizer),
+        max_model_len=max_model_len,
+        # vLLM's bound: the larger of the tokenizer's and the model's vocabularies.
+        vocab_size=max(len(hf_tokenizer), int((config.get("text_config") or config).get("vocab_size") or 0)),
+        default_sampling=default_sampling,
+        override_max_tokens=override_max_tokens,
+        eos_token_id=hf_tokenizer.eos_token_id,
+        tokenizer_files=files,
+        marker_ids=_marker_ids(hf_tokenizer),
+    )
+    release_freed_memory()
+    return model
+
+
+def release_freed_memory() -> None:
+    """Hand freed heap back to the OS: loading tokenizers leaves ~150 MB of freed arenas behind."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+_MARKERS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_start|>", "<|im_end|>")
+
+
+def _marker_ids(hf_tokenizer: Any) -> dict[str, int]:
+    vocab = hf_tokenizer.get_vocab()
+    return {marker: vocab[marker] for marker in _MARKERS if marker in vocab}
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ModelLoadError(f"{path} is not valid JSON: {exc}") from exc
+
+
+def _max_model_len(config: dict[str, Any], tokenizer_config: dict[str, Any], requested: int | None) -> int:
+    text_config = config.get("text_config") or config
+    derived = min((text_config[k] for k in _MAX_LEN_KEYS if isinstance(text_config.get(k), int)),
+                  default=None)
+    if derived is None:
+        derived = 2048 if requested is None else requested
+    model_max = tokenizer_config.get("model_max_length")
+    if isinstance(model_max, int):
+        derived = min(derived, model_max)
+    if requested is None or requested == -1:
+        return derived
+    if requested > derived and os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") != "1":
+        raise ModelLoadError(
+            f"User-specified max_model_len ({requested}) is greater than the derived "
+            f"max_model_len ({derived}). Set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 to allow it."
+        )
+    return requested
+
+
+def _default_sampling(path: Path, settings: Settings) -> dict[str, Any]:
+    """`ModelConfig.get_diff_sampling_param()`."""
+    source = settings.generation_config
+    config: dict[str, Any] = {}
+    if source != "vllm":
+        from transformers import GenerationConfig
+
+        location = str(path) if source == "auto" else source
+        try:
+            config = GenerationConfig.from_pretrained(location).to_diff_dict()
+        except OSError:
+            config = {}
+    config.update(settings.override_generation_config)
+    if not any(key in config for key in _SAMPLING_KEYS):
+        return {}
+    diff = {key: config[key] for key in _SAMPLING_KEYS if config.get(key) is not None}
+    if "max_new_tokens" in diff:
+        diff["max_tokens"] = diff.pop("max_new_tokens")
+    return diff
+
+
+def _chat_template(settings: Settings, hf_tokenizer: Any) -> str | None:
+    template = settings.chat_template
+    if template is None:
+        resolved = getattr(hf_tokenizer, "chat_template", None)
+        if isinstance(resolved, dict):  # named templates: vLLM picks "default"
+            resolved = resolved.get("default")
+        return resolved
+    candidate = Path(template).expanduser()
+    try:
+        if candidate.is_file():
+            return candidate.read_text(encoding="utf-8")
+    except OSError:
+        pass
+    if any(ch in template for ch in "{}\n"):
+        return template  # an inline template
+    raise ModelLoadError(f"--chat-template {template!r} is neither a readable file nor a template")
+
+
+def _special_tokens_map(hf_tokenizer: Any) -> dict[str, Any]:
+    """What HF passes to every chat template render (`**self.special_tokens_map`)."""
+    return dict(hf_tokenizer.special_tokens_map)

@@ -1,0 +1,875 @@
+"""Chat and completions render: an OpenAI request -> one or more vLLM `GenerateRequest`s.
+
+Pure functions of (request body, loaded model, settings): the app calls them in a worker and
+serializes the result. Each step follows vLLM 0.33's `ServingRender` in the same order, so
+the same input fails with the same error first.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from render_service.multimodal import media
+from render_service.multimodal import qwen3_vl as multimodal
+from render_service.api import structured
+from render_service.render import templating
+from render_service.exceptions import BadRequestError, NotFoundError
+from render_service.model.loader import Model
+from render_service.api.protocol import (
+    DEFAULT_SAMPLING_FLOATS,
+    INT64_MAX,
+    INT64_MIN,
+    MAX_STOP_STRINGS,
+    OUTPUT_KIND_DELTA,
+    OUTPUT_KIND_FINAL_ONLY,
+    bounded_list,
+    check_type,
+    generate_request,
+    handler_error,
+    int_list,
+    opt_bool,
+    opt_dict,
+    opt_float,
+    opt_int,
+    opt_str,
+    sampling_params_wire,
+    schema_error,
+    str_list,
+    stream_options_wire,
+    union_error,
+    validate_cache_salt,
+    validate_mm_payload,
+    validator_error,
+)
+from render_service.settings import Settings
+
+MAX_COMPLETION_PROMPTS = 1024  # VLLM_MAX_COMPLETION_PROMPTS
+# Ours (vLLM has none): far above real conversations and tool lists (OpenAI accepts 128 tools), they
+# cap the work of one request before any templating (~7 µs per message, ~16 µs per tool).
+MAX_MESSAGES = 100_000
+MAX_TOOLS = 10_000
+_CHATML_BOUNDARIES = ("<|im_start|>", "<|im_end|>")
+
+
+def random_uuid() -> str:
+    return f"{uuid.uuid4().int & ((1 << 64) - 1):016x}"
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    """What render needs besides the request: the model and the settings, both read-only."""
+
+    model: Model
+    settings: Settings
+    # Set for a supported vision-language model folder (multimodal.SUPPORTED_MODEL_TYPES).
+    vision: multimodal.ImageProcessor | None = None
+    media_limits: media.MediaLimits = field(default_factory=media.MediaLimits)
+    # Per-model facts worked out on first use (e.g. the Messages defaults); never request data.
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def has_reasoning_parser(self) -> bool:
+        return self.settings.reasoning_parser is not None
+
+    @property
+    def has_tool_parser(self) -> bool:
+        # vLLM builds a tool parser only with --enable-auto-tool-choice.
+        return self.settings.enable_auto_tool_choice and self.settings.tool_call_parser is not None
+
+
+def check_model(ctx: RenderContext, model: Any) -> None:
+    if not model:
+        return
+    if model in ctx.settings.served_names:
+        return
+    names = ", ".join(ctx.settings.served_names)
+    raise NotFoundError(f"The model `{model}` does not exist. Valid aliases: {names}.", param="model")
+
+
+# -- request validation ---------------------------------------------------------------------
+
+def _validate_common(body: dict[str, Any]) -> None:
+    """Schema checks shared by chat and completions (types and bounds of sampling fields)."""
+    for name in ("frequency_penalty", "presence_penalty", "temperature", "top_p", "min_p",
+                 "repetition_penalty"):
+        opt_float(body, name)
+    opt_int(body, "seed", lo=INT64_MIN, hi=INT64_MAX)
+    opt_int(body, "top_k")
+    opt_int(body, "n")
+    opt_int(body, "min_tokens")
+    opt_int(body, "priority", lo=INT64_MIN, hi=INT64_MAX)
+    opt_int(body, "truncate_prompt_tokens", lo=-1, hi=INT64_MAX)
+    opt_int(body, "stream_interval", lo=1)
+    opt_int(body, "thinking_token_budget")
+    for name in ("stream", "ignore_eos", "include_stop_str_in_output", "skip_special_tokens",
+                 "spaces_between_special_tokens", "use_beam_search", "add_special_tokens",
+                 "return_token_ids", "echo"):
+        opt_bool(body, name)
+    stop = body.get("stop")
+    if stop is not None and not isinstance(stop, str):
+        str_list(stop, "body.stop")
+        if len(stop) > MAX_STOP_STRINGS:
+            raise union_error("body.stop", stop)  # `str | list[str]` (max_length on the list member)
+    if body.get("stop_token_ids") is not None:
+        int_list(body["stop_token_ids"], "body.stop_token_ids")
+    if body.get("allowed_token_ids") is not None:
+        int_list(body["allowed_token_ids"], "body.allowed_token_ids")
+    if body.get("bad_words") is not None:
+        str_list(body["bad_words"], "body.bad_words")
+    for name in ("logit_bias", "kv_transfer_params", "ec_transfer_params", "vllm_xargs",
+                 "structured_outputs", "repetition_detection"):
+        opt_dict(body, name)
+    truncation_side = body.get("truncation_side")
+    if truncation_side not in (None, "left", "right"):
+        raise schema_error("body.truncation_side", "Input should be 'left' or 'right'", truncation_side)
+    opt_str(body, "request_id")
+    validate_mm_payload(body)
+    validate_cache_salt(body.get("cache_salt"))
+    if body.get("stream_options") and not body.get("stream"):
+        raise validator_error("Stream options can only be defined when `stream=True`.", "stream_options")
+    stream_options_wire(body.get("stream_options"))
+
+
+def _validate_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    if "messages" not in body:
+        raise schema_error("body.messages", "Field required", body)
+    messages = bounded_list(body["messages"], MAX_MESSAGES, "messages")
+    for index, message in enumerate(messages):
+        param = f"body.messages.{index}"
+        if not isinstance(message, dict):
+            raise schema_error(param, "Input should be a valid dictionary", message)
+        role = message.get("role")
+        if not isinstance(role, str):
+            # pydantic reports the first branch of vLLM's message union.
+            raise schema_error(f"{param}.ChatCompletionDeveloperMessageParam.role",
+                               "Field required" if role is None else "Input should be 'developer'", role)
+        content = message.get("content")
+        if content is None and role != "assistant":
+            raise schema_error(f"{param}.ChatCompletionDeveloperMessageParam.content", "Field required"
+                               if "content" not in message else "Input should be a valid string", content)
+        if content is not None and not isinstance(content, (str, list)):
+            raise schema_error(f"{param}.content", "Input should be a valid string or list", content)
+        if role == "assistant":
+            tool_calls = message.get("tool_calls")
+            if tool_calls is not None and not isinstance(tool_calls, list):
+                raise schema_error(f"{param}.tool_calls", "Input should be a valid list", tool_calls)
+            for call_index, call in enumerate(tool_calls or ()):
+                # vLLM validates tool_calls lazily (an Iterable), so the loc starts at the call.
+                call_param = f"body.{call_index}.ChatCompletionMessageFunctionToolCallParam"
+                function = call.get("function") if isinstance(call, dict) else None
+                if not isinstance(function, dict):
+                    raise schema_error(f"{call_param}.function", "Field required", call)
+                if not isinstance(function.get("name"), str) or not isinstance(function.get("arguments"), str):
+                    raise schema_error(f"{call_param}.function", "Input should be a valid string", function)
+        if role == "tool" and message.get("tool_call_id") is not None and not isinstance(
+                message.get("tool_call_id"), str):
+            raise schema_error(f"{param}.tool_call_id", "Input should be a valid string", message["tool_call_id"])
+        # vLLM renames the deprecated field before validation.
+        reasoning_content = message.pop("reasoning_content", None)
+        if reasoning_content is not None and message.get("reasoning") is None:
+            message["reasoning"] = reasoning_content
+    return messages
+
+
+def _validate_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    tools = body.get("tools")
+    if tools is None:
+        return None
+    bounded_list(tools, MAX_TOOLS, "tools")
+    if tools == []:
+        raise validator_error("`tools` must not be an empty array. Either provide at least one tool "
+                              "or omit the field entirely.", "tools")
+    for index, tool in enumerate(tools):
+        param = f"body.tools.{index}"
+        if not isinstance(tool, dict):
+            raise schema_error(param, "Input should be a valid dictionary", tool)
+        if tool.get("type", "function") != "function":
+            raise schema_error(f"{param}.type", "Input should be 'function'", tool.get("type"))
+        function = tool.get("function")
+        if not isinstance(function, dict):
+            raise schema_error(f"{param}.function", "Field required" if function is None else
+                               "Input should be a valid dictionary", function)
+        if not isinstance(function.get("name"), str):
+            raise schema_error(f"{param}.function.name", "Field required", function.get("name"))
+        if function.get("description") is not None and not isinstance(function["description"], str):
+            raise schema_error(f"{param}.function.description", "Input should be a valid string",
+                               function["description"])
+        if function.get("parameters") is not None and not isinstance(function["parameters"], dict):
+            raise schema_error(f"{param}.function.parameters", "Input should be a valid dictionary",
+                               function["parameters"])
+    return tools
+
+
+def _validate_tool_choice(body: dict[str, Any]) -> None:
+    """`ChatCompletionRequest.check_tool_usage`, including its "auto" default."""
+    tools = body.get("tools")
+    if "tool_choice" not in body and tools:
+        body["tool_choice"] = "auto"
+    if body.get("tool_choice", "none") == "none":
+        return
+    choice = body.get("tool_choice")
+    if choice is None:
+        return
+    if tools is None:
+        raise validator_error("When using `tool_choice`, `tools` must be set.", "tool_choice")
+    if choice not in ("auto", "required") and not isinstance(choice, dict):
+        raise validator_error(f"Invalid value for `tool_choice`: {choice}! Only named tools, \"none\", "
+                              "\"auto\" or \"required\" are supported.", "tool_choice")
+    usage = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
+    if isinstance(choice, dict):
+        function = choice.get("function")
+        if not isinstance(function, dict):
+            raise validator_error(f"Invalid value for `function`: `{function}` in `tool_choice`! {usage}",
+                                  "tool_choice.function")
+        if "name" not in function:
+            raise validator_error(f"Expected field `name` in `function` in `tool_choice`! {usage}",
+                                  "tool_choice.function.name")
+        name = function["name"]
+        if not isinstance(name, str) or not name:
+            raise validator_error(f"Invalid `name` in `function`: `{name}` in `tool_choice`! {usage}",
+                                  "tool_choice.function.name")
+        if not any(t["function"]["name"] == name for t in tools):
+            raise validator_error("The tool specified in `tool_choice` does not match any of the "
+                                  "specified `tools`", "tool_choice")
+
+
+def _validate_logprobs(body: dict[str, Any]) -> None:
+    if body.get("logprob_token_ids") and body.get("use_beam_search"):
+        raise validator_error("`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
+    if body.get("logprob_token_ids") and not body.get("logprobs"):
+        raise validator_error("when using `logprob_token_ids`, `logprobs` must be set to true.",
+                              "logprob_token_ids")
+    for name in ("prompt_logprobs", "top_logprobs"):
+        value = body.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise validator_error(f"`{name}` must be an integer.", name, value)
+    prompt_logprobs = body.get("prompt_logprobs")
+    if prompt_logprobs is not None:
+        if body.get("stream") and (prompt_logprobs > 0 or prompt_logprobs == -1):
+            raise validator_error("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
+        if prompt_logprobs < 0 and prompt_logprobs != -1:
+            raise validator_error("`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs",
+                                  prompt_logprobs)
+    top_logprobs = body.get("top_logprobs")
+    if top_logprobs is not None:
+        if top_logprobs < 0 and top_logprobs != -1:
+            raise validator_error("`top_logprobs` must be a positive value or -1.", "top_logprobs", top_logprobs)
+        if (top_logprobs == -1 or top_logprobs > 0) and not body.get("logprobs"):
+            raise validator_error("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
+
+
+# -- shared steps ---------------------------------------------------------------------------
+
+def check_mm_kwargs(ctx: RenderContext, body: dict[str, Any]) -> None:
+    """vLLM's `validate_request_mm_kwargs`; trusted, `media_io_kwargs` (not implemented) are refused."""
+    for name, what in (("mm_processor_kwargs", "preprocessing"), ("media_io_kwargs", "media loading")):
+        opt_dict(body, name)
+        if body.get(name) and not ctx.settings.trust_request_mm_kwargs:
+            raise handler_error(
+                f"Per-request {name} are disabled by default because they can change multimodal {what} "
+                "resource usage. Start the server with --trust-request-mm-kwargs only when clients are trusted.",
+                name)
+    if body.get("media_io_kwargs"):
+        raise BadRequestError("Per-request media_io_kwargs are not supported by this render service.",
+                              param="media_io_kwargs")
+
+
+def reused_prompt_ids(ctx: RenderContext, body: dict[str, Any]) -> list[int] | None:
+    """Decode-side reuse: prompt ids forwarded in `kv_transfer_params` skip templating (vLLM pops them)."""
+    kv = body.get("kv_transfer_params")
+    if not isinstance(kv, dict) or kv.get("prompt_token_ids") is None:
+        return None
+    ids = kv.pop("prompt_token_ids")
+    if body.get("echo") or templating.has_non_text_content(body.get("messages")):
+        return None
+    if (not isinstance(ids, list) or not ids
+            or any(type(x) is not int or x < 0 for x in ids)):
+        raise handler_error("`kv_transfer_params['prompt_token_ids']` must be a non-empty list of non-negative "
+                            "integers.", "kv_transfer_params.prompt_token_ids")
+    if max(ids) >= ctx.model.vocab_size:
+        raise handler_error(f"Token id {max(ids)} is out of vocabulary", "kv_transfer_params.prompt_token_ids")
+    return ids
+
+
+def _request_id(prefix: str, body: dict[str, Any], header_id: str | None) -> str:
+    if header_id is not None:
+        return f"{prefix}{header_id}"
+    request_id = body.get("request_id")
+    return f"{prefix}{request_id if request_id is not None else random_uuid()}"
+
+
+def _check_lengths(ctx: RenderContext, token_count: int, max_output: int | None, output_param: str,
+                   truncate: int | None, from_text: bool = False) -> None:
+    """`TokenizeParams.__post_init__` and `_token_len_check`."""
+    max_total = ctx.model.max_model_len
+    if max_output is not None and max_output > max_total:
+        raise handler_error(f"{output_param}={max_output} cannot be greater than max_model_len={max_total}. "
+                            "Please request fewer output tokens.", output_param, max_output)
+    if truncate is not None and truncate > max_total:
+        raise handler_error(f"truncate_prompt_tokens={truncate} cannot be greater than max_model_len "
+                            f"= {max_total}. Please request a smaller truncation size.",
+                            "truncate_prompt_tokens", truncate)
+    if token_count > max_total:
+        # vLLM's tokenizer truncates text to max_model_len + 1 tokens before this check.
+        if from_text and truncate is None:
+            token_count = max_total + 1
+        qualifier = "at least " if token_count == max_total + 1 else ""
+        raise handler_error(
+            f"This model's maximum context length is {max_total} tokens. However, your prompt contains "
+            f"{qualifier}{token_count} input tokens, which exceeds this limit even without any output tokens. "
+            "Please reduce the length of the input prompt.", "input_tokens", token_count)
+
+
+def _truncate(ids: list[int], truncate: int | None, side: str | None, max_total: int) -> list[int]:
+    if truncate is None:
+        return ids
+    limit = max(0, max_total - 1) if truncate == -1 else truncate
+    if len(ids) <= limit:
+        return ids
+    return ids[-limit:] if (side or "left") == "left" else ids[:limit]
+
+
+def get_max_tokens(ctx: RenderContext, requested: int | None, input_length: int,
+                   truncate: int | None) -> int:
+    """`serve/utils/api_utils.get_max_tokens`."""
+    max_model_len = ctx.model.max_model_len
+    if truncate is not None:
+        input_length = min(input_length, max_model_len if truncate == -1 else truncate)
+    if max_model_len < input_length:
+        raise BadRequestError(f"Input length ({input_length}) exceeds model's maximum context length "
+                              f"({max_model_len}).")
+    fallback = requested if requested is not None else ctx.model.default_sampling.get("max_tokens")
+    candidates = (max_model_len - input_length, fallback, ctx.model.override_max_tokens)
+    return min(v for v in candidates if v is not None)
+
+
+def _sampling_values(ctx: RenderContext, body: dict[str, Any], max_tokens: int, *, chat: bool,
+                     skip_special_tokens: bool | None) -> dict[str, Any]:
+    settings = ctx.settings
+    structured_outputs = structured.structured_outputs_wire(
+        body, chat=chat, tool_parser=settings.tool_call_parser,
+        enable_auto_tool_choice=settings.enable_auto_tool_choice, reasoning_parser=settings.reasoning_parser)
+    defaults = ctx.model.default_sampling
+    values: dict[str, Any] = {}
+    for name, fallback in DEFAULT_SAMPLING_FLOATS.items():
+        value = body.get(name)
+        values[name] = value if value is not None else defaults.get(name, fallback)
+    for name in ("presence_penalty", "frequency_penalty", "repetition_penalty", "temperature",
+                 "top_p", "min_p"):
+        values[name] = float(values[name])
+    if skip_special_tokens is None:
+        skip_special_tokens = defaults.get("skip_special_tokens", True)
+    stop_token_ids = body.get("stop_token_ids", [])
+    default_stop_ids = defaults.get("stop_token_ids")
+    if default_stop_ids:
+        stop_token_ids = list(dict.fromkeys([*(stop_token_ids or []), *default_stop_ids]))
+    extra_args = dict(body.get("vllm_xargs") or {})
+    if body.get("kv_transfer_params"):
+        extra_args["kv_transfer_params"] = body["kv_transfer_params"]
+    if body.get("ec_transfer_params"):
+        extra_args["ec_transfer_params"] = body["ec_transfer_params"]
+    if chat:
+        logprobs = body.get("top_logprobs", 0) if body.get("logprobs") and not body.get("logprob_token_ids") else None
+        prompt_logprobs = body.get("prompt_logprobs")
+        if prompt_logprobs is None and body.get("echo"):
+            prompt_logprobs = body.get("top_logprobs", 0)
+    else:
+        logprobs = None if body.get("logprob_token_ids") else body.get("logprobs")
+        prompt_logprobs = body.get("prompt_logprobs")
+        if prompt_logprobs is None and body.get("echo"):
+            prompt_logprobs = body.get("logprobs")
+        if body.get("echo") and body.get("max_tokens", 16) == 0:
+            max_tokens = 1
+    n = body.get("n")
+    logit_bias = body.get("logit_bias")
+    if logit_bias is not None:
+        converted = {}
+        invalid = []
+        for token, bias in logit_bias.items():
+            try:
+                converted[int(token)] = min(100.0, max(-100.0, bias))
+            except (TypeError, ValueError):
+                invalid.append(token)
+        if invalid:
+            raise handler_error(f"logit_bias contains key(s) that cannot be converted to integer token IDs: "
+                                f"{invalid!r}", "logit_bias", invalid)
+        logit_bias = converted
+    values.update(
+        n=1 if n is None else n,
+        watermarking=body.get("watermarking"),
+        seed=body.get("seed"),
+        stop=body.get("stop", []),
+        stop_token_ids=stop_token_ids,
+        logprobs=logprobs,
+        prompt_logprobs=prompt_logprobs,
+        logprob_token_ids=body.get("logprob_token_ids") or None,
+        ignore_eos=body.get("ignore_eos", False),
+        max_tokens=max_tokens,
+        min_tokens=body.get("min_tokens", 0),
+        skip_special_tokens=skip_special_tokens,
+        spaces_between_special_tokens=body.get("spaces_between_special_tokens", True),
+        include_stop_str_in_output=body.get("include_stop_str_in_output", False),
+        output_kind=OUTPUT_KIND_DELTA if body.get("stream") else OUTPUT_KIND_FINAL_ONLY,
+        stream_interval=body.get("stream_interval"),
+        structured_outputs=structured_outputs,
+        logit_bias=logit_bias,
+        bad_words=body.get("bad_words", []),
+        thinking_token_budget=body.get("thinking_token_budget"),
+        allowed_token_ids=body.get("allowed_token_ids"),
+        extra_args=extra_args or None,
+        skip_clone=True,
+        repetition_detection=body.get("repetition_detection"),
+        routed_experts_prompt_start=body.get("routed_experts_prompt_start", 0),
+    )
+    return values
+
+
+def _hoist_transfer_params(sampling: dict[str, Any]) -> tuple[Any, Any]:
+    extra = sampling.get("extra_args")
+    if not extra:
+        return None, None
+    extra = dict(extra)
+    kv = extra.pop("kv_transfer_params", None)
+    ec = extra.pop("ec_transfer_params", None)
+    if extra:
+        sampling["extra_args"] = extra
+    else:
+        sampling.pop("extra_args", None)
+    return kv, ec
+
+
+# -- chat -----------------------------------------------------------------------------------
+
+def tool_dicts(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """`ChatCompletionToolsParam.model_dump()`: declared fields only, nulls kept except strict."""
+    if tools is None:
+        return None
+    out = []
+    for tool in tools:
+        function = tool["function"]
+        dumped = {
+            "name": function["name"],
+            "description": function.get("description"),
+            "parameters": function.get("parameters"),
+        }
+        if function.get("strict") is not None:
+            dumped["strict"] = function["strict"]
+        defer = function.get("defer_loading", tool.get("defer_loading"))
+        if defer is not None:
+            dumped["defer_loading"] = defer
+        entry: dict[str, Any] = {"type": "function", "function": dumped}
+        if tool.get("defer_loading") is not None:
+            entry["defer_loading"] = tool["defer_loading"]
+        out.append(entry)
+    return out
+
+
+def _tool_choice_wire(choice: Any) -> Any:
+    if isinstance(choice, dict):
+        function = choice.get("function") or {}
+        wire_function = {"name": function.get("name")}
+        wire_function.update({k: v for k, v in function.items() if k != "name"})
+        out = {"function": wire_function, "type": choice.get("type", "function")}
+        out.update({k: v for k, v in choice.items() if k not in ("function", "type")})
+        return out
+    return choice
+
+
+def effective_template_kwargs(ctx: RenderContext, body: dict[str, Any]) -> dict[str, Any]:
+    """`build_chat_params(...).with_defaults(defaults).chat_template_kwargs`."""
+    user = body.get("chat_template_kwargs") or {}
+    extra: dict[str, Any] = {
+        "add_generation_prompt": body.get("add_generation_prompt", True),
+        "continue_final_message": body.get("continue_final_message", False),
+        "documents": body.get("documents"),
+        "reasoning_effort": body.get("reasoning_effort"),
+    }
+    effort = body.get("reasoning_effort")
+    if effort is not None and "enable_thinking" not in user:
+        extra["enable_thinking"] = effort != "none"
+    kwargs = _merge_kwargs(user, extra)
+    defaults = ctx.settings.default_template_kwargs
+    if defaults:
+        kwargs = _merge_kwargs(defaults, kwargs)
+    return kwargs
+
+
+def _merge_kwargs(defaults: dict[str, Any] | None, overrides: dict[str, Any] | None) -> dict[str, Any]:
+    return (defaults or {}) | {k: v for k, v in (overrides or {}).items() if v is not None and v != "auto"}
+
+
+def prompt_reasoning_ended(ctx: RenderContext, token_ids: list[int], template_kwargs: dict[str, Any]) -> bool:
+    """The reasoning parser's `is_reasoning_end(prompt)`, for qwen3 (engine) and deepseek_r1."""
+    ids = ctx.model.marker_ids
+    start_id = ids.get("<think>")
+    end_id = ids.get("</think>")
+    if ctx.settings.reasoning_parser == "qwen3":
+        thinking = template_kwargs.get("enable_thinking", True)
+        end_ids = {i for i in (end_id, ids.get("<tool_call>")) if i is not None}
+        boundaries = {ids[t] for t in _CHATML_BOUNDARIES if t in ids}
+        for token_id in reversed(token_ids):
+            if token_id in end_ids:
+                return True
+            if token_id == start_id:
+                if thinking:
+                    return False
+                break
+            if token_id in boundaries:
+                break
+        return not thinking
+    for token_id in reversed(token_ids):
+        if token_id == start_id:
+            return False
+        if token_id == end_id:
+            return True
+    return False
+
+
+def validate_chat_request(body: dict[str, Any]) -> None:
+    """The schema and `model_validator`s of vLLM's `ChatCompletionRequest`."""
+    _validate_messages(body)
+    _validate_common(body)
+    _validate_logprobs(body)
+    _validate_tools(body)
+    _validate_tool_choice(body)
+    structured.validate_structured(body, chat=True)
+    if body.get("continue_final_message") and body.get("add_generation_prompt"):
+        raise validator_error("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+    for name in ("max_tokens", "max_completion_tokens", "top_logprobs"):
+        opt_int(body, name)
+    for name in ("chat_template_kwargs",):
+        opt_dict(body, name)
+    opt_str(body, "chat_template")
+    for name in ("add_generation_prompt", "continue_final_message", "include_reasoning",
+                 "parallel_tool_calls", "logprobs"):
+        opt_bool(body, name)
+    documents = body.get("documents")
+    if documents is not None and (not isinstance(documents, list)
+                                  or not all(isinstance(d, dict) for d in documents)):
+        raise schema_error("body.documents", "Input should be a valid list of dictionaries", documents)
+    if body.get("reasoning_effort") is not None and body["reasoning_effort"] not in (
+            "none", "minimal", "low", "medium", "high", "xhigh", "max"):
+        raise schema_error("body.reasoning_effort", "Input should be 'none', 'minimal', 'low', 'medium', "
+                           "'high', 'xhigh' or 'max'", body["reasoning_effort"])
+
+
+def make_context(model: Model, settings: Settings) -> RenderContext:
+    """The render context, with an image processor when the model folder is a supported VL model."""
+    config = multimodal.VisionConfig.load(model.path, settings.model)
+    limits = media.MediaLimits(
+        fetch_timeout=settings.media_fetch_timeout,
+        max_fetch_bytes=settings.media_max_bytes,
+        max_data_url_bytes=settings.media_max_bytes,
+        allow_redirects=settings.media_allow_redirects,
+        allowed_domains=tuple(settings.allowed_media_domains) if settings.allowed_media_domains else None,
+        allow_private_addresses=settings.media_allow_private_addresses,
+        max_images_per_prompt=_image_limit(settings.limit_mm_per_prompt),
+    )
+    vision = None
+    if config is not None:
+        vision = multimodal.ImageProcessor(config, settings.mm_cache_bytes, limits.max_image_pixels,
+                                           settings.mm_processor_kwargs)
+    return RenderContext(model, settings, vision, limits)
+
+
+def _image_limit(limits: dict[str, Any]) -> int:
+    value = limits.get("image", 999)
+    return int(value.get("count", 999)) if isinstance(value, dict) else int(value)
+
+
+def _load_images(ctx: RenderContext, urls: list[str], fetched: dict[str, bytes] | None,
+                 processor_kwargs: dict[str, Any] | None = None, tensors: bool = True
+                 ) -> list[multimodal.ProcessedImage]:
+    assert ctx.vision is not None
+    limit = ctx.media_limits.max_images_per_prompt
+    if len(urls) > limit:
+        raise BadRequestError(f"At most {limit} image(s) may be provided in one prompt.", param="messages")
+    options = ctx.vision.options(processor_kwargs) if processor_kwargs else None
+    # The Redis tier's step before the render: images already decoded and hashed (same options only).
+    prepared = fetched if isinstance(fetched, media.FetchedImages) else None
+    if prepared is not None and prepared.hash_kwargs != (options or ctx.vision.default_options).hash_kwargs:
+        prepared = None
+    decode_data_url = partial(media.decode_data_url, limits=ctx.media_limits)
+    items = []
+    for url in urls:
+        known = prepared.lookup(url) if prepared is not None else None
+        if url.startswith("data:"):
+            items.append(ctx.vision.from_data_url(url, decode_data_url, options, tensors, known))
+            continue
+        if known is None and (fetched is None or url not in fetched):
+            media.check_url(url, ctx.media_limits)
+            raise BadRequestError(f"Image URL {url!r} was not fetched.", param="messages")
+        data, digest = known or (fetched[url], None)
+        items.append(ctx.vision(data, options, tensors, digest=digest))
+    return items
+
+
+def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str | None = None,
+                fetched: dict[str, bytes] | None = None, *, converted: bool = False) -> dict[str, Any]:
+    """`fetched`: the bodies of the request's http(s) image URLs (fetched by the caller, async).
+    `converted`: the body was built by a converter (Messages), not sent by a client; vLLM assigns
+    those fields after the chat request's validators ran, so they are not validated again."""
+    if not converted:
+        validate_chat_request(body)
+    check_model(ctx, body.get("model"))
+    if body.get("use_beam_search"):
+        raise BadRequestError("Beam search is not supported by the render endpoint")
+    settings = ctx.settings
+    tool_choice = body.get("tool_choice", "none")
+    tools = body.get("tools")
+    if not ctx.has_tool_parser and tool_choice not in (None, "none"):
+        if tool_choice == "auto" and not settings.enable_auto_tool_choice:
+            raise BadRequestError('"auto" tool choice requires --enable-auto-tool-choice and '
+                                  "--tool-call-parser to be set")
+        if tool_choice != "auto":
+            desc = (f'function "{tool_choice["function"]["name"]}"' if isinstance(tool_choice, dict)
+                    else f'"{tool_choice}"')
+            raise BadRequestError(f"tool_choice={desc} requires --tool-call-parser to be set")
+    dumped_tools = tool_dicts(tools)  # the template's tools and parse_context's (the template cannot mutate them)
+    rendered_tools = None if tool_choice == "none" and settings.exclude_tools_when_tool_choice_none else dumped_tools
+    user_kwargs = body.get("chat_template_kwargs") or {}
+    if not settings.trust_request_chat_template and (
+            body.get("chat_template") is not None or user_kwargs.get("chat_template") is not None):
+        raise BadRequestError("Chat template is passed with request, but --trust-request-chat-template is "
+                              "not set. Refused request with untrusted chat template.")
+    check_mm_kwargs(ctx, body)
+
+    max_completion = body.get("max_completion_tokens")
+    max_output = max_completion if max_completion is not None else body.get("max_tokens")
+    output_param = "max_completion_tokens" if max_completion is not None else "max_tokens"
+    truncate = body.get("truncate_prompt_tokens")
+    validate_length_params(ctx, max_output, output_param, truncate)
+
+    # ChatParams.chat_template (request, else --chat-template) wins over a template in the kwargs,
+    # which wins over the tokenizer's own (resolved last, in safe_apply_chat_template).
+    chat_template = (body.get("chat_template") or ctx.model.flag_chat_template
+                     or user_kwargs.get("chat_template") or ctx.model.chat_template)
+    template_kwargs = effective_template_kwargs(ctx, body)
+    features = None
+    reused = reused_prompt_ids(ctx, body)
+    if reused is not None:
+        offsets = None
+        token_ids = _truncate(reused, truncate, body.get("truncation_side"), ctx.model.max_model_len)
+        _check_lengths(ctx, len(token_ids), max_output, output_param, truncate)
+    else:
+        token_ids, offsets, features = render_conversation(ctx, body, chat_template, rendered_tools,
+                                                           template_kwargs, max_output, output_param,
+                                                           truncate, fetched)
+
+    skip_special_tokens = body.get("skip_special_tokens")
+    if settings.reasoning_parser is not None or tool_choice != "none":
+        if settings.reasoning_parser == "qwen3":
+            skip_special_tokens = False
+        if ctx.has_tool_parser and tools and tool_choice != "none":
+            skip_special_tokens = False
+    if not token_ids:
+        raise BadRequestError("No token_ids rendered")
+
+    max_tokens = get_max_tokens(ctx, max_output, len(token_ids), truncate)
+    values = _sampling_values(ctx, body, max_tokens, chat=True, skip_special_tokens=skip_special_tokens)
+    sampling = sampling_params_wire(values)
+    kv_params, ec_params = _hoist_transfer_params(sampling)
+
+    reasoning_parser_kwargs = ({"chat_template_kwargs": template_kwargs}
+                               if ctx.has_reasoning_parser else None)
+    if not body.get("include_reasoning", True):
+        reasoning_ended: bool | None = True
+    elif ctx.has_reasoning_parser:
+        reasoning_ended = prompt_reasoning_ended(ctx, token_ids, template_kwargs)
+    else:
+        reasoning_ended = None
+    stream = bool(body.get("stream"))
+    parse_context = {
+        "tools": dumped_tools,
+        "tool_choice": _tool_choice_wire(tool_choice),
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "include_reasoning": body.get("include_reasoning", True),
+        "chat_template_kwargs": template_kwargs,
+        "history_tool_call_cnt": _history_tool_calls(body["messages"]),
+    }
+    return generate_request(
+        request_id=_request_id("chatcmpl-", body, header_request_id),
+        token_ids=token_ids,
+        sampling_params=sampling,
+        model=body.get("model"),
+        reasoning_ended=reasoning_ended,
+        reasoning_parser_kwargs=reasoning_parser_kwargs,
+        return_token_ids=body.get("return_token_ids"),
+        parse_context=parse_context,
+        stream=stream,
+        stream_options=stream_options_wire(body.get("stream_options")) if stream else None,
+        cache_salt=body.get("cache_salt"),
+        priority=body.get("priority", 0),
+        kv_transfer_params=kv_params,
+        ec_transfer_params=ec_params,
+        token_offsets=offsets,
+        features=features,
+    )
+
+
+def validate_length_params(ctx: RenderContext, max_output: int | None, output_param: str,
+                           truncate: int | None) -> None:
+    """`TokenizeParams` validates the output and truncation sizes before anything is rendered."""
+    _check_lengths(ctx, 0, max_output, output_param, truncate)
+
+
+def render_conversation(ctx: RenderContext, body: dict[str, Any], chat_template: str | None,
+                        rendered_tools: list[dict[str, Any]] | None, template_kwargs: dict[str, Any],
+                        max_output: int | None, output_param: str, truncate: int | None,
+                        fetched: dict[str, bytes] | None = None
+                        ) -> tuple[list[int], list[list[int]] | None, dict[str, Any] | None]:
+    """Template `body["messages"]`, tokenize (expanding image placeholders), truncate and check the
+    length against max_model_len: (token ids, offsets, multimodal features)."""
+    token_ids, offsets, features = _render_chat_tokens(ctx, body, chat_template, rendered_tools, template_kwargs,
+                                                       fetched)
+    token_ids = _truncate(token_ids, truncate, body.get("truncation_side"), ctx.model.max_model_len)
+    _check_lengths(ctx, len(token_ids), max_output, output_param, truncate, from_text=True)
+    return token_ids, offsets, features
+
+
+def _render_chat_tokens(ctx: RenderContext, body: dict[str, Any], chat_template: str | None,
+                        rendered_tools: list[dict[str, Any]] | None,
+                        template_kwargs: dict[str, Any], fetched: dict[str, bytes] | None = None
+                        ) -> tuple[list[int], list[list[int]] | None, dict[str, Any] | None]:
+    """Template the conversation and tokenize it (the part forwarded prompt ids skip); images are
+    processed and their placeholders expanded."""
+    if chat_template is None:
+        raise BadRequestError("As of transformers v4.44, default chat template is no longer allowed, so you "
+                              "must provide a chat template if the tokenizer does not define one.")
+    content_format = ctx.settings.chat_template_content_format
+    if content_format == "auto":
+        content_format = templating.detect_content_format(chat_template)
+    collector = None
+    if ctx.vision is not None:
+        collector = templating.MediaCollector(ctx.vision.config.placeholder, ctx.settings.served_names[0])
+    conversation = templating.build_conversation(body["messages"], content_format, collector,
+                                                 model_name=ctx.settings.served_names[0])
+    mm_payload = body.get("mm_payload", "tensors")
+    images = (_load_images(ctx, collector.image_urls, fetched, body.get("mm_processor_kwargs"),
+                           tensors=mm_payload == "tensors")
+              if collector and collector.image_urls else [])
+    render_kwargs = {k: v for k, v in template_kwargs.items() if k not in ("tools", "chat_template", "tokenize")}
+    prompt = templating.render_prompt(ctx.model.hf_tokenizer, chat_template, conversation, rendered_tools,
+                                      render_kwargs)
+    add_special = bool(body.get("add_special_tokens", False))
+    if images:
+        assert ctx.vision is not None
+        token_ids, placeholders = multimodal.expand_prompt(
+            ctx.model.encode(prompt, add_special), images, ctx.vision.config.image_token_id)
+        return token_ids, None, multimodal.features(images, placeholders, mm_payload)
+    if body.get("return_token_offsets"):
+        ids, offsets = ctx.model.encode_with_offsets(prompt, add_special)
+        return ids, offsets, None
+    return ctx.model.encode(prompt, add_special), None, None
+
+
+def _history_tool_calls(messages: list[dict[str, Any]]) -> int:
+    count = 0
+    for message in messages:
+        if message.get("role") != "assistant":
+            continue
+        calls = message.get("tool_calls")
+        if calls is None:
+            continue
+        count += 1 if isinstance(calls, (str, bytes, dict)) else len(calls) if isinstance(calls, list) else 1
+    return count
+
+
+# -- completions ----------------------------------------------------------------------------
+
+def _prompts(body: dict[str, Any]) -> list[str | list[int]]:
+    prompt = body.get("prompt")
+    if body.get("prompt_embeds") is not None:
+        raise BadRequestError("prompt_embeds are not supported by this render tier (no torch).",
+                              param="prompt_embeds")
+    if prompt == []:
+        raise validator_error("You must pass at least one prompt", "prompt")
+    if prompt is None or prompt == "":
+        raise validator_error("Either prompt or prompt_embeds must be provided and non-empty.", "prompt")
+    if isinstance(prompt, str):
+        return [prompt]
+    if not isinstance(prompt, list):
+        raise schema_error("body.prompt", "Input should be a valid string or list", prompt)
+    if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
+        return [int_list(prompt, "body.prompt", non_negative=True)]
+    if all(isinstance(p, str) for p in prompt):
+        prompts: list[str | list[int]] = list(prompt)
+    elif all(isinstance(p, list) for p in prompt):
+        prompts = [int_list(p, f"body.prompt.{i}", non_negative=True) for i, p in enumerate(prompt)]
+    else:
+        # pydantic reports the first union branch (list[int]) first: its first bad element.
+        bad = next(i for i, p in enumerate(prompt) if not isinstance(p, int) or isinstance(p, bool) or p < 0)
+        int_list([prompt[bad]], "body.prompt")  # raises pydantic's message for that element
+        raise schema_error(f"body.prompt.{bad}", "Input should be a valid integer", prompt[bad])
+    if len(prompts) > MAX_COMPLETION_PROMPTS:
+        raise validator_error(f"The number of prompts ({len(prompts)}) exceeds the maximum of "
+                              f"{MAX_COMPLETION_PROMPTS}.", "prompt")
+    return prompts
+
+
+def render_completion(ctx: RenderContext, body: dict[str, Any],
+                      header_request_id: str | None = None) -> list[dict[str, Any]]:
+    if body.get("max_tokens", 16) is None:
+        body["max_tokens"] = 16  # CompletionRequest.normalize_null_max_tokens
+    _validate_common(body)
+    for name in ("max_tokens", "logprobs"):
+        opt_int(body, name)
+    check_type(body, "suffix", (str,))
+    structured.validate_structured(body, chat=False)
+    prompts = _prompts(body)
+    check_model(ctx, body.get("model"))
+    if body.get("use_beam_search"):
+        raise BadRequestError("Beam search is not supported by the render endpoint")
+    if body.get("suffix") is not None:
+        if body.get("echo"):
+            raise BadRequestError("Echo is unsupported with suffix.", param="suffix")
+        if body.get("truncate_prompt_tokens") is not None:
+            raise BadRequestError("suffix is not supported with truncate_prompt_tokens", param="suffix")
+        if not (isinstance(body.get("prompt"), str) or all(isinstance(p, str) for p in body.get("prompt") or [])):
+            raise BadRequestError("suffix requires text prompt input for FIM completion rendering", param="suffix")
+        raise BadRequestError("suffix is only supported for models with FIM completion rendering",
+                              param="suffix")
+    check_mm_kwargs(ctx, body)
+    max_tokens_requested = body.get("max_tokens", 16)
+    truncate = body.get("truncate_prompt_tokens")
+    _check_lengths(ctx, 0, max_tokens_requested or 0, "max_tokens", truncate)
+    add_special = body.get("add_special_tokens", True)
+    base = _request_id("cmpl-", body, header_request_id)
+    out = []
+    for index, prompt in enumerate(prompts):
+        offsets = None
+        if isinstance(prompt, str) and body.get("return_token_offsets"):
+            token_ids, offsets = ctx.model.encode_with_offsets(prompt, add_special)
+        elif isinstance(prompt, str):
+            token_ids = ctx.model.encode(prompt, add_special)
+        else:
+            token_ids = list(prompt)
+        token_ids = _truncate(token_ids, truncate, body.get("truncation_side"), ctx.model.max_model_len)
+        _check_lengths(ctx, len(token_ids), max_tokens_requested or 0, "max_tokens", truncate,
+                       from_text=isinstance(prompt, str))
+        if not token_ids:
+            raise BadRequestError("No token_ids rendered")
+        max_tokens = get_max_tokens(ctx, max_tokens_requested, len(token_ids), truncate)
+        values = _sampling_values(ctx, body, max_tokens, chat=False,
+                                  skip_special_tokens=body.get("skip_special_tokens"))
+        sampling = sampling_params_wire(values)
+        kv_params, ec_params = _hoist_transfer_params(sampling)
+        stream = bool(body.get("stream"))
+        out.append(generate_request(
+            request_id=base if len(prompts) == 1 else f"{base}-{index}",
+            token_ids=token_ids,
+            sampling_params=sampling,
+            model=body.get("model"),
+            return_token_ids=body.get("return_token_ids"),
+            stream=stream,
+            stream_options=stream_options_wire(body.get("stream_options")) if stream else None,
+            cache_salt=body.get("cache_salt"),
+            priority=body.get("priority", 0),
+            kv_transfer_params=kv_params,
+            ec_transfer_params=ec_params,
+            token_offsets=offsets,
+        ))
+    return out

@@ -1,0 +1,57 @@
+"""resample: the BLAS band-matrix resize against the tap-by-tap integer transcription of ATen's
+uint8 antialiased bicubic kernel, on random images and sizes (float32 and float64 paths)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from render_service.multimodal import resample
+from render_service.multimodal.resample import resize_bicubic_aa, resize_bicubic_aa_reference, resize_planar
+
+
+def _sizes(seed: int, count: int) -> list[tuple[int, int, int, int]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        h, w = (int(v) for v in rng.integers(1, 260, 2))
+        # up, down, a little either way, or unchanged, per axis
+        factors = rng.choice([0.13, 0.5, 0.97, 1.0, 1.03, 2.0, 3.7], 2)
+        oh, ow = max(1, round(h * factors[0])), max(1, round(w * factors[1]))
+        out.append((h, w, oh, ow))
+    return out
+
+
+@pytest.mark.parametrize(("h", "w", "oh", "ow"), _sizes(8, 60))
+def test_fast_resize_matches_reference(h: int, w: int, oh: int, ow: int) -> None:
+    image = np.random.default_rng(h * 1000 + w).integers(0, 256, (h, w, 3), dtype=np.uint8)
+    expected = resize_bicubic_aa_reference(image, oh, ow)
+    got = resize_bicubic_aa(image, oh, ow)
+    assert got.dtype == np.uint8 and got.shape == (oh, ow, 3)
+    assert np.array_equal(got, expected), int(np.abs(got.astype(int) - expected.astype(int)).max())
+    planar = resize_planar(image, oh, ow)
+    assert np.array_equal(planar.transpose(1, 2, 0), expected)
+
+
+@pytest.mark.parametrize(("h", "w", "oh", "ow"), [
+    (720, 1280, 704, 1280),  # the 720p case: height only, float32
+    (150, 2000, 150, 37),  # a strong downscale: partial sums past 2^24, so float64
+    (37, 33, 1000, 29),  # a strong upscale of one axis, a slight downscale of the other
+    (1, 1, 32, 32),
+    (256, 256, 256, 256),  # nothing to do
+])
+def test_edge_sizes_match_reference(h: int, w: int, oh: int, ow: int) -> None:
+    rng = np.random.default_rng(h + w)
+    # Extremes as well as noise: all-0 and all-255 rows stress the clamp on both ends.
+    image = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    image[: h // 3] = 255
+    image[h // 3: h // 2, ::2] = 0
+    assert np.array_equal(resize_bicubic_aa(image, oh, ow), resize_bicubic_aa_reference(image, oh, ow))
+
+
+def test_float_type_is_chosen_by_the_exactness_bound() -> None:
+    image = np.zeros((150, 2000, 3), dtype=np.uint8)
+    assert resample._bound(2000, 37) >= 1 << 24
+    assert resize_planar(image, 150, 37).dtype == np.float64
+    assert resample._bound(720, 704) < 1 << 24
+    assert resize_planar(np.zeros((720, 1280, 3), dtype=np.uint8), 704, 1280).dtype == np.float32
