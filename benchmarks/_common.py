@@ -32,6 +32,7 @@ DEFAULT_ORACLE_SCRIPT = "/work/venvs/start_oracle.sh"
 
 # -- /proc ----------------------------------------------------------------------------------
 
+
 def _stat_fields(pid: int) -> list[str] | None:
     """The fields of /proc/PID/stat after the command name, or None if the process is gone."""
     try:
@@ -39,7 +40,7 @@ def _stat_fields(pid: int) -> list[str] | None:
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     # The command name is in parentheses and may itself contain spaces or parentheses.
-    return raw[raw.rindex(")") + 2:].split()
+    return raw[raw.rindex(")") + 2 :].split()
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -132,6 +133,7 @@ def tree_memory(pid: int) -> Memory:
 
 # -- servers --------------------------------------------------------------------------------
 
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -218,17 +220,20 @@ class Server:
             self.owned = False
 
 
-def start_render_service(model_dir: str, port: int, args: Sequence[str], *, log: Path,
-                         timeout: float = 120.0) -> Server:
+def start_render_service(
+    model_dir: str, port: int, args: Sequence[str], *, log: Path, timeout: float = 120.0
+) -> Server:
     """`render-service serve MODEL_DIR --port PORT ARGS...` as a child process, healthy."""
     executable = shutil.which("render-service")
-    command = ([executable] if executable else [sys.executable, "-m", "render_service.cli"])
+    command = [executable] if executable else [sys.executable, "-m", "render_service.cli"]
     command += ["serve", model_dir, "--port", str(port), *args]
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
-    server = Server("ours", f"http://127.0.0.1:{port}", process.pid, owned=True, log=log,
-                    info={"command": " ".join(command)})
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    server = Server(
+        "ours", f"http://127.0.0.1:{port}", process.pid, owned=True, log=log, info={"command": " ".join(command)}
+    )
     try:
         wait_healthy(server.url, timeout, process.pid, log)
     except BaseException:
@@ -237,16 +242,19 @@ def start_render_service(model_dir: str, port: int, args: Sequence[str], *, log:
     return server
 
 
-def start_floor_server(model_dir: str, port: int, args: Sequence[str], *, log: Path, name: str = "floor-srv",
-                       timeout: float = 120.0) -> Server:
+def start_floor_server(
+    model_dir: str, port: int, args: Sequence[str], *, log: Path, name: str = "floor-srv", timeout: float = 120.0
+) -> Server:
     """benchmarks/floor_server.py (a bare Starlette + orjson + jinja2 + fastokens render) as a child process."""
     script = Path(__file__).resolve().parent / "floor_server.py"
     command = [sys.executable, str(script), model_dir, "--port", str(port), *args]
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
-    server = Server(name, f"http://127.0.0.1:{port}", process.pid, owned=True, log=log,
-                    info={"command": " ".join(command)})
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    server = Server(
+        name, f"http://127.0.0.1:{port}", process.pid, owned=True, log=log, info={"command": " ".join(command)}
+    )
     try:
         wait_healthy(server.url, timeout, process.pid, log)
     except BaseException:
@@ -255,20 +263,21 @@ def start_floor_server(model_dir: str, port: int, args: Sequence[str], *, log: P
     return server
 
 
-def start_vllm_render(model_dir: str, port: int, args: Sequence[str], *,
-                      script: str = DEFAULT_ORACLE_SCRIPT, timeout: float = 300.0) -> Server:
+def start_vllm_render(
+    model_dir: str, port: int, args: Sequence[str], *, script: str = DEFAULT_ORACLE_SCRIPT, timeout: float = 300.0
+) -> Server:
     """vLLM's `vllm launch render` through the oracle start script (which waits for /health)."""
     command = [script, model_dir, str(port), *args]
     env = {**os.environ, "ORACLE_START_TIMEOUT": str(int(timeout))}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout + 30,
-                          stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=timeout + 30, stdin=subprocess.DEVNULL
+    )
     lines = done.stdout.split()
     if done.returncode != 0 or not lines or not lines[-1].isdigit():
         raise RuntimeError(f"vLLM render did not start ({done.returncode}): {done.stderr.strip()[-2000:]}")
     pid = int(lines[-1])
     log = Path(f"/tmp/oracle-{port}.log")
-    server = Server("vLLM", f"http://127.0.0.1:{port}", pid, owned=True, log=log,
-                    info={"command": " ".join(command)})
+    server = Server("vLLM", f"http://127.0.0.1:{port}", pid, owned=True, log=log, info={"command": " ".join(command)})
     try:
         wait_healthy(server.url, 30.0, pid, log)
     except BaseException:
@@ -278,6 +287,7 @@ def start_vllm_render(model_dir: str, port: int, args: Sequence[str], *,
 
 
 # -- statistics and tables ------------------------------------------------------------------
+
 
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0..100), linear interpolation between closest ranks (numpy's default)."""

@@ -79,8 +79,10 @@ RENDER_PATH = "/v1/chat/completions/render"
 DERENDER_PATH = "/v1/chat/completions/derender"
 MODEL_NAME = "tinyqwen3"
 DEFAULT_MODEL_DIR = "/work/fixtures/tinyqwen3"
-DEFAULT_SERVER_ARGS = (f"--served-model-name {MODEL_NAME} --reasoning-parser qwen3 --enable-auto-tool-choice "
-                       "--tool-call-parser hermes --max-model-len 16384")
+DEFAULT_SERVER_ARGS = (
+    f"--served-model-name {MODEL_NAME} --reasoning-parser qwen3 --enable-auto-tool-choice "
+    "--tool-call-parser hermes --max-model-len 16384"
+)
 DEFAULT_SIZES = "250,500,1000,2000,4000"
 HEADERS = {"content-type": "application/json"}
 TARGETS = ("vllm", "full", "compact", "full-redis", "compact-redis")
@@ -100,6 +102,7 @@ VLLM_FIT = (1.8e-3, 2.74e-5, 3.2e-9)
 # =============================================================================================
 # Precise server CPU: sum of sum_exec_runtime (ns) over every thread of a process tree.
 # =============================================================================================
+
 
 class TreeCpu:
     """CPU nanoseconds used so far by the threads of one or more process trees (/proc schedstat).
@@ -148,11 +151,22 @@ THINK, END_THINK, TOOL, END_TOOL, IM_END = "<think>", "</think>", "<tool_call>",
 def ticket_tools() -> list[dict[str, Any]]:
     """Two small tools of an on-call assistant: the prompt is ~400 tokens, like the issue's."""
     return [
-        _tool("create_ticket", "Create an issue in the tracker.",
-              _obj({"project": _s("Project key."), "title": _s("Summary line."), "description": _s("Markdown body."),
-                    "priority": _s("Priority.", enum=["P0", "P1", "P2", "P3"]), "assignee": _s("Username."),
-                    "components": _arr({"type": "string"}, "Components."), "custom_fields": {"type": "object"}},
-                   ["project", "title"])),
+        _tool(
+            "create_ticket",
+            "Create an issue in the tracker.",
+            _obj(
+                {
+                    "project": _s("Project key."),
+                    "title": _s("Summary line."),
+                    "description": _s("Markdown body."),
+                    "priority": _s("Priority.", enum=["P0", "P1", "P2", "P3"]),
+                    "assignee": _s("Username."),
+                    "components": _arr({"type": "string"}, "Components."),
+                    "custom_fields": {"type": "object"},
+                },
+                ["project", "title"],
+            ),
+        ),
         _tool("search_code", "Search the repository for code.", _obj({"query": _s("Text to search for.")}, ["query"])),
     ]
 
@@ -166,11 +180,16 @@ def chat_request(seed: int, context_paragraphs: int = 0) -> dict[str, Any]:
     return {
         "model": MODEL_NAME,
         "messages": [
-            {"role": "system", "content": "You are the on-call assistant of the payments team. Think the problem "
-                                          "through first, then file exactly one ticket with the create_ticket tool."},
-            {"role": "user", "content": f"{w.paragraph((1, 2))} Please look into this and file a ticket for it "
-                                        "with a detailed description of the problem and the next steps."
-                                        + context},
+            {
+                "role": "system",
+                "content": "You are the on-call assistant of the payments team. Think the problem "
+                "through first, then file exactly one ticket with the create_ticket tool.",
+            },
+            {
+                "role": "user",
+                "content": f"{w.paragraph((1, 2))} Please look into this and file a ticket for it "
+                "with a detailed description of the problem and the next steps." + context,
+            },
         ],
         "tools": tools,
         "max_tokens": 8192,
@@ -228,15 +247,26 @@ class OutputBuilder:
         # reasoning: <think> "\n" prose "\n" </think>
         reasoning_ids = nl + self._prose(w, reasoning_tokens - 2 * len(nl), lambda: w.paragraph((3, 5)), " ") + nl
         # content: "\n\n" prose "\n\n" (the template's separator after </think>, and before the call)
-        content_ids = nl2 + self._prose(w, content_tokens - 2 * len(nl2),
-                                        lambda: w.paragraph((2, 3)) + "\n\n" + w.bullets(3), "\n\n") + nl2
+        content_ids = (
+            nl2
+            + self._prose(w, content_tokens - 2 * len(nl2), lambda: w.paragraph((2, 3)) + "\n\n" + w.bullets(3), "\n\n")
+            + nl2
+        )
         # tool call: "\n" {"name": ..., "arguments": {... "description": "<filler>", ...}} "\n"
         rng = w.rng
-        head = {"project": "PAY", "title": 'Retry storm in "settle_invoice" after the deploy',
-                "priority": "P1", "assignee": "oncall-payments"}
-        tail = {"components": ["billing", "scheduler"],
-                "custom_fields": {"story_points": 5,
-                                  "links": [{"type": "relates", "target": f"PAY-{rng.randint(1000, 9999)}"}]}}
+        head = {
+            "project": "PAY",
+            "title": 'Retry storm in "settle_invoice" after the deploy',
+            "priority": "P1",
+            "assignee": "oncall-payments",
+        }
+        tail = {
+            "components": ["billing", "scheduler"],
+            "custom_fields": {
+                "story_points": 5,
+                "links": [{"type": "relates", "target": f"PAY-{rng.randint(1000, 9999)}"}],
+            },
+        }
         marker = "@@DESCRIPTION@@"
         call = {"name": "create_ticket", "arguments": {**head, "description": marker, **tail}}
         text = json.dumps(call)
@@ -249,14 +279,18 @@ class OutputBuilder:
         # The description: sentences only (no quotes, backslashes or raw newlines: valid inside JSON).
         filler_ids = self._prose(w, filler_tokens, lambda: w.paragraph((3, 5)), " ")
         tool_ids = prefix_ids + filler_ids + suffix_ids
-        ids = ([sp[THINK], *reasoning_ids, sp[END_THINK], *content_ids, sp[TOOL], *tool_ids, sp[END_TOOL],
-                sp[IM_END]])
+        ids = [sp[THINK], *reasoning_ids, sp[END_THINK], *content_ids, sp[TOOL], *tool_ids, sp[END_TOOL], sp[IM_END]]
         assert len(ids) == n, (len(ids), n)
         tool_json = self.decode(tool_ids)
         parsed = json.loads(tool_json)  # must be valid JSON with the description cut anywhere
-        return Output(ids, self.decode(reasoning_ids), self.decode(content_ids), parsed["name"], tool_json,
-                      {"reasoning": len(reasoning_ids), "content": len(content_ids), "tool_call": len(tool_ids),
-                       "special": 5})
+        return Output(
+            ids,
+            self.decode(reasoning_ids),
+            self.decode(content_ids),
+            parsed["name"],
+            tool_json,
+            {"reasoning": len(reasoning_ids), "content": len(content_ids), "tool_call": len(tool_ids), "special": 5},
+        )
 
 
 def expected_arguments(output: Output) -> str:
@@ -266,6 +300,7 @@ def expected_arguments(output: Output) -> str:
 # =============================================================================================
 # Targets and the streaming client.
 # =============================================================================================
+
 
 @dataclass
 class Target:
@@ -285,8 +320,10 @@ class Target:
         return self.key == "vllm"
 
     def open(self) -> None:
-        self.clients = [httpx.Client(base_url=s.url, http1=True, http2=False, trust_env=False,
-                                     timeout=httpx.Timeout(900.0)) for s in self.servers]
+        self.clients = [
+            httpx.Client(base_url=s.url, http1=True, http2=False, trust_env=False, timeout=httpx.Timeout(900.0))
+            for s in self.servers
+        ]
         self.cpu = TreeCpu([s.pid for s in self.servers if s.pid is not None])
 
     def close(self) -> None:
@@ -301,8 +338,9 @@ class Target:
         for client in self.clients:
             text = client.get("/metrics").text
             for line in text.splitlines():
-                if line.startswith("#") or not line.startswith(("render_snapshot_", "render_stream_replays_total",
-                                                                 "render_redis_errors_total")):
+                if line.startswith("#") or not line.startswith(
+                    ("render_snapshot_", "render_stream_replays_total", "render_redis_errors_total")
+                ):
                     continue
                 name, _, value = line.rpartition(" ")
                 if name.endswith("_created") or "_bucket" in name or name.startswith("render_snapshot_bytes"):
@@ -321,7 +359,9 @@ def snapshot_counts(before: dict[str, float], after: dict[str, float]) -> dict[s
         "miss": delta("render_snapshot_misses_total"),
         "replay": delta("render_stream_replays_total"),
         "redis_err": sum(round(after[k] - before.get(k, 0.0)) for k in after if k.startswith("render_redis_errors")),
-        "rejected": sum(round(after[k] - before.get(k, 0.0)) for k in after if k.startswith("render_snapshot_rejected")),
+        "rejected": sum(
+            round(after[k] - before.get(k, 0.0)) for k in after if k.startswith("render_snapshot_rejected")
+        ),
     }
 
 
@@ -358,8 +398,9 @@ class Transcript:
                 calls.append((call.get("index"), function.get("name"), function.get("arguments")))
             if choice.get("finish_reason") is not None:
                 self.finish_reason = choice["finish_reason"]
-            self.deltas.append((delta.get("reasoning"), delta.get("content"), tuple(calls),
-                                choice.get("finish_reason")))
+            self.deltas.append(
+                (delta.get("reasoning"), delta.get("content"), tuple(calls), choice.get("finish_reason"))
+            )
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -395,23 +436,42 @@ class StreamRun:
 
 
 def _chunk_body(request_id: str, token_id: int | None, finish: str | None, usage: dict[str, Any] | None) -> dict:
-    choices = [] if token_id is None else [{"index": 0, "finish_reason": finish, "stop_reason": None,
-                                            "token_ids": [token_id], "logprobs": None}]
+    choices = (
+        []
+        if token_id is None
+        else [{"index": 0, "finish_reason": finish, "stop_reason": None, "token_ids": [token_id], "logprobs": None}]
+    )
     return {"request_id": request_id, "usage": usage, "output_mode": "tokens", "choices": choices}
 
 
 def prebuilt_state(output: Output, position: int, tool_first_chunk: int | None, tool_id: str | None) -> dict:
     """The stream_state vLLM carries after `position` one-token chunks (its own wire format)."""
     streamed = tool_first_chunk is not None and position > tool_first_chunk
-    return {"prev_tokens": [], "prefix_offset": 0, "read_offset": 0, "role_sent": position > 0,
-            "logprob_context_token_ids": [], "logprob_text_offset": 0,
-            "output_token_ids": output.token_ids[:position], "output_chunk_lens": [1] * position,
-            "tools_streamed": streamed, "last_tool_call_ids": [tool_id] if streamed and tool_id else []}
+    return {
+        "prev_tokens": [],
+        "prefix_offset": 0,
+        "read_offset": 0,
+        "role_sent": position > 0,
+        "logprob_context_token_ids": [],
+        "logprob_text_offset": 0,
+        "output_token_ids": output.token_ids[:position],
+        "output_chunk_lens": [1] * position,
+        "tools_streamed": streamed,
+        "last_tool_call_ids": [tool_id] if streamed and tool_id else [],
+    }
 
 
-def run_stream(target: Target, output: Output, prompt_ids: list[int], request: dict[str, Any], *, size: int,
-               repeat: int, windows: list[tuple[int, int]] | None = None,
-               tool_hint: tuple[int | None, str | None] = (None, None)) -> StreamRun:
+def run_stream(
+    target: Target,
+    output: Output,
+    prompt_ids: list[int],
+    request: dict[str, Any],
+    *,
+    size: int,
+    repeat: int,
+    windows: list[tuple[int, int]] | None = None,
+    tool_hint: tuple[int | None, str | None] = (None, None),
+) -> StreamRun:
     """Stream `output` one token per chunk (or only `windows` of it, from pre-built states)."""
     assert target.cpu is not None
     n = len(output.token_ids)
@@ -456,13 +516,14 @@ def run_stream(target: Target, output: Output, prompt_ids: list[int], request: d
             if response.status_code == 409 and replicas > 1:
                 # compact + Redis: the snapshot was not (yet) in Redis; the previous replica has it in-process.
                 fallbacks += 1
-                response = target.clients[(index - 1) % replicas].post(DERENDER_PATH, content=payload,
-                                                                         headers=HEADERS)
+                response = target.clients[(index - 1) % replicas].post(DERENDER_PATH, content=payload, headers=HEADERS)
             wall[index] = time.perf_counter() - t0
             cpu_ns[index] = probe.ns() - cpu0
             if response.status_code != 200:
-                raise SystemExit(f"ABORT: {target.label} answered {response.status_code} on chunk {index} of the "
-                                 f"{n}-token stream: {response.text[:500]}")
+                raise SystemExit(
+                    f"ABORT: {target.label} answered {response.status_code} on chunk {index} of the "
+                    f"{n}-token stream: {response.text[:500]}"
+                )
             sent[index] = len(payload)
             recv[index] = len(response.content)
             answer = orjson.loads(response.content)
@@ -475,32 +536,65 @@ def run_stream(target: Target, output: Output, prompt_ids: list[int], request: d
                 tool_id = next(iter(transcript.tools.values()))["id"]
     wall_s = time.perf_counter() - started
     ticks = probe.ticks_seconds() - ticks_before
-    redis_cpu = (tree_cpu_seconds(target.redis.pid) - redis_before
-                 if redis_before is not None and target.redis and target.redis.pid else None)
+    redis_cpu = (
+        tree_cpu_seconds(target.redis.pid) - redis_before
+        if redis_before is not None and target.redis and target.redis.pid
+        else None
+    )
     counts = snapshot_counts(metrics_before, target.metrics()) if not target.is_vllm else {}
-    return StreamRun(target.key, size, repeat, sampled, windows, cpu_ns, sent, recv, wall, ticks, wall_s, redis_cpu,
-                     counts, fallbacks, tool_first, tool_id, None if sampled else transcript.summary(), deltas)
+    return StreamRun(
+        target.key,
+        size,
+        repeat,
+        sampled,
+        windows,
+        cpu_ns,
+        sent,
+        recv,
+        wall,
+        ticks,
+        wall_s,
+        redis_cpu,
+        counts,
+        fallbacks,
+        tool_first,
+        tool_id,
+        None if sampled else transcript.summary(),
+        deltas,
+    )
 
 
-def run_batch(target: Target, output: Output, prompt_ids: list[int], request: dict[str, Any],
-              reps: int) -> tuple[float, dict[str, Any]]:
+def run_batch(
+    target: Target, output: Output, prompt_ids: list[int], request: dict[str, Any], reps: int
+) -> tuple[float, dict[str, Any]]:
     """Mean server CPU ms of one batch derender of the whole output, and the message it returns."""
     assert target.cpu is not None
-    body = orjson.dumps({
-        "model": MODEL_NAME,
-        "generate_response": {"request_id": "generate-tokens-chatcmpl-bench-batch", "output_mode": "tokens",
-                              "choices": [{"index": 0, "finish_reason": "stop", "stop_reason": None,
-                                           "token_ids": output.token_ids, "logprobs": None}]},
-        "prompt_token_ids": prompt_ids,
-        "prompt_tokens": len(prompt_ids),
-        "chat_request": request,
-    })
+    body = orjson.dumps(
+        {
+            "model": MODEL_NAME,
+            "generate_response": {
+                "request_id": "generate-tokens-chatcmpl-bench-batch",
+                "output_mode": "tokens",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "stop_reason": None,
+                        "token_ids": output.token_ids,
+                        "logprobs": None,
+                    }
+                ],
+            },
+            "prompt_token_ids": prompt_ids,
+            "prompt_tokens": len(prompt_ids),
+            "chat_request": request,
+        }
+    )
     client = target.clients[0]
     probe = TreeCpu([target.servers[0].pid]) if target.servers[0].pid else target.cpu
     response = client.post(DERENDER_PATH, content=body, headers=HEADERS)  # warm-up, and the answer
     if response.status_code != 200:
-        raise SystemExit(f"ABORT: {target.label} batch derender answered {response.status_code}: "
-                         f"{response.text[:500]}")
+        raise SystemExit(f"ABORT: {target.label} batch derender answered {response.status_code}: {response.text[:500]}")
     message = orjson.loads(response.content)["choices"][0]
     before = probe.ns()
     for _ in range(reps):
@@ -511,6 +605,7 @@ def run_batch(target: Target, output: Output, prompt_ids: list[int], request: di
 # =============================================================================================
 # Aggregation.
 # =============================================================================================
+
 
 @dataclass
 class SizeResult:
@@ -572,10 +667,12 @@ def aggregate(runs: list[StreamRun], size: int, window: int) -> SizeResult:
         usage = cpu_ms.get(n, float("nan"))
         if run.sampled:
             precise = (_interpolate_total(cpu_ms, run.windows, n) + (usage if usage == usage else 0.0)) / 1000
-            sent = _interpolate_total({k: float(v) for k, v in run.chunk_sent.items()}, run.windows, n) \
-                + run.chunk_sent.get(n, 0)
-            recv = _interpolate_total({k: float(v) for k, v in run.chunk_recv.items()}, run.windows, n) \
-                + run.chunk_recv.get(n, 0)
+            sent = _interpolate_total(
+                {k: float(v) for k, v in run.chunk_sent.items()}, run.windows, n
+            ) + run.chunk_sent.get(n, 0)
+            recv = _interpolate_total(
+                {k: float(v) for k, v in run.chunk_recv.items()}, run.windows, n
+            ) + run.chunk_recv.get(n, 0)
             wall = _interpolate_total(run.chunk_wall, run.windows, n) + run.chunk_wall.get(n, 0.0)
             cpu = precise
         else:
@@ -592,9 +689,25 @@ def aggregate(runs: list[StreamRun], size: int, window: int) -> SizeResult:
     for run in runs:
         for k, v in run.snapshots.items():
             counts[k] = counts.get(k, 0) + v
-    return SizeResult(runs[0].target, size, runs[0].sampled, len(runs), med(0), med(1), med(2), med(3), med(4),
-                      med(5), med(6), med(7), med(8), counts, sum(r.fallbacks for r in runs),
-                      statistics.median(redis) if redis else None, sum(r[10] for r in per_run))
+    return SizeResult(
+        runs[0].target,
+        size,
+        runs[0].sampled,
+        len(runs),
+        med(0),
+        med(1),
+        med(2),
+        med(3),
+        med(4),
+        med(5),
+        med(6),
+        med(7),
+        med(8),
+        counts,
+        sum(r.fallbacks for r in runs),
+        statistics.median(redis) if redis else None,
+        sum(r[10] for r in per_run),
+    )
 
 
 def plan_windows(n: int, window: int, count: int) -> list[tuple[int, int]]:
@@ -615,12 +728,13 @@ def plan_windows(n: int, window: int, count: int) -> list[tuple[int, int]]:
 
 def vllm_predicted_s(n: int, scale: float) -> float:
     a, b, c = VLLM_FIT
-    return scale * (a * n + b * n * n + c * n ** 3)
+    return scale * (a * n + b * n * n + c * n**3)
 
 
 # =============================================================================================
 # Correctness.
 # =============================================================================================
+
 
 def compare_summaries(reference_name: str, reference: dict[str, Any], name: str, other: dict[str, Any]) -> list[str]:
     problems = []
@@ -628,8 +742,10 @@ def compare_summaries(reference_name: str, reference: dict[str, Any], name: str,
         if reference[key] != other[key]:
             a, b = str(reference[key]), str(other[key])
             at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-            problems.append(f"{name} vs {reference_name}: {key} differs at char {at}: "
-                            f"{a[max(0, at - 40):at + 40]!r} vs {b[max(0, at - 40):at + 40]!r}")
+            problems.append(
+                f"{name} vs {reference_name}: {key} differs at char {at}: "
+                f"{a[max(0, at - 40) : at + 40]!r} vs {b[max(0, at - 40) : at + 40]!r}"
+            )
     return problems
 
 
@@ -648,8 +764,9 @@ def check_against_output(name: str, summary: dict[str, Any], output: Output) -> 
             same = json.loads(calls[0][2]) == json.loads(output.tool_json)["arguments"]
         except ValueError:
             same = False
-        notes.append(f"{name}: tool arguments {'equal as JSON but not as text' if same else 'differ'} "
-                     "from the generated call")
+        notes.append(
+            f"{name}: tool arguments {'equal as JSON but not as text' if same else 'differ'} from the generated call"
+        )
     return notes
 
 
@@ -657,15 +774,29 @@ def check_against_output(name: str, summary: dict[str, Any], output: Output) -> 
 # Servers.
 # =============================================================================================
 
+
 def start_redis(port: int, log: Path) -> Server:
     executable = shutil.which("redis-server") or "/usr/bin/redis-server"
-    command = [executable, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-               "--protected-mode", "yes"]
+    command = [
+        executable,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--protected-mode",
+        "yes",
+    ]
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
-    server = Server("redis", f"redis://127.0.0.1:{port}/0", process.pid, owned=True, log=log,
-                    info={"command": " ".join(command)})
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    server = Server(
+        "redis", f"redis://127.0.0.1:{port}/0", process.pid, owned=True, log=log, info={"command": " ".join(command)}
+    )
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
@@ -691,10 +822,15 @@ def ours_default_args() -> list[str]:
 def git_commit() -> str:
     root = Path(__file__).resolve().parent.parent
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no",
-                                "render_service"], capture_output=True, text=True, timeout=10).stdout.strip()
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "render_service"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return head + (" (render_service/ modified)" if dirty else "")
@@ -731,8 +867,9 @@ def start_targets(args: argparse.Namespace, log_dir: Path, started: list[Server]
         for _ in range(replicas):
             port = free_port()
             print(f"starting render-service ({key}) on port {port} ...", flush=True)
-            server = start_render_service(args.model, port, [*server_args, *extra],
-                                          log=log_dir / f"ours-{key}-{port}.log")
+            server = start_render_service(
+                args.model, port, [*server_args, *extra], log=log_dir / f"ours-{key}-{port}.log"
+            )
             started.append(server)
             servers.append(server)
         targets[key] = Target(key, servers, compact=mode == "compact", redis=redis if replicas > 1 else None)
@@ -746,6 +883,7 @@ def start_targets(args: argparse.Namespace, log_dir: Path, started: list[Server]
 # =============================================================================================
 # Reporting.
 # =============================================================================================
+
 
 def _ms(value: float | None) -> str:
     return "-" if value is None or value != value else f"{value:.3f}" if value < 10 else f"{value:.1f}"
@@ -762,24 +900,50 @@ def _mb(value: float) -> str:
 
 
 def size_table(size: int, results: dict[str, SizeResult], prompt_tokens: int, window: int) -> str:
-    headers = ("target", "CPU s/stream", "wall s", "sent MB", "recv MB", "1st chunk ms",
-               f"start ms/chunk (2-{window + 1})", f"end ms/chunk (last {window})", "end/start",
-               "snapshots local/redis/miss/replay", "redis CPU s")
+    headers = (
+        "target",
+        "CPU s/stream",
+        "wall s",
+        "sent MB",
+        "recv MB",
+        "1st chunk ms",
+        f"start ms/chunk (2-{window + 1})",
+        f"end ms/chunk (last {window})",
+        "end/start",
+        "snapshots local/redis/miss/replay",
+        "redis CPU s",
+    )
     rows: list[list[str]] = []
     for key in TARGETS:
         r = results.get(key)
         if r is None:
             continue
         est = "~" if r.sampled else ""
-        snaps = "-" if not r.snapshots else (f"{r.snapshots.get('local', 0)}/{r.snapshots.get('redis', 0)}/"
-                                             f"{r.snapshots.get('miss', 0)}/{r.snapshots.get('replay', 0)}"
-                                             + (f" +{r.fallbacks} 409->prev" if r.fallbacks else "")
-                                             + (f" ({r.snapshots['redis_err']} redis err)"
-                                                if r.snapshots.get("redis_err") else ""))
-        rows.append([LABELS[key] + (" [sampled]" if r.sampled else "") + (f" x{r.repeats}" if r.repeats > 1 else ""),
-                     est + f"{r.cpu_s:.3f}", est + f"{r.wall_s:.2f}", est + _mb(r.sent_bytes),
-                     est + _mb(r.recv_bytes), _ms(r.first_chunk_ms), _ms(r.start_ms), _ms(r.end_ms),
-                     _x(r.end_over_start), snaps, "-" if r.redis_cpu_s is None else f"{r.redis_cpu_s:.2f}"])
+        snaps = (
+            "-"
+            if not r.snapshots
+            else (
+                f"{r.snapshots.get('local', 0)}/{r.snapshots.get('redis', 0)}/"
+                f"{r.snapshots.get('miss', 0)}/{r.snapshots.get('replay', 0)}"
+                + (f" +{r.fallbacks} 409->prev" if r.fallbacks else "")
+                + (f" ({r.snapshots['redis_err']} redis err)" if r.snapshots.get("redis_err") else "")
+            )
+        )
+        rows.append(
+            [
+                LABELS[key] + (" [sampled]" if r.sampled else "") + (f" x{r.repeats}" if r.repeats > 1 else ""),
+                est + f"{r.cpu_s:.3f}",
+                est + f"{r.wall_s:.2f}",
+                est + _mb(r.sent_bytes),
+                est + _mb(r.recv_bytes),
+                _ms(r.first_chunk_ms),
+                _ms(r.start_ms),
+                _ms(r.end_ms),
+                _x(r.end_over_start),
+                snaps,
+                "-" if r.redis_cpu_s is None else f"{r.redis_cpu_s:.2f}",
+            ]
+        )
     vllm = results.get("vllm")
     if vllm is not None:
         rows.append([])
@@ -787,10 +951,21 @@ def size_table(size: int, results: dict[str, SizeResult], prompt_tokens: int, wi
             r = results.get(key)
             if r is None:
                 continue
-            rows.append([f"vLLM / {LABELS[key]}", _x(ratio(vllm.cpu_s, r.cpu_s)), _x(ratio(vllm.wall_s, r.wall_s)),
-                         _x(ratio(vllm.sent_bytes, r.sent_bytes)), _x(ratio(vllm.recv_bytes, r.recv_bytes)),
-                         _x(ratio(vllm.first_chunk_ms, r.first_chunk_ms)), _x(ratio(vllm.start_ms, r.start_ms)),
-                         _x(ratio(vllm.end_ms, r.end_ms)), "", "", ""])
+            rows.append(
+                [
+                    f"vLLM / {LABELS[key]}",
+                    _x(ratio(vllm.cpu_s, r.cpu_s)),
+                    _x(ratio(vllm.wall_s, r.wall_s)),
+                    _x(ratio(vllm.sent_bytes, r.sent_bytes)),
+                    _x(ratio(vllm.recv_bytes, r.recv_bytes)),
+                    _x(ratio(vllm.first_chunk_ms, r.first_chunk_ms)),
+                    _x(ratio(vllm.start_ms, r.start_ms)),
+                    _x(ratio(vllm.end_ms, r.end_ms)),
+                    "",
+                    "",
+                    "",
+                ]
+            )
     title = f"== streaming derender, {size}-token output, one token per chunk ({prompt_tokens}-token prompt) =="
     return format_table(headers, rows, title)
 
@@ -800,8 +975,11 @@ def batch_table(batch: dict[int, dict[str, float]]) -> str:
     for size, by_target in sorted(batch.items()):
         v, o = by_target.get("vllm"), by_target.get("ours")
         rows.append([str(size), _ms(v), _ms(o), _x(ratio(v, o))])
-    return format_table(("output tokens", "vLLM CPU ms/req", "ours CPU ms/req", "vLLM/ours"), rows,
-                        "== batch derender of the same outputs (mean server CPU per request) ==")
+    return format_table(
+        ("output tokens", "vLLM CPU ms/req", "ours CPU ms/req", "vLLM/ours"),
+        rows,
+        "== batch derender of the same outputs (mean server CPU per request) ==",
+    )
 
 
 def sent_floor(output: Output, prompt_ids: list[int], request: dict[str, Any]) -> int:
@@ -812,10 +990,12 @@ def sent_floor(output: Output, prompt_ids: list[int], request: dict[str, Any]) -
     request_id = f"generate-tokens-chatcmpl-bench-{n}-0-{'0' * 8}"
     total = len(orjson.dumps({"prompt_token_ids": prompt_ids, "chat_request": request})) - 2 + 1
     for index in range(n + 1):
-        chunk = (_chunk_body(request_id, output.token_ids[index], "stop" if index == n - 1 else None, None)
-                 if index < n else _chunk_body(request_id, None, None, usage))
-        total += len(orjson.dumps({"stream": True, "model": MODEL_NAME, "generate_chunk": chunk,
-                                   "stream_state": None}))
+        chunk = (
+            _chunk_body(request_id, output.token_ids[index], "stop" if index == n - 1 else None, None)
+            if index < n
+            else _chunk_body(request_id, None, None, usage)
+        )
+        total += len(orjson.dumps({"stream": True, "model": MODEL_NAME, "generate_chunk": chunk, "stream_state": None}))
     return total
 
 
@@ -829,8 +1009,11 @@ def ratio_lines(all_results: dict[int, dict[str, SizeResult]], floors: dict[int,
         parts = [f"{k} {ratio(vllm.cpu_s, results[k].cpu_s):.1f}x" for k in OURS if k in results]
         lines.append(f"server CPU per stream vLLM/ours @ {size}: " + ", ".join(parts) + est)
     for size, results in sorted(all_results.items()):
-        parts = [f"{k} {results[k].end_over_start:.2f}x" for k in OURS
-                 if k in results and results[k].end_over_start is not None]
+        parts = [
+            f"{k} {results[k].end_over_start:.2f}x"
+            for k in OURS
+            if k in results and results[k].end_over_start is not None
+        ]
         if parts:
             lines.append(f"per-chunk CPU at end / at start @ {size}: " + ", ".join(parts))
     for size, results in sorted(all_results.items()):
@@ -841,15 +1024,19 @@ def ratio_lines(all_results: dict[int, dict[str, SizeResult]], floors: dict[int,
         for key in ("compact", "compact-redis", "full"):
             if key in results:
                 r = results[key]
-                lines.append(f"bytes vLLM/ours {key} @ {size}: sent {ratio(vllm.sent_bytes, r.sent_bytes):.1f}x, "
-                             f"received {ratio(vllm.recv_bytes, r.recv_bytes):.1f}x, total "
-                             f"{ratio(vllm.sent_bytes + vllm.recv_bytes, r.sent_bytes + r.recv_bytes):.1f}x{est}")
+                lines.append(
+                    f"bytes vLLM/ours {key} @ {size}: sent {ratio(vllm.sent_bytes, r.sent_bytes):.1f}x, "
+                    f"received {ratio(vllm.recv_bytes, r.recv_bytes):.1f}x, total "
+                    f"{ratio(vllm.sent_bytes + vllm.recv_bytes, r.sent_bytes + r.recv_bytes):.1f}x{est}"
+                )
         floor = (floors or {}).get(size)
         compact = results.get("compact") or results.get("compact-redis")
         if floor and compact:
-            lines.append(f"  sent-bytes floor @ {size} (generate chunks + prompt once, zero-byte state): "
-                         f"{floor / 1e6:.3f} MB; ours compact is {compact.sent_bytes / floor:.2f}x the floor; "
-                         f"vLLM/floor {ratio(vllm.sent_bytes, floor):.1f}x is the most any state design can reach")
+            lines.append(
+                f"  sent-bytes floor @ {size} (generate chunks + prompt once, zero-byte state): "
+                f"{floor / 1e6:.3f} MB; ours compact is {compact.sent_bytes / floor:.2f}x the floor; "
+                f"vLLM/floor {ratio(vllm.sent_bytes, floor):.1f}x is the most any state design can reach"
+            )
     return lines
 
 
@@ -866,9 +1053,11 @@ def verdicts(all_results: dict[int, dict[str, SizeResult]], correctness_ok: bool
         r = at2k.get(key)
         value = ratio(vllm.cpu_s, r.cpu_s) if vllm and r else None
         note = "" if vllm is None or not vllm.sampled else " (vLLM sampled: estimate)"
-        lines.append(f"{verdict(None if value is None else value >= 100)} server CPU per 2,000-token stream >= 100x "
-                     f"lower than vLLM's [{LABELS[key]}]: "
-                     f"{'-' if value is None else f'{value:.1f}x'}{note}")
+        lines.append(
+            f"{verdict(None if value is None else value >= 100)} server CPU per 2,000-token stream >= 100x "
+            f"lower than vLLM's [{LABELS[key]}]: "
+            f"{'-' if value is None else f'{value:.1f}x'}{note}"
+        )
     largest = max(all_results) if all_results else None
     for key, limit in (("compact", 1.5), ("compact-redis", 1.5), ("full", 3.0), ("full-redis", 3.0)):
         if key not in ran:
@@ -876,18 +1065,25 @@ def verdicts(all_results: dict[int, dict[str, SizeResult]], correctness_ok: bool
         r = all_results.get(largest, {}).get(key) if largest else None
         value = r.end_over_start if r else None
         ok = None if value is None or largest != 4000 else value <= limit
-        lines.append(f"{verdict(ok)} per-chunk CPU at token {largest or 4000:,} within {limit}x of the start "
-                     f"(chunks 2-51) [{LABELS[key]}]: {'-' if value is None else f'{value:.2f}x'}"
-                     + ("" if largest == 4000 else " (needs the 4000-token size)"))
+        lines.append(
+            f"{verdict(ok)} per-chunk CPU at token {largest or 4000:,} within {limit}x of the start "
+            f"(chunks 2-51) [{LABELS[key]}]: {'-' if value is None else f'{value:.2f}x'}"
+            + ("" if largest == 4000 else " (needs the 4000-token size)")
+        )
     r = at2k.get("compact") or at2k.get("compact-redis")
     sent = ratio(vllm.sent_bytes, r.sent_bytes) if vllm and r else None
     total = ratio(vllm.sent_bytes + vllm.recv_bytes, r.sent_bytes + r.recv_bytes) if vllm and r else None
-    lines.append(f"{verdict(None if sent is None else sent >= 50)} compact mode sends >= 50x fewer bytes than vLLM "
-                 f"for a 2,000-token stream (request bodies): {'-' if sent is None else f'{sent:.1f}x'}")
-    lines.append(f"{verdict(None if total is None else total >= 50)} ... and counting both directions "
-                 f"(request + response bodies): {'-' if total is None else f'{total:.1f}x'}")
-    lines.append(f"{verdict(correctness_ok)} streamed reasoning / content / tool calls / finish_reason identical "
-                 "across targets")
+    lines.append(
+        f"{verdict(None if sent is None else sent >= 50)} compact mode sends >= 50x fewer bytes than vLLM "
+        f"for a 2,000-token stream (request bodies): {'-' if sent is None else f'{sent:.1f}x'}"
+    )
+    lines.append(
+        f"{verdict(None if total is None else total >= 50)} ... and counting both directions "
+        f"(request + response bodies): {'-' if total is None else f'{total:.1f}x'}"
+    )
+    lines.append(
+        f"{verdict(correctness_ok)} streamed reasoning / content / tool calls / finish_reason identical across targets"
+    )
     return lines
 
 
@@ -895,34 +1091,58 @@ def verdicts(all_results: dict[int, dict[str, SizeResult]], correctness_ok: bool
 # Main.
 # =============================================================================================
 
+
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default=DEFAULT_MODEL_DIR, help="model folder (default: %(default)s)")
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help="output lengths in tokens (default: %(default)s)")
-    parser.add_argument("--targets", default=",".join(TARGETS),
-                        help="comma-separated subset of: " + ", ".join(TARGETS))
+    parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated subset of: " + ", ".join(TARGETS))
     parser.add_argument("--skip-vllm", action="store_true", help="drop the vllm target")
-    parser.add_argument("--vllm-max", type=int, default=2000,
-                        help="largest output length streamed to vLLM at all (default %(default)s; 4000 adds ~5-8 min)")
-    parser.add_argument("--vllm-budget-seconds", type=float, default=900.0,
-                        help="time box for all vLLM streams; a size predicted to overrun it is measured on "
-                             "windows (default %(default)s)")
-    parser.add_argument("--vllm-sample-windows", type=int, default=6,
-                        help="windows per sampled vLLM stream, first and last included (default %(default)s)")
+    parser.add_argument(
+        "--vllm-max",
+        type=int,
+        default=2000,
+        help="largest output length streamed to vLLM at all (default %(default)s; 4000 adds ~5-8 min)",
+    )
+    parser.add_argument(
+        "--vllm-budget-seconds",
+        type=float,
+        default=900.0,
+        help="time box for all vLLM streams; a size predicted to overrun it is measured on "
+        "windows (default %(default)s)",
+    )
+    parser.add_argument(
+        "--vllm-sample-windows",
+        type=int,
+        default=6,
+        help="windows per sampled vLLM stream, first and last included (default %(default)s)",
+    )
     parser.add_argument("--force-vllm-sampled", action="store_true", help="always sample vLLM (for testing)")
     parser.add_argument("--repeats", type=int, default=3, help="streams per size for each of our targets")
     parser.add_argument("--window", type=int, default=50, help="chunks in the start and end windows")
     parser.add_argument("--batch-reps", type=int, default=20, help="batch derender requests per size and target")
     parser.add_argument("--seed", type=int, default=0, help="workload generator seed")
-    parser.add_argument("--context-paragraphs", type=int, default=0,
-                        help="paragraphs of context added to the prompt (~80 tokens each; default: the ~440-token prompt)")
-    parser.add_argument("--server-args", default=DEFAULT_SERVER_ARGS,
-                        help="flags given to every started server (default: %(default)s)")
-    parser.add_argument("--ours-args", default=None,
-                        help="extra flags for our servers (default: --workers 1 when the CLI has a worker pool)")
-    parser.add_argument("--oracle-script", default=DEFAULT_ORACLE_SCRIPT,
-                        help="script that starts vLLM's render server (default: %(default)s)")
+    parser.add_argument(
+        "--context-paragraphs",
+        type=int,
+        default=0,
+        help="paragraphs of context added to the prompt (~80 tokens each; default: the ~440-token prompt)",
+    )
+    parser.add_argument(
+        "--server-args", default=DEFAULT_SERVER_ARGS, help="flags given to every started server (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--ours-args",
+        default=None,
+        help="extra flags for our servers (default: --workers 1 when the CLI has a worker pool)",
+    )
+    parser.add_argument(
+        "--oracle-script",
+        default=DEFAULT_ORACLE_SCRIPT,
+        help="script that starts vLLM's render server (default: %(default)s)",
+    )
     parser.add_argument("--json", dest="json_out", help="also write all results as JSON to this file")
     args = parser.parse_args(argv)
     args.sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
@@ -947,25 +1167,33 @@ def _render_prompt(targets: dict[str, Target], request: dict[str, Any]) -> list[
     (first, ids), *others = answers.items()
     for key, other in others:
         if other != ids:
-            raise SystemExit(f"ABORT: {first} and {key} render the prompt differently ({len(ids)} vs {len(other)} "
-                             "tokens): the streams would not be comparable")
+            raise SystemExit(
+                f"ABORT: {first} and {key} render the prompt differently ({len(ids)} vs {len(other)} "
+                "tokens): the streams would not be comparable"
+            )
     return ids
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     commit = git_commit()
-    print(f"derender bench: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; render-service {commit}; "
-          f"sizes {args.sizes}; targets {args.targets}; vLLM up to {args.vllm_max} tokens, time box "
-          f"{args.vllm_budget_seconds:.0f} s")
+    print(
+        f"derender bench: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; render-service {commit}; "
+        f"sizes {args.sizes}; targets {args.targets}; vLLM up to {args.vllm_max} tokens, time box "
+        f"{args.vllm_budget_seconds:.0f} s"
+    )
     builder = OutputBuilder(args.model)
     outputs = {n: builder.build(n, args.seed * 1000 + n) for n in args.sizes}
     request = chat_request(args.seed, args.context_paragraphs)
     report: dict[str, Any] = {
         "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                    "loadavg_before": os.getloadavg()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "loadavg_before": os.getloadavg(),
+        },
         "options": vars(args),
         "render_service_commit": commit,
         "outputs": {n: o.segments for n, o in outputs.items()},
@@ -976,14 +1204,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     targets: dict[str, Target] = {}
     try:
         targets = start_targets(args, log_dir, started)
-        report["servers"] = {k: [{"url": s.url, "pid": s.pid, **s.info} for s in t.servers]
-                             for k, t in targets.items()}
+        report["servers"] = {k: [{"url": s.url, "pid": s.pid, **s.info} for s in t.servers] for k, t in targets.items()}
         prompt_ids = _render_prompt(targets, request)
-        print(f"prompt: {len(prompt_ids)} tokens (rendered identically by {', '.join(targets)}); chat_request "
-              f"{len(orjson.dumps(request))} bytes; outputs: "
-              + ", ".join(f"{n} = {o.segments['reasoning']} reasoning + {o.segments['content']} content + "
-                          f"{o.segments['tool_call']} tool call + 5 special" for n, o in list(outputs.items())[:1])
-              + " (same split for every size)")
+        print(
+            f"prompt: {len(prompt_ids)} tokens (rendered identically by {', '.join(targets)}); chat_request "
+            f"{len(orjson.dumps(request))} bytes; outputs: "
+            + ", ".join(
+                f"{n} = {o.segments['reasoning']} reasoning + {o.segments['content']} content + "
+                f"{o.segments['tool_call']} tool call + 5 special"
+                for n, o in list(outputs.items())[:1]
+            )
+            + " (same split for every size)"
+        )
         report["prompt_tokens"] = len(prompt_ids)
 
         # Warm-up: one short stream and one batch derender per target, not measured.
@@ -1008,43 +1240,57 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for key in order:
                     run = run_stream(targets[key], output, prompt_ids, request, size=n, repeat=repeat)
                     runs[key].append(run)
-                    print(f"  {n:>5} tokens  {LABELS[key]:<42} rep {repeat}  CPU {run.cpu_ticks_s:7.3f} s  "
-                          f"wall {run.wall_s:6.2f} s  snapshots {run.snapshots}"
-                          + (f"  409->prev {run.fallbacks}" if run.fallbacks else ""), flush=True)
+                    print(
+                        f"  {n:>5} tokens  {LABELS[key]:<42} rep {repeat}  CPU {run.cpu_ticks_s:7.3f} s  "
+                        f"wall {run.wall_s:6.2f} s  snapshots {run.snapshots}"
+                        + (f"  409->prev {run.fallbacks}" if run.fallbacks else ""),
+                        flush=True,
+                    )
             if "vllm" in targets and n <= args.vllm_max:
                 predicted = vllm_predicted_s(n, vllm_scale)
                 sampled = args.force_vllm_sampled or vllm_spent + predicted > args.vllm_budget_seconds
                 hint_run = next(iter(runs.get("full") or runs.get("compact") or []), None)
                 hint = (hint_run.tool_first_chunk, hint_run.tool_id) if hint_run else (None, None)
                 if sampled and hint_run is None:
-                    notes.append(f"vLLM @ {n}: sampling needs one of our full/compact targets for the tool-call "
-                                 "position; streamed fully instead")
+                    notes.append(
+                        f"vLLM @ {n}: sampling needs one of our full/compact targets for the tool-call "
+                        "position; streamed fully instead"
+                    )
                     sampled = False
                 windows = plan_windows(n, args.window, args.vllm_sample_windows) if sampled else None
-                print(f"  {n:>5} tokens  vLLM: predicted ~{predicted:.0f} s for the full stream, "
-                      f"{vllm_spent:.0f} s of the {args.vllm_budget_seconds:.0f} s time box used -> "
-                      + (f"sampled windows {windows}" if sampled else "full stream"), flush=True)
-                run = run_stream(targets["vllm"], output, prompt_ids, request, size=n, repeat=0, windows=windows,
-                                 tool_hint=hint)
+                print(
+                    f"  {n:>5} tokens  vLLM: predicted ~{predicted:.0f} s for the full stream, "
+                    f"{vllm_spent:.0f} s of the {args.vllm_budget_seconds:.0f} s time box used -> "
+                    + (f"sampled windows {windows}" if sampled else "full stream"),
+                    flush=True,
+                )
+                run = run_stream(
+                    targets["vllm"], output, prompt_ids, request, size=n, repeat=0, windows=windows, tool_hint=hint
+                )
                 runs["vllm"].append(run)
                 vllm_spent += run.wall_s
                 if not sampled:
                     vllm_scale = max(run.wall_s, run.cpu_ticks_s) / vllm_predicted_s(n, 1.0)
-                print(f"  {n:>5} tokens  {'vLLM':<42} rep 0  CPU {run.cpu_ticks_s:7.3f} s  wall {run.wall_s:6.2f} s"
-                      + (" (windows only)" if sampled else ""), flush=True)
+                print(
+                    f"  {n:>5} tokens  {'vLLM':<42} rep 0  CPU {run.cpu_ticks_s:7.3f} s  wall {run.wall_s:6.2f} s"
+                    + (" (windows only)" if sampled else ""),
+                    flush=True,
+                )
             # Correctness.
             summaries = {k: rs[0].summary for k, rs in runs.items() if rs and rs[0].summary is not None}
             for k, rs in runs.items():
                 for run in rs[1:]:
                     if run.summary is not None:
-                        problems += compare_summaries(f"{k} rep 0", rs[0].summary or {}, f"{k} rep {run.repeat}",
-                                                      run.summary)
+                        problems += compare_summaries(
+                            f"{k} rep 0", rs[0].summary or {}, f"{k} rep {run.repeat}", run.summary
+                        )
             reference = "vllm" if "vllm" in summaries else next(iter(summaries), None)
             if reference is not None:
                 for k, summary in summaries.items():
                     if k != reference:
-                        problems += [f"@{n}: {p}" for p in compare_summaries(reference, summaries[reference], k,
-                                                                             summary)]
+                        problems += [
+                            f"@{n}: {p}" for p in compare_summaries(reference, summaries[reference], k, summary)
+                        ]
                 notes += [f"@{n}: {x}" for x in check_against_output(reference, summaries[reference], output)]
             if "vllm" in summaries:
                 verified_with_vllm.append(n)
@@ -1059,12 +1305,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             for k, rs in runs.items():
                 for run in rs:
                     if run.snapshots.get("redis_err") or run.snapshots.get("replay") or run.fallbacks:
-                        notes.append(f"@{n} {k} rep {run.repeat}: {run.snapshots.get('redis_err', 0)} Redis error(s) "
-                                     f"(then Redis is skipped for a cool-down): {run.snapshots.get('miss', 0)} snapshot "
-                                     f"misses, {run.snapshots.get('replay', 0)} replays"
-                                     + (f", {run.fallbacks} chunks answered 409 and were retried on the previous "
-                                        "replica (a real client would have had to restart the stream)"
-                                        if run.fallbacks else ""))
+                        notes.append(
+                            f"@{n} {k} rep {run.repeat}: {run.snapshots.get('redis_err', 0)} Redis error(s) "
+                            f"(then Redis is skipped for a cool-down): {run.snapshots.get('miss', 0)} snapshot "
+                            f"misses, {run.snapshots.get('replay', 0)} replays"
+                            + (
+                                f", {run.fallbacks} chunks answered 409 and were retried on the previous "
+                                "replica (a real client would have had to restart the stream)"
+                                if run.fallbacks
+                                else ""
+                            )
+                        )
             results = {k: aggregate(rs, n, args.window) for k, rs in runs.items() if rs}
             all_results[n] = results
             # Batch derender of the same output.
@@ -1073,27 +1324,43 @@ def main(argv: Sequence[str] | None = None) -> int:
             batch_ours = next((k for k in ("full", "compact", "full-redis", "compact-redis") if k in targets), None)
             for key, label in (("vllm", "vllm"), (batch_ours, "ours")):
                 if key in targets and (key != "vllm" or n <= args.vllm_max):
-                    batch[n][label], messages[label] = run_batch(targets[key], output, prompt_ids, request,
-                                                                 args.batch_reps)
+                    batch[n][label], messages[label] = run_batch(
+                        targets[key], output, prompt_ids, request, args.batch_reps
+                    )
             if len(messages) == 2:
                 a, b = messages["vllm"]["message"], messages["ours"]["message"]
                 for field_name in ("content", "reasoning"):
                     if a.get(field_name) != b.get(field_name):
                         problems.append(f"@{n}: batch {field_name} differs between vLLM and ours")
-                calls = [[(c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls") or []]
-                         for m in (a, b)]
+                calls = [
+                    [(c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls") or []]
+                    for m in (a, b)
+                ]
                 if calls[0] != calls[1]:
                     problems.append(f"@{n}: batch tool calls differ between vLLM and ours")
             print("\n" + size_table(n, results, len(prompt_ids), args.window) + "\n", flush=True)
             report["sizes"][n] = {
                 "results": {k: {**asdict(r), "label": LABELS[k]} for k, r in results.items()},
                 "batch_cpu_ms": batch[n],
-                "runs": {k: [{"repeat": r.repeat, "sampled": r.sampled, "windows": r.windows,
-                              "cpu_ticks_s": r.cpu_ticks_s, "wall_s": r.wall_s, "snapshots": r.snapshots,
-                              "fallbacks": r.fallbacks, "redis_cpu_s": r.redis_cpu_s,
-                              "chunk_cpu_ms": {i: v / 1e6 for i, v in sorted(r.chunk_cpu_ns.items())},
-                              "chunk_sent": r.chunk_sent, "chunk_recv": r.chunk_recv} for r in rs]
-                         for k, rs in runs.items()},
+                "runs": {
+                    k: [
+                        {
+                            "repeat": r.repeat,
+                            "sampled": r.sampled,
+                            "windows": r.windows,
+                            "cpu_ticks_s": r.cpu_ticks_s,
+                            "wall_s": r.wall_s,
+                            "snapshots": r.snapshots,
+                            "fallbacks": r.fallbacks,
+                            "redis_cpu_s": r.redis_cpu_s,
+                            "chunk_cpu_ms": {i: v / 1e6 for i, v in sorted(r.chunk_cpu_ns.items())},
+                            "chunk_sent": r.chunk_sent,
+                            "chunk_recv": r.chunk_recv,
+                        }
+                        for r in rs
+                    ]
+                    for k, rs in runs.items()
+                },
             }
 
         print(batch_table(batch) + "\n")
@@ -1103,8 +1370,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
         sampled_sizes = [n for n, rs in all_results.items() if "vllm" in rs and rs["vllm"].sampled]
         if sampled_sizes:
-            print(f"note: vLLM was measured on windows of the stream (not fully) at {sampled_sizes} tokens to stay in "
-                  f"the {args.vllm_budget_seconds:.0f} s time box; its totals there are interpolated (~).")
+            print(
+                f"note: vLLM was measured on windows of the stream (not fully) at {sampled_sizes} tokens to stay in "
+                f"the {args.vllm_budget_seconds:.0f} s time box; its totals there are interpolated (~)."
+            )
         skipped = [n for n in args.sizes if "vllm" in targets and n > args.vllm_max]
         if skipped:
             print(f"note: vLLM not run at {skipped} tokens (--vllm-max {args.vllm_max}).")
@@ -1113,16 +1382,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in problems:
             print(f"MISMATCH: {problem}")
         if "vllm" in targets and verified_with_vllm:
-            print(f"verified: {', '.join(k for k in targets if k != 'vllm')} reproduce vLLM's streamed reasoning, "
-                  f"content, tool calls and finish_reason at {verified_with_vllm} tokens"
-                  if not problems else "verification found mismatches")
+            print(
+                f"verified: {', '.join(k for k in targets if k != 'vllm')} reproduce vLLM's streamed reasoning, "
+                f"content, tool calls and finish_reason at {verified_with_vllm} tokens"
+                if not problems
+                else "verification found mismatches"
+            )
         correctness = not problems if summaries else None
         print()
         for line in verdicts(all_results, correctness):
             print(line)
-        report.update(batch_cpu_ms=batch, problems=problems, notes=notes, verified_with_vllm=verified_with_vllm,
-                      ratios=ratio_lines(all_results, floors), sent_floor_bytes=floors, verdicts=verdicts(all_results, correctness),
-                      vllm_wall_spent_s=vllm_spent)
+        report.update(
+            batch_cpu_ms=batch,
+            problems=problems,
+            notes=notes,
+            verified_with_vllm=verified_with_vllm,
+            ratios=ratio_lines(all_results, floors),
+            sent_floor_bytes=floors,
+            verdicts=verdicts(all_results, correctness),
+            vllm_wall_spent_s=vllm_spent,
+        )
     finally:
         for target in targets.values():
             target.close()

@@ -33,23 +33,38 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from render_service.render.templating import FastTemplate
 from render_service.model.backends import choose_backend
+from render_service.render.templating import FastTemplate
 
 # What render-service echoes for a plain request; only the per-request fields change.
-SAMPLING = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "temperature": 0.6,
-            "top_p": 0.95, "top_k": 20, "min_p": 0.0, "stop": [], "stop_token_ids": [], "max_tokens": 0,
-            "skip_special_tokens": False, "output_kind": 2, "skip_clone": True, "bad_words": [],
-            "skip_reading_prefix_cache": False}
+SAMPLING = {
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "temperature": 0.6,
+    "top_p": 0.95,
+    "top_k": 20,
+    "min_p": 0.0,
+    "stop": [],
+    "stop_token_ids": [],
+    "max_tokens": 0,
+    "skip_special_tokens": False,
+    "output_kind": 2,
+    "skip_clone": True,
+    "bad_words": [],
+    "skip_reading_prefix_cache": False,
+}
 
 
 def compile_template(source: str) -> jinja2.Template:
     """HF's `apply_chat_template` environment: sandboxed, trim/lstrip blocks, loopcontrols, its tojson."""
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                                       extensions=[jinja2.ext.loopcontrols])
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+    )
 
-    def tojson(value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-               sort_keys: bool = False) -> str:
+    def tojson(
+        value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
+    ) -> str:
         return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
     def raise_exception(message: str) -> None:
@@ -74,8 +89,10 @@ def create_app(model_dir: str, model_name: str, max_model_len: int, engine: str 
         template = compile_template(config["chat_template"])
 
         def render(messages: Any, tools: Any, add_generation_prompt: bool, kwargs: dict[str, Any]) -> str:
-            return template.render(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt,
-                                   **specials, **kwargs)
+            return template.render(
+                messages=messages, tools=tools, add_generation_prompt=add_generation_prompt, **specials, **kwargs
+            )
+
     tokenizer_json = (folder / "tokenizer.json").read_text()
     backend = choose_backend(tokenizers.Tokenizer.from_str(tokenizer_json), tokenizer_json)
 
@@ -93,23 +110,44 @@ def create_app(model_dir: str, model_name: str, max_model_len: int, engine: str 
         text = render(messages, tools, add_generation_prompt, body.get("chat_template_kwargs") or {})
         ids = backend.encode(text, add_special_tokens=False)
         kwargs = {"add_generation_prompt": add_generation_prompt, "continue_final_message": False}
-        out = {"request_id": f"chatcmpl-{secrets.token_hex(8)}", "token_ids": ids, "token_offsets": None,
-               "features": None, "content_parts": None,
-               "sampling_params": {**SAMPLING, "max_tokens": max_model_len - len(ids)},
-               "model": model_name, "reasoning_ended": False, "reasoning_parser_kwargs": {"chat_template_kwargs": kwargs},
-               "return_token_ids": None, "output_mode": "tokens",
-               "parse_context": {"tools": tools, "tool_choice": "auto" if tools else "none",
-                                 "parallel_tool_calls": True, "include_reasoning": True,
-                                 "chat_template_kwargs": kwargs, "history_tool_call_cnt": 0},
-               "stream": False, "stream_options": None, "cache_salt": None, "priority": 0,
-               "kv_transfer_params": None, "ec_transfer_params": None}
+        out = {
+            "request_id": f"chatcmpl-{secrets.token_hex(8)}",
+            "token_ids": ids,
+            "token_offsets": None,
+            "features": None,
+            "content_parts": None,
+            "sampling_params": {**SAMPLING, "max_tokens": max_model_len - len(ids)},
+            "model": model_name,
+            "reasoning_ended": False,
+            "reasoning_parser_kwargs": {"chat_template_kwargs": kwargs},
+            "return_token_ids": None,
+            "output_mode": "tokens",
+            "parse_context": {
+                "tools": tools,
+                "tool_choice": "auto" if tools else "none",
+                "parallel_tool_calls": True,
+                "include_reasoning": True,
+                "chat_template_kwargs": kwargs,
+                "history_tool_call_cnt": 0,
+            },
+            "stream": False,
+            "stream_options": None,
+            "cache_salt": None,
+            "priority": 0,
+            "kv_transfer_params": None,
+            "ec_transfer_params": None,
+        }
         return Response(orjson.dumps(out), media_type="application/json")
 
     async def health(request: Request) -> Response:
         return Response(status_code=200)
 
-    app = Starlette(routes=[Route("/v1/chat/completions/render", chat_render, methods=["POST"]),
-                            Route("/health", health, methods=["GET"])])
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions/render", chat_render, methods=["POST"]),
+            Route("/health", health, methods=["GET"]),
+        ]
+    )
     app.state.backend = f"template {engine}, tokenizer {backend.name}"
     return app
 
@@ -121,14 +159,23 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8003)
     parser.add_argument("--served-model-name", default="tinyqwen3")
     parser.add_argument("--max-model-len", type=int, default=16384)
-    parser.add_argument("--engine", choices=("jinja2", "minijinja"), default="jinja2",
-                        help="template engine (default: %(default)s)")
+    parser.add_argument(
+        "--engine", choices=("jinja2", "minijinja"), default="jinja2", help="template engine (default: %(default)s)"
+    )
     args = parser.parse_args()
     app = create_app(args.model, args.served_model_name, args.max_model_len, args.engine)
     print(f"floor server: {app.state.backend}", flush=True)
     # The same loop, parser and logging settings as render-service's worker.
-    uvicorn.run(app, host=args.host, port=args.port, loop="uvloop", http="httptools", access_log=False,
-                log_level="warning", lifespan="off")
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level="warning",
+        lifespan="off",
+    )
 
 
 if __name__ == "__main__":

@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import render_bench
 
 from render_service import cli
-from render_service.render import pipeline as render
-from render_service.server.app import create_app
 from render_service.model.loader import load_model
+from render_service.render import pipeline as render
 from render_service.render.templating import FastTemplate
+from render_service.server.app import create_app
 
 
 def per_call_ms(function: Callable[[bytes], Any], bodies: list[bytes], seconds: float) -> float:
@@ -57,8 +57,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of ours per scenario")
     args = parser.parse_args()
 
-    settings = cli.settings_from_args(cli._parser().parse_args(
-        ["serve", args.model, *render_bench.DEFAULT_SERVER_ARGS.split()]))
+    settings = cli.settings_from_args(
+        cli._parser().parse_args(["serve", args.model, *render_bench.DEFAULT_SERVER_ARGS.split()])
+    )
     model = load_model(settings)
     state = create_app(settings, model).state.render
     state.load()
@@ -76,8 +77,13 @@ def main() -> None:
                     call["function"]["arguments"] = orjson.loads(call["function"]["arguments"])
         text = template.render(request["messages"], request.get("tools"), {"add_generation_prompt": True})
         ids = backend.encode(text)
-        return orjson.dumps({"token_ids": ids, "sampling_params": {"max_tokens": 16384 - len(ids)},
-                             "parse_context": {"tools": request.get("tools")}})
+        return orjson.dumps(
+            {
+                "token_ids": ids,
+                "sampling_params": {"max_tokens": 16384 - len(ids)},
+                "parse_context": {"tools": request.get("tools")},
+            }
+        )
 
     def ours(body: bytes) -> bytes:
         return orjson.dumps(render.render_chat(context, orjson.loads(body), None))
@@ -87,8 +93,10 @@ def main() -> None:
         bodies = render_bench.build_workload(render_bench.SCENARIOS[name], 0, 8).bodies
         floor_ms = per_call_ms(floor, bodies, args.seconds)
         ours_ms = per_call_ms(ours, bodies, args.seconds)
-        print(f"{name:<8}{floor_ms:>10.3f}{ours_ms:>10.3f}{ours_ms - floor_ms:>14.3f}{ours_ms / floor_ms:>11.2f}x",
-              flush=True)
+        print(
+            f"{name:<8}{floor_ms:>10.3f}{ours_ms:>10.3f}{ours_ms - floor_ms:>14.3f}{ours_ms / floor_ms:>11.2f}x",
+            flush=True,
+        )
         if args.profile:
             profile = cProfile.Profile()
             profile.enable()

@@ -37,9 +37,9 @@ from typing import Any
 import orjson
 
 from render_service import cli
+from render_service.model.loader import load_model
 from render_service.server import workers
 from render_service.server.app import create_app
-from render_service.model.loader import load_model
 
 INTERVAL = 0.05  # the service's own sampler's interval
 
@@ -47,8 +47,9 @@ INTERVAL = 0.05  # the service's own sampler's interval
 class TimedTask(asyncio.tasks._PyTask):  # type: ignore[name-defined,misc]
     """An asyncio Task that records (end time, wall s, thread CPU s) of each of its steps."""
 
-    def __init__(self, coro: Any, *, loop: Any, steps: collections.deque[tuple[float, float, float]],
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, coro: Any, *, loop: Any, steps: collections.deque[tuple[float, float, float]], **kwargs: Any
+    ) -> None:
         self._steps = steps  # set before the base class schedules the first step
         super().__init__(coro, loop=loop, **kwargs)
 
@@ -70,6 +71,7 @@ class LagProbe:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
+
             async def send_started(message: dict[str, Any]) -> None:
                 if message["type"] == "lifespan.startup.complete":
                     loop = asyncio.get_running_loop()
@@ -85,10 +87,21 @@ class LagProbe:
             await self.app(scope, receive, send_started)
             return
         if scope["type"] == "http" and scope["path"] == "/_probe/lag":
-            body = orjson.dumps({"worker": os.environ.get("RENDER_WORKER_ID", "0"), "pid": os.getpid(),
-                                 "samples": list(self.samples), "steps": list(self.steps)})
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
+            body = orjson.dumps(
+                {
+                    "worker": os.environ.get("RENDER_WORKER_ID", "0"),
+                    "pid": os.getpid(),
+                    "samples": list(self.samples),
+                    "steps": list(self.steps),
+                }
+            )
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
             return
         await self.app(scope, receive, send)
@@ -107,8 +120,9 @@ class LagProbe:
             await asyncio.sleep(INTERVAL)
             end = perf()
             cpu1, wait1 = schedstat()
-            self.samples.append((time.time(), max(0.0, end - start - INTERVAL), (cpu1 - cpu0) / 1e9,
-                                 (wait1 - wait0) / 1e9))
+            self.samples.append(
+                (time.time(), max(0.0, end - start - INTERVAL), (cpu1 - cpu0) / 1e9, (wait1 - wait0) / 1e9)
+            )
 
 
 def main(argv: list[str]) -> int:
@@ -117,8 +131,9 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     model = load_model(settings)
     count = settings.workers or workers.available_cpus()
-    return workers.serve(lambda: LagProbe(create_app(settings, model)), settings.host, settings.port, count,
-                         settings.log_level)
+    return workers.serve(
+        lambda: LagProbe(create_app(settings, model)), settings.host, settings.port, count, settings.log_level
+    )
 
 
 if __name__ == "__main__":

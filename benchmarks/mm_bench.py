@@ -66,6 +66,7 @@ SCENARIOS = [(1, "new"), (1, "repeated"), (4, "new"), (4, "repeated")]
 
 # -- payloads ---------------------------------------------------------------------------------
 
+
 def jpeg_template(seed: int) -> str:
     """A 1280x720 JPEG data URL with MARKER where 12 bytes of a COM segment go.
 
@@ -77,8 +78,7 @@ def jpeg_template(seed: int) -> str:
     data = buffer.getvalue()
     assert data[:4] == b"\xff\xd8\xff\xe0" and data[4:6] == b"\x00\x10", "expected a JFIF APP0 first"
     head = data[:20] + b"\xff\xfe\x00\x0e"
-    return ("data:image/jpeg;base64," + base64.b64encode(head).decode() + MARKER
-            + base64.b64encode(data[20:]).decode())
+    return "data:image/jpeg;base64," + base64.b64encode(head).decode() + MARKER + base64.b64encode(data[20:]).decode()
 
 
 def fill(template: str, counter: int) -> str:
@@ -90,7 +90,10 @@ MM_PAYLOAD = "tensors"  # --mm-payload: "none" is what llm-d's router asks for (
 
 def body(urls: list[str]) -> dict[str, Any]:
     content = [{"type": "image_url", "image_url": {"url": u}} for u in urls]
-    request = {"model": MM_MODEL_NAME, "messages": [{"role": "user", "content": [*content, {"type": "text", "text": "?"}]}]}
+    request = {
+        "model": MM_MODEL_NAME,
+        "messages": [{"role": "user", "content": [*content, {"type": "text", "text": "?"}]}],
+    }
     if MM_PAYLOAD != "tensors":
         request["mm_payload"] = MM_PAYLOAD
     return request
@@ -120,18 +123,44 @@ class Payloads:
 
 # -- servers ----------------------------------------------------------------------------------
 
+
 def start_ours(workers: int, log_dir: Path) -> Server:
     port = free_port()
     log = log_dir / f"ours-w{workers}.log"
-    command = [sys.executable, "-m", "render_service.cli", "serve", MM_MODEL_DIR, "--port", str(port),
-               "--served-model-name", MM_MODEL_NAME, "--max-model-len", str(MM_MAX_MODEL_LEN),
-               "--workers", str(workers)]
+    command = [
+        sys.executable,
+        "-m",
+        "render_service.cli",
+        "serve",
+        MM_MODEL_DIR,
+        "--port",
+        str(port),
+        "--served-model-name",
+        MM_MODEL_NAME,
+        "--max-model-len",
+        str(MM_MAX_MODEL_LEN),
+        "--workers",
+        str(workers),
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True, env=env, cwd=str(ROOT))
-    server = Server(f"ours w{workers}", f"http://127.0.0.1:{port}", process.pid, owned=True, log=log,
-                    info={"command": f"PYTHONPATH={ROOT} " + " ".join(command)})
+        process = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+            cwd=str(ROOT),
+        )
+    server = Server(
+        f"ours w{workers}",
+        f"http://127.0.0.1:{port}",
+        process.pid,
+        owned=True,
+        log=log,
+        info={"command": f"PYTHONPATH={ROOT} " + " ".join(command)},
+    )
     try:
         wait_healthy(server.url, 180, process.pid, log)
     except BaseException:
@@ -143,8 +172,9 @@ def start_ours(workers: int, log_dir: Path) -> Server:
 def start_vllm(torchvision_path: str) -> Server:
     os.environ["PYTHONPATH"] = torchvision_path  # inherited by the start script (and only it)
     try:
-        return start_vllm_render(MM_MODEL_DIR, free_port(), ["--served-model-name", MM_MODEL_NAME,
-                                                              "--max-model-len", str(MM_MAX_MODEL_LEN)])
+        return start_vllm_render(
+            MM_MODEL_DIR, free_port(), ["--served-model-name", MM_MODEL_NAME, "--max-model-len", str(MM_MAX_MODEL_LEN)]
+        )
     finally:
         del os.environ["PYTHONPATH"]
 
@@ -155,15 +185,23 @@ def same_work(ours: Server, vllm: Server, payloads: Payloads) -> None:
         data = payloads.new(images)
         answers = []
         for server in (ours, vllm):
-            response = httpx.post(server.url + RENDER_PATH, content=data, timeout=600,
-                                  headers={"Content-Type": "application/json"})
+            response = httpx.post(
+                server.url + RENDER_PATH, content=data, timeout=600, headers={"Content-Type": "application/json"}
+            )
             assert response.status_code == 200, f"{server.name}: {response.status_code} {response.text[:300]}"
             result = response.json()
             features = result["features"]
             kwargs = features["kwargs_data"]  # null with --mm-payload none
-            answers.append((result["token_ids"], features["mm_hashes"], features["mm_placeholders"],
-                            None if kwargs is None else [summarize_item(item)["pixel_values"] | {"field": None}
-                                                         for item in kwargs["image"]]))
+            answers.append(
+                (
+                    result["token_ids"],
+                    features["mm_hashes"],
+                    features["mm_placeholders"],
+                    None
+                    if kwargs is None
+                    else [summarize_item(item)["pixel_values"] | {"field": None} for item in kwargs["image"]],
+                )
+            )
         if answers[0] != answers[1]:
             raise SystemExit(f"{images} image(s): ours and vLLM differ; not benchmarking different work")
     print("precheck: token ids, mm_hashes, placeholders and pixel tensors identical", flush=True)
@@ -171,13 +209,16 @@ def same_work(ours: Server, vllm: Server, payloads: Payloads) -> None:
 
 # -- sequential CPU ---------------------------------------------------------------------------
 
-def sequential(servers: list[Server], payloads: Payloads, images: int, mode: str, n: int, rounds: int
-               ) -> dict[str, float]:
+
+def sequential(
+    servers: list[Server], payloads: Payloads, images: int, mode: str, n: int, rounds: int
+) -> dict[str, float]:
     """Median over rounds of server CPU ms per request (and wall ms per request)."""
     cpu: dict[str, list[float]] = {s.name: [] for s in servers}
     wall: dict[str, list[float]] = {s.name: [] for s in servers}
-    clients = {s.name: httpx.Client(base_url=s.url, timeout=600, headers={"Content-Type": "application/json"})
-               for s in servers}
+    clients = {
+        s.name: httpx.Client(base_url=s.url, timeout=600, headers={"Content-Type": "application/json"}) for s in servers
+    }
     try:
         if mode == "repeated":
             for server in servers:  # the first turn that put the images in (our) cache
@@ -195,8 +236,10 @@ def sequential(servers: list[Server], payloads: Payloads, images: int, mode: str
     finally:
         for client in clients.values():
             client.close()
-    return {**{f"{k} cpu_ms": statistics.median(v) for k, v in cpu.items()},
-            **{f"{k} wall_ms": statistics.median(v) for k, v in wall.items()}}
+    return {
+        **{f"{k} cpu_ms": statistics.median(v) for k, v in cpu.items()},
+        **{f"{k} wall_ms": statistics.median(v) for k, v in wall.items()},
+    }
 
 
 # -- load (wrk) -------------------------------------------------------------------------------
@@ -236,9 +279,27 @@ end
 def run_wrk(server: Server, script: Path, duration: int, connections: int, counter: int) -> dict[str, float]:
     env = {**os.environ, "MM_BENCH_COUNTER": str(counter)}
     start_cpu, start_wall = tree_cpu_seconds(server.pid), time.perf_counter()
-    out = subprocess.run(["wrk", "-t", "1", "-c", str(connections), "-d", f"{duration}s", "--latency",
-                          "--timeout", "60s", "-s", str(script), server.url], capture_output=True, text=True,
-                         check=True, env=env).stdout
+    out = subprocess.run(
+        [
+            "wrk",
+            "-t",
+            "1",
+            "-c",
+            str(connections),
+            "-d",
+            f"{duration}s",
+            "--latency",
+            "--timeout",
+            "60s",
+            "-s",
+            str(script),
+            server.url,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
     elapsed = time.perf_counter() - start_wall
     cpu = tree_cpu_seconds(server.pid) - start_cpu
     requests = int(re.search(r"(\d+) requests in", out).group(1))
@@ -249,13 +310,20 @@ def run_wrk(server: Server, script: Path, duration: int, connections: int, count
         lat[pct] = value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     timeouts = re.search(r"timeout (\d+)", out)
-    return {"rps": requests / duration, "p50_ms": lat["50"], "p99_ms": lat["99"], "requests": requests,
-            "cpu_ms_per_req": cpu / max(requests, 1) * 1000, "cores": cpu / elapsed,
-            "errors": (int(errors.group(1)) if errors else 0) + (int(timeouts.group(1)) if timeouts else 0)}
+    return {
+        "rps": requests / duration,
+        "p50_ms": lat["50"],
+        "p99_ms": lat["99"],
+        "requests": requests,
+        "cpu_ms_per_req": cpu / max(requests, 1) * 1000,
+        "cores": cpu / elapsed,
+        "errors": (int(errors.group(1)) if errors else 0) + (int(timeouts.group(1)) if timeouts else 0),
+    }
 
 
-def load(servers: list[Server], payloads: Payloads, tmp: Path, duration: int, connections: int
-         ) -> dict[str, dict[str, dict[str, float]]]:
+def load(
+    servers: list[Server], payloads: Payloads, tmp: Path, duration: int, connections: int
+) -> dict[str, dict[str, dict[str, float]]]:
     results: dict[str, dict[str, dict[str, float]]] = {}
     counter = 2 * 10**9
     for images, mode in SCENARIOS:
@@ -263,8 +331,10 @@ def load(servers: list[Server], payloads: Payloads, tmp: Path, duration: int, co
         path = tmp / f"body-{images}-{mode}.json"
         path.write_text(payloads.template_body(images) if mode == "new" else payloads.repeated(images).decode())
         script = tmp / f"wrk-{images}-{mode}.lua"
-        script.write_text(LUA % {"path": path, "unique": "true" if mode == "new" else "false", "marker": MARKER,
-                                 "path_url": RENDER_PATH})
+        script.write_text(
+            LUA
+            % {"path": path, "unique": "true" if mode == "new" else "false", "marker": MARKER, "path_url": RENDER_PATH}
+        )
         results[name] = {}
         for server in servers:
             run_wrk(server, script, 2, connections, counter)  # warm-up (and, repeated: fill the cache)
@@ -272,12 +342,16 @@ def load(servers: list[Server], payloads: Payloads, tmp: Path, duration: int, co
             results[name][server.name] = run_wrk(server, script, duration, connections, counter)
             counter += 10**6
             r = results[name][server.name]
-            print(f"  {name:16s} {server.name:8s} {r['rps']:6.1f} req/s  p99 {r['p99_ms']:7.0f} ms  "
-                  f"{r['cpu_ms_per_req']:6.1f} CPU-ms/req  {r['cores']:.2f} cores  errors {r['errors']}", flush=True)
+            print(
+                f"  {name:16s} {server.name:8s} {r['rps']:6.1f} req/s  p99 {r['p99_ms']:7.0f} ms  "
+                f"{r['cpu_ms_per_req']:6.1f} CPU-ms/req  {r['cores']:.2f} cores  errors {r['errors']}",
+                flush=True,
+            )
     return results
 
 
 # -- main -------------------------------------------------------------------------------------
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -290,15 +364,21 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=15, help="seconds per wrk run (0: no load phase)")
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--json", dest="json_out")
-    parser.add_argument("--mm-payload", default="tensors", choices=("tensors", "none"),
-                        help="none: the router's request (no kwargs_data in the response)")
+    parser.add_argument(
+        "--mm-payload",
+        default="tensors",
+        choices=("tensors", "none"),
+        help="none: the router's request (no kwargs_data in the response)",
+    )
     args = parser.parse_args()
     global MM_PAYLOAD
     MM_PAYLOAD = args.mm_payload
     if args.duration and shutil.which("wrk") is None:
         raise SystemExit("wrk is needed for the load phase (apt-get install wrk), or pass --duration 0")
     if Path(MM_MODEL_DIR, "preprocessor_config.json").exists() is False:
-        raise SystemExit(f"build the model folder first: python -m render_service.model.example {MM_MODEL_DIR} qwen3-vl")
+        raise SystemExit(
+            f"build the model folder first: python -m render_service.model.example {MM_MODEL_DIR} qwen3-vl"
+        )
 
     tmp = Path(tempfile.mkdtemp(prefix="mm_bench."))
     payloads = Payloads()
@@ -323,11 +403,19 @@ def main() -> None:
             seq[f"{images}x720p {mode}"] = sequential([ours, vllm], payloads, images, mode, n, args.rounds)
         rows = []
         for name, r in seq.items():
-            rows.append([name, f"{r['ours w1 cpu_ms']:.1f}", f"{r['vLLM cpu_ms']:.1f}",
-                         f"{r['vLLM cpu_ms'] / max(r['ours w1 cpu_ms'], 1e-9):.1f}x",
-                         f"{r['ours w1 wall_ms']:.1f}", f"{r['vLLM wall_ms']:.1f}"])
-        print(format_table(["scenario", "ours CPU-ms", "vLLM CPU-ms", "vLLM/ours", "ours wall-ms", "vLLM wall-ms"],
-                           rows))
+            rows.append(
+                [
+                    name,
+                    f"{r['ours w1 cpu_ms']:.1f}",
+                    f"{r['vLLM cpu_ms']:.1f}",
+                    f"{r['vLLM cpu_ms'] / max(r['ours w1 cpu_ms'], 1e-9):.1f}x",
+                    f"{r['ours w1 wall_ms']:.1f}",
+                    f"{r['vLLM wall_ms']:.1f}",
+                ]
+            )
+        print(
+            format_table(["scenario", "ours CPU-ms", "vLLM CPU-ms", "vLLM/ours", "ours wall-ms", "vLLM wall-ms"], rows)
+        )
 
         loaded: dict[str, Any] = {}
         if args.duration:
@@ -338,14 +426,27 @@ def main() -> None:
             rows = []
             for name, per in loaded.items():
                 for target, r in per.items():
-                    rows.append([f"{name} / {target}", f"{r['rps']:.1f}", f"{r['p50_ms']:.0f}", f"{r['p99_ms']:.0f}",
-                                 f"{r['cpu_ms_per_req']:.1f}", f"{r['cores']:.2f}", str(r["errors"])])
+                    rows.append(
+                        [
+                            f"{name} / {target}",
+                            f"{r['rps']:.1f}",
+                            f"{r['p50_ms']:.0f}",
+                            f"{r['p99_ms']:.0f}",
+                            f"{r['cpu_ms_per_req']:.1f}",
+                            f"{r['cores']:.2f}",
+                            str(r["errors"]),
+                        ]
+                    )
                 rows.append([])
-            print(format_table(["scenario / target", "req/s", "p50 ms", "p99 ms", "CPU-ms/req", "cores", "errors"],
-                               rows[:-1]))
+            print(
+                format_table(
+                    ["scenario / target", "req/s", "p50 ms", "p99 ms", "CPU-ms/req", "cores", "errors"], rows[:-1]
+                )
+            )
         if args.json_out:
-            Path(args.json_out).write_text(json.dumps({"sequential": seq, "load": loaded,
-                                                       "ours": ours.info["command"]}, indent=1))
+            Path(args.json_out).write_text(
+                json.dumps({"sequential": seq, "load": loaded, "ours": ours.info["command"]}, indent=1)
+            )
     finally:
         for server in reversed(started):
             if server.owned and server.pid is not None:

@@ -58,8 +58,11 @@ HEADERS = {"Content-Type": "application/json", "X-Request-Id": "bench"}
 
 def body(urls: list[str], payload: str) -> bytes:
     content = [{"type": "image_url", "image_url": {"url": u}} for u in urls]
-    request: dict[str, Any] = {"model": MM_MODEL_NAME, "mm_payload": payload,
-                               "messages": [{"role": "user", "content": [*content, {"type": "text", "text": "?"}]}]}
+    request: dict[str, Any] = {
+        "model": MM_MODEL_NAME,
+        "mm_payload": payload,
+        "messages": [{"role": "user", "content": [*content, {"type": "text", "text": "?"}]}],
+    }
     return json.dumps(request).encode()
 
 
@@ -72,17 +75,34 @@ def item_bytes(url: str, payload: str) -> int:
 
     config = multimodal.VisionConfig.load(Path(MM_MODEL_DIR), MM_MODEL_DIR)
     processor = multimodal.ImageProcessor(config)
-    processor.from_data_url(url, partial(media.decode_data_url, limits=media.MediaLimits()),
-                            tensors=payload == "tensors")
+    processor.from_data_url(
+        url, partial(media.decode_data_url, limits=media.MediaLimits()), tensors=payload == "tensors"
+    )
     return processor.cache.bytes
 
 
 def start_redis(log_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    process = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                "--appendonly", "no", "--maxmemory", "1gb", "--maxmemory-policy", "allkeys-lru"],
-                               stdout=(log_dir / "redis.log").open("wb"),
-                               stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--maxmemory",
+            "1gb",
+            "--maxmemory-policy",
+            "allkeys-lru",
+        ],
+        stdout=(log_dir / "redis.log").open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 10
     import redis
 
@@ -99,14 +119,42 @@ def start_redis(log_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
 def start_ours(name: str, log_dir: Path, *flags: str) -> Server:
     port = free_port()
     log = log_dir / f"{name}.log"
-    command = [sys.executable, "-m", "render_service.cli", "serve", MM_MODEL_DIR, "--port", str(port),
-               "--served-model-name", MM_MODEL_NAME, "--max-model-len", str(MM_MAX_MODEL_LEN),
-               "--workers", "1", "--snapshot-key", "bench", *flags]
+    command = [
+        sys.executable,
+        "-m",
+        "render_service.cli",
+        "serve",
+        MM_MODEL_DIR,
+        "--port",
+        str(port),
+        "--served-model-name",
+        MM_MODEL_NAME,
+        "--max-model-len",
+        str(MM_MAX_MODEL_LEN),
+        "--workers",
+        "1",
+        "--snapshot-key",
+        "bench",
+        *flags,
+    ]
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
-    server = Server(name, f"http://127.0.0.1:{port}", process.pid, owned=True, log=log,
-                    info={"command": f"PYTHONPATH={ROOT} " + " ".join(command)})
+        process = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            cwd=str(ROOT),
+        )
+    server = Server(
+        name,
+        f"http://127.0.0.1:{port}",
+        process.pid,
+        owned=True,
+        log=log,
+        info={"command": f"PYTHONPATH={ROOT} " + " ".join(command)},
+    )
     try:
         wait_healthy(server.url, 180, process.pid, log)
     except BaseException:
@@ -138,8 +186,9 @@ def run_case(images: int, payload: str, n: int, rounds: int, tmp: Path, template
     redis_process, redis_url = start_redis(tmp)
     servers: list[Server] = []
     try:
-        tier = start_ours(f"redis-{images}-{payload}", tmp, "--mm-cache-bytes", cache, "--redis-url", redis_url,
-                          "--mm-cache-redis")
+        tier = start_ours(
+            f"redis-{images}-{payload}", tmp, "--mm-cache-bytes", cache, "--redis-url", redis_url, "--mm-cache-redis"
+        )
         servers.append(tier)
         plain = start_ours(f"plain-{images}-{payload}", tmp, "--mm-cache-bytes", cache)
         servers.append(plain)
@@ -149,6 +198,7 @@ def run_case(images: int, payload: str, n: int, rounds: int, tmp: Path, template
 
         def new_bodies() -> list[bytes]:  # never seen: local miss, Redis miss, processed, stored
             return [body([fill(t, next(counter)) for t in templates[:images]], payload) for _ in range(n)]
+
         with httpx.Client(timeout=600, headers=HEADERS) as client:
             for data in (body(sets[0], payload), body(sets[1], payload)):  # the first turns: into Redis
                 client.post(tier.url + RENDER_PATH, content=data)
@@ -157,9 +207,14 @@ def run_case(images: int, payload: str, n: int, rounds: int, tmp: Path, template
             if check[0] != check[1]:
                 raise SystemExit(f"{images}x {payload}: the Redis-hit response differs from the processed one")
             before = counters(tier)
-            results: dict[str, list[tuple[float, float]]] = {"redis hit": [], "processing": [],
-                                                             "local hit (flag on)": [], "local hit (flag off)": [],
-                                                             "new (flag on)": [], "new (flag off)": []}
+            results: dict[str, list[tuple[float, float]]] = {
+                "redis hit": [],
+                "processing": [],
+                "local hit (flag on)": [],
+                "local hit (flag off)": [],
+                "new (flag on)": [],
+                "new (flag off)": [],
+            }
             for _ in range(rounds):
                 results["redis hit"].append(measure(client, tier, alternating, redis_process.pid))
                 results["processing"].append(measure(client, plain, alternating, redis_process.pid))
@@ -174,12 +229,18 @@ def run_case(images: int, payload: str, n: int, rounds: int, tmp: Path, template
             # every alternating request: all images from Redis, none processed locally
             expected_hits = rounds * n * images
             if moved["redis_hits"] != expected_hits or moved["misses"] != 0:
-                raise SystemExit(f"{images}x {payload}: expected {expected_hits} Redis hits and no local "
-                                 f"processing, got {moved}")
-        return {"medians": {k: (statistics.median(c for c, _ in v), statistics.median(r for _, r in v))
-                            for k, v in results.items()},
-                "cache_bytes": int(cache), "item_bytes": per_item, "counters": moved,
-                "commands": [s.info["command"] for s in servers]}
+                raise SystemExit(
+                    f"{images}x {payload}: expected {expected_hits} Redis hits and no local processing, got {moved}"
+                )
+        return {
+            "medians": {
+                k: (statistics.median(c for c, _ in v), statistics.median(r for _, r in v)) for k, v in results.items()
+            },
+            "cache_bytes": int(cache),
+            "item_bytes": per_item,
+            "counters": moved,
+            "commands": [s.info["command"] for s in servers],
+        }
     finally:
         for server in servers:
             stop_process_tree(server.pid)
@@ -196,7 +257,9 @@ def main() -> None:
     if shutil.which("redis-server") is None:
         raise SystemExit("redis-server is needed")
     if not Path(MM_MODEL_DIR, "preprocessor_config.json").exists():
-        raise SystemExit(f"build the model folder first: python -m render_service.model.example {MM_MODEL_DIR} qwen3-vl")
+        raise SystemExit(
+            f"build the model folder first: python -m render_service.model.example {MM_MODEL_DIR} qwen3-vl"
+        )
     tmp = Path(tempfile.mkdtemp(prefix="mm_redis_bench."))
     templates = [jpeg_template(seed) for seed in range(101, 105)]
     out: dict[str, Any] = {}
@@ -212,13 +275,36 @@ def main() -> None:
                 hit, proc = m["redis hit"][0], m["processing"][0]
                 on, off = m["local hit (flag on)"][0], m["local hit (flag off)"][0]
                 new_on, new_off = m["new (flag on)"][0], m["new (flag off)"][0]
-                rows.append([name, f"{hit:.1f}", f"{m['redis hit'][1]:.1f}", f"{proc:.1f}", f"{proc / max(hit, 1e-9):.1f}x",
-                             f"{on:.1f}", f"{off:.1f}", f"{hit / max(off, 1e-9):.1f}x",
-                             f"{new_on:.1f} / {new_off:.1f} (+{m['new (flag on)'][1]:.1f})"])
+                rows.append(
+                    [
+                        name,
+                        f"{hit:.1f}",
+                        f"{m['redis hit'][1]:.1f}",
+                        f"{proc:.1f}",
+                        f"{proc / max(hit, 1e-9):.1f}x",
+                        f"{on:.1f}",
+                        f"{off:.1f}",
+                        f"{hit / max(off, 1e-9):.1f}x",
+                        f"{new_on:.1f} / {new_off:.1f} (+{m['new (flag on)'][1]:.1f})",
+                    ]
+                )
         print(f"\nServer CPU ms per request, median of {args.rounds} alternating rounds of {args.n}:")
-        print(format_table(["scenario", "Redis hit", "+ redis-server", "processing", "processing/Redis hit",
-                            "local hit, flag on", "local hit, flag off", "Redis hit/local hit",
-                            "new image: flag on / off (+ redis-server)"], rows))
+        print(
+            format_table(
+                [
+                    "scenario",
+                    "Redis hit",
+                    "+ redis-server",
+                    "processing",
+                    "processing/Redis hit",
+                    "local hit, flag on",
+                    "local hit, flag off",
+                    "Redis hit/local hit",
+                    "new image: flag on / off (+ redis-server)",
+                ],
+                rows,
+            )
+        )
         if args.json_out:
             Path(args.json_out).write_text(json.dumps(out, indent=1))
     finally:

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import free_port
 from mm_bench import Payloads
 
-FLOOR_APP = '''
+FLOOR_APP = """
 import os
 from starlette.applications import Starlette
 from starlette.responses import Response
@@ -54,8 +54,8 @@ async def render(request):
 
 
 app = Starlette(routes=[Route("/v1/chat/completions/render", render, methods=["POST"])])
-'''
-RAW_SERVER = '''
+"""
+RAW_SERVER = """
 import os, socket, sys
 
 BODY = b"x" * int(os.environ["FLOOR_BYTES"])
@@ -83,7 +83,7 @@ while True:  # one connection at a time, keep-alive
         buffer[:have - total] = buffer[total:have]
         have -= total
     conn.close()
-'''
+"""
 PATH = "/v1/chat/completions/render"
 HEADERS = {"content-type": "application/json"}
 # Keep freed memory in the heap (no trim, no mmap below 32 MB): glibc reads these at start-up.
@@ -160,21 +160,70 @@ def main() -> None:
             servers: list[Server] = []
             try:
                 port = free_port()
-                servers.append(Server("ours", [
-                    sys.executable, "-m", "render_service.cli", "serve", args.model, "--served-model-name", "tinyvl",
-                    "--max-model-len", "16384", "--workers", "1", "--port", str(port), "--log-level", "warning",
-                ], dict(os.environ), port, body))
+                servers.append(
+                    Server(
+                        "ours",
+                        [
+                            sys.executable,
+                            "-m",
+                            "render_service.cli",
+                            "serve",
+                            args.model,
+                            "--served-model-name",
+                            "tinyvl",
+                            "--max-model-len",
+                            "16384",
+                            "--workers",
+                            "1",
+                            "--port",
+                            str(port),
+                            "--log-level",
+                            "warning",
+                        ],
+                        dict(os.environ),
+                        port,
+                        body,
+                    )
+                )
                 size = servers[0].wait_ready()
                 env = dict(os.environ, FLOOR_BYTES=str(size))
                 for name, extra in (("uvicorn floor", {}), ("uvicorn floor, heap kept", HEAP_KEPT)):
                     port = free_port()
-                    servers.append(Server(name, [
-                        sys.executable, "-m", "uvicorn", "floor_app:app", "--app-dir", tmp, "--port", str(port),
-                        "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning",
-                    ], {**env, **extra}, port, body))
+                    servers.append(
+                        Server(
+                            name,
+                            [
+                                sys.executable,
+                                "-m",
+                                "uvicorn",
+                                "floor_app:app",
+                                "--app-dir",
+                                tmp,
+                                "--port",
+                                str(port),
+                                "--loop",
+                                "uvloop",
+                                "--http",
+                                "httptools",
+                                "--no-access-log",
+                                "--log-level",
+                                "warning",
+                            ],
+                            {**env, **extra},
+                            port,
+                            body,
+                        )
+                    )
                 port = free_port()
-                servers.append(Server("raw socket", [sys.executable, str(Path(tmp, "raw_server.py")), str(port)],
-                                      {**env, **HEAP_KEPT}, port, body))
+                servers.append(
+                    Server(
+                        "raw socket",
+                        [sys.executable, str(Path(tmp, "raw_server.py")), str(port)],
+                        {**env, **HEAP_KEPT},
+                        port,
+                        body,
+                    )
+                )
                 for server in servers[1:]:
                     assert server.wait_ready() == size, server.name
                 for _ in range(args.rounds):
@@ -185,11 +234,13 @@ def main() -> None:
                     server.stop()
             ms = {s.name: s.cpu / s.requests * 1000 for s in servers}
             cells = ", ".join(f"{s.name} {ms[s.name]:.2f} ({s.faults / s.requests:.0f})" for s in servers)
-            print(f"{images} repeated 720p image(s): request {len(body) / 1e6:.2f} MB, response {size / 1e6:.2f} MB; "
-                  f"server CPU ms/req (minor page faults/req): {cells}; ours/floor "
-                  f"{ms['ours'] / ms['uvicorn floor']:.2f}x, ours/floor with heap kept "
-                  f"{ms['ours'] / ms['uvicorn floor, heap kept']:.2f}x, ours/raw socket {ms['ours'] / ms['raw socket']:.2f}x",
-                  flush=True)
+            print(
+                f"{images} repeated 720p image(s): request {len(body) / 1e6:.2f} MB, response {size / 1e6:.2f} MB; "
+                f"server CPU ms/req (minor page faults/req): {cells}; ours/floor "
+                f"{ms['ours'] / ms['uvicorn floor']:.2f}x, ours/floor with heap kept "
+                f"{ms['ours'] / ms['uvicorn floor, heap kept']:.2f}x, ours/raw socket {ms['ours'] / ms['raw socket']:.2f}x",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -57,8 +57,12 @@ end
 
 
 def run_wrk(url: str, script: Path, duration: int, connections: int, prefix: Sequence[str] = ()) -> dict[str, float]:
-    out = subprocess.run([*prefix, "wrk", "-t", "1", "-c", str(connections), "-d", f"{duration}s", "--latency",
-                          "-s", str(script), url], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [*prefix, "wrk", "-t", "1", "-c", str(connections), "-d", f"{duration}s", "--latency", "-s", str(script), url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     lat = {}
     for pct in ("50", "99"):
@@ -83,8 +87,11 @@ def scrape_workers(url: str, count: int, tries: int = 60) -> dict[str, str]:
 
 
 def metric_sum(text: str, name: str) -> float:
-    return sum(float(line.split()[-1]) for line in text.splitlines() if (line.startswith(name) and "{" in line)
-               or line.startswith(name + " "))
+    return sum(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if (line.startswith(name) and "{" in line) or line.startswith(name + " ")
+    )
 
 
 def lag_buckets(text: str, name: str = "render_event_loop_lag_seconds") -> list[tuple[float, float]]:
@@ -119,10 +126,17 @@ def stream_hit_rate(url: str, model_dir: str, streams: int = 8, tokens: int = 30
         with httpx.Client(base_url=url, timeout=30) as http:
             state = None
             for token in output[:tokens]:
-                body = {"stream": True, "model": "tinyqwen3", "chat_request": chat, "prompt_token_ids": prompt,
-                        "stream_state": state, "generate_chunk": {
-                            "request_id": f"generate-tokens-{stream}",
-                            "choices": [{"index": 0, "finish_reason": None, "token_ids": [token]}]}}
+                body = {
+                    "stream": True,
+                    "model": "tinyqwen3",
+                    "chat_request": chat,
+                    "prompt_token_ids": prompt,
+                    "stream_state": state,
+                    "generate_chunk": {
+                        "request_id": f"generate-tokens-{stream}",
+                        "choices": [{"index": 0, "finish_reason": None, "token_ids": [token]}],
+                    },
+                }
                 state = http.post("/v1/chat/completions/derender", json=body).json()["stream_state"]
     texts = scrape_workers(url, 2).values()
     hits = sum(metric_sum(t, "render_snapshot_hits_total") for t in texts)
@@ -148,11 +162,19 @@ LAG_CONFIGS = (
 
 def start_probe_service(model: str, port: int, flags: Sequence[str], log: Path) -> Server:
     """benchmarks/lag_probe.py: `render-service serve` with the lag probe in every worker."""
-    command = [sys.executable, str(Path(__file__).resolve().parent / "lag_probe.py"), "serve", model,
-               "--port", str(port), *flags]
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve().parent / "lag_probe.py"),
+        "serve",
+        model,
+        "--port",
+        str(port),
+        *flags,
+    ]
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     server = Server("ours+probe", f"http://127.0.0.1:{port}", process.pid, owned=True, log=log)
     try:
         wait_healthy(server.url, 120, process.pid, log)
@@ -194,16 +216,25 @@ def _steal_seconds() -> float:
     return int(fields[8]) / os.sysconf("SC_CLK_TCK")
 
 
-def lag_run(server: Server, workers: int, script: Path, args: argparse.Namespace, nice: int | str | None,
-            pin: bool, wrk_cpus: str | None) -> dict[str, Any]:
+def lag_run(
+    server: Server,
+    workers: int,
+    script: Path,
+    args: argparse.Namespace,
+    nice: int | str | None,
+    pin: bool,
+    wrk_cpus: str | None,
+) -> dict[str, Any]:
     url = server.url
     pids = worker_pids(server, workers)
     cpus = sorted(os.sched_getaffinity(0))
     for index, pid in enumerate(pids):  # pin (or un-pin) every thread of each worker
         mask = str(cpus[index % len(cpus)]) if pin else ",".join(map(str, cpus))
         subprocess.run(["taskset", "-a", "-p", "-c", mask, str(pid)], check=True, capture_output=True)
-    prefix = [*(["taskset", "-c", wrk_cpus] if wrk_cpus else []),
-              *(["chrt", "--idle", "0"] if nice == "idle" else ["nice", "-n", str(nice)] if nice else [])]
+    prefix = [
+        *(["taskset", "-c", wrk_cpus] if wrk_cpus else []),
+        *(["chrt", "--idle", "0"] if nice == "idle" else ["nice", "-n", str(nice)] if nice else []),
+    ]
     before = {w: lag_buckets(r.text) for w, r in scrape_each(url, "/metrics", workers, _metrics_worker).items()}
     load = os.getloadavg()[0]
     steal = _steal_seconds()
@@ -218,8 +249,9 @@ def lag_run(server: Server, workers: int, script: Path, args: argparse.Namespace
     after = {w: lag_buckets(r.text) for w, r in scrape_each(url, "/metrics", workers, _metrics_worker).items()}
     probes = scrape_each(url, "/_probe/lag", workers, lambda r: r.json()["worker"])
     # The service's own histogram over the run (delta per worker): the p99 bucket, worst worker.
-    result["hist_p99_ms"] = max(bucket_p99_ms([(b, c - dict(before[w]).get(b, 0.0)) for b, c in after[w]])
-                                for w in after)
+    result["hist_p99_ms"] = max(
+        bucket_p99_ms([(b, c - dict(before[w]).get(b, 0.0)) for b, c in after[w]]) for w in after
+    )
     samples = [s for r in probes.values() for s in r.json()["samples"] if started + 1.0 <= s[0] <= ended - 0.2]
     lag = [s[1] * 1000 for s in samples]
     wait = [s[3] * 1000 for s in samples]
@@ -230,14 +262,23 @@ def lag_run(server: Server, workers: int, script: Path, args: argparse.Namespace
     steps = [s for r in probes.values() for s in r.json()["steps"] if started + 1.0 <= s[0] <= ended - 0.2]
     step_wall = [s[1] * 1000 for s in steps]
     step_cpu = [s[2] * 1000 for s in steps]
-    result.update(samples=len(samples), lag_p50_ms=percentile(lag, 50), lag_p99_ms=percentile(lag, 99),
-                  lag_max_ms=max(lag), over_5ms=sum(v > 5 for v in lag) / len(lag),
-                  held_p99_ms=percentile(held, 99), sched_p99_ms=percentile(sched, 99),
-                  wait_per_sample_p99_ms=percentile(wait, 99), loop_busy=sum(busy) / len(busy),
-                  step_wall_p99_ms=percentile(step_wall, 99), step_cpu_p99_ms=percentile(step_cpu, 99),
-                  step_cpu_max_ms=max(step_cpu, default=float("nan")),
-                  step_offcpu_share=1 - sum(step_cpu) / max(sum(step_wall), 1e-9),
-                  steal_s=steal, load_before=load)
+    result.update(
+        samples=len(samples),
+        lag_p50_ms=percentile(lag, 50),
+        lag_p99_ms=percentile(lag, 99),
+        lag_max_ms=max(lag),
+        over_5ms=sum(v > 5 for v in lag) / len(lag),
+        held_p99_ms=percentile(held, 99),
+        sched_p99_ms=percentile(sched, 99),
+        wait_per_sample_p99_ms=percentile(wait, 99),
+        loop_busy=sum(busy) / len(busy),
+        step_wall_p99_ms=percentile(step_wall, 99),
+        step_cpu_p99_ms=percentile(step_cpu, 99),
+        step_cpu_max_ms=max(step_cpu, default=float("nan")),
+        step_offcpu_share=1 - sum(step_cpu) / max(sum(step_wall), 1e-9),
+        steal_s=steal,
+        load_before=load,
+    )
     return result
 
 
@@ -246,40 +287,60 @@ def lag_study(args: argparse.Namespace, flags: list[str], script: Path, director
     for workers in (2, 1):
         configs = [c for c in LAG_CONFIGS if c[1] == workers]
         port = free_port()
-        server = start_probe_service(args.model, port, [*flags, "--workers", str(workers)],
-                                     Path(directory, f"probe-{workers}.log"))
+        server = start_probe_service(
+            args.model, port, [*flags, "--workers", str(workers)], Path(directory, f"probe-{workers}.log")
+        )
         try:
             run_wrk(server.url, script, 3, args.connections)  # warm-up
             for repeat in range(args.lag_repeats):
-                for name, _, nice, pin, wrk_cpus in (configs if repeat % 2 == 0 else configs[::-1]):
+                for name, _, nice, pin, wrk_cpus in configs if repeat % 2 == 0 else configs[::-1]:
                     result = lag_run(server, workers, script, args, nice, pin, wrk_cpus)
                     results[name].append(result)
-                    print(f"{name:<32} {result['rps']:7.0f} req/s  lag p99 {result['lag_p99_ms']:5.2f} ms "
-                          f"(histogram <= {result['hist_p99_ms']:g} ms, max {result['lag_max_ms']:.1f}, "
-                          f"{result['over_5ms'] * 100:.1f}% > 5 ms)  held p99 {result['held_p99_ms']:.2f}  "
-                          f"sched p99 {result['sched_p99_ms']:.2f}  loop busy {result['loop_busy'] * 100:.0f}%  "
-                          f"step wall/cpu p99 {result['step_wall_p99_ms']:.2f}/{result['step_cpu_p99_ms']:.2f} "
-                          f"(max cpu {result['step_cpu_max_ms']:.2f}, {result['step_offcpu_share'] * 100:.0f}% off-CPU) "
-                          f"steal {result['steal_s']:.2f} s  load {result['load_before']:.1f}", flush=True)
+                    print(
+                        f"{name:<32} {result['rps']:7.0f} req/s  lag p99 {result['lag_p99_ms']:5.2f} ms "
+                        f"(histogram <= {result['hist_p99_ms']:g} ms, max {result['lag_max_ms']:.1f}, "
+                        f"{result['over_5ms'] * 100:.1f}% > 5 ms)  held p99 {result['held_p99_ms']:.2f}  "
+                        f"sched p99 {result['sched_p99_ms']:.2f}  loop busy {result['loop_busy'] * 100:.0f}%  "
+                        f"step wall/cpu p99 {result['step_wall_p99_ms']:.2f}/{result['step_cpu_p99_ms']:.2f} "
+                        f"(max cpu {result['step_cpu_max_ms']:.2f}, {result['step_offcpu_share'] * 100:.0f}% off-CPU) "
+                        f"steal {result['steal_s']:.2f} s  load {result['load_before']:.1f}",
+                        flush=True,
+                    )
         finally:
             server.stop()
 
     def span(values: list[float], digits: int = 2) -> str:
         low, high = min(values), max(values)
-        return f"{low:.{digits}f}" if round(low, digits) == round(high, digits) else f"{low:.{digits}f}-{high:.{digits}f}"
+        return (
+            f"{low:.{digits}f}" if round(low, digits) == round(high, digits) else f"{low:.{digits}f}-{high:.{digits}f}"
+        )
 
-    print(f"\nevent-loop lag, ~9k-token chat, wrk -c {args.connections}, {args.duration}s x {args.lag_repeats} "
-          "per configuration (ranges over the repeats; lag from the probe's exact samples, pooled over workers)")
-    columns = (("req/s", "rps", 0, 11), ("lag p99 ms", "lag_p99_ms", 2, 13), ("hist p99 <=", "hist_p99_ms", 0, 12),
-               ("held p99", "held_p99_ms", 2, 11), ("sched p99", "sched_p99_ms", 2, 13),
-               ("% > 5 ms", "over_5ms", 1, 10), ("loop busy %", "loop_busy", 0, 12),
-               ("step cpu p99", "step_cpu_p99_ms", 2, 13), ("step cpu max", "step_cpu_max_ms", 2, 13))
+    print(
+        f"\nevent-loop lag, ~9k-token chat, wrk -c {args.connections}, {args.duration}s x {args.lag_repeats} "
+        "per configuration (ranges over the repeats; lag from the probe's exact samples, pooled over workers)"
+    )
+    columns = (
+        ("req/s", "rps", 0, 11),
+        ("lag p99 ms", "lag_p99_ms", 2, 13),
+        ("hist p99 <=", "hist_p99_ms", 0, 12),
+        ("held p99", "held_p99_ms", 2, 11),
+        ("sched p99", "sched_p99_ms", 2, 13),
+        ("% > 5 ms", "over_5ms", 1, 10),
+        ("loop busy %", "loop_busy", 0, 12),
+        ("step cpu p99", "step_cpu_p99_ms", 2, 13),
+        ("step cpu max", "step_cpu_max_ms", 2, 13),
+    )
     print(f"{'configuration':<32}" + "".join(f"{title:>{width}}" for title, _, _, width in columns))
     for name, runs in results.items():
         if runs:
             scale = {"over_5ms": 100, "loop_busy": 100}
-            print(f"{name:<32}" + "".join(f"{span([r[key] * scale.get(key, 1) for r in runs], digits):>{width}}"
-                                          for _, key, digits, width in columns))
+            print(
+                f"{name:<32}"
+                + "".join(
+                    f"{span([r[key] * scale.get(key, 1) for r in runs], digits):>{width}}"
+                    for _, key, digits, width in columns
+                )
+            )
     return results
 
 
@@ -296,8 +357,17 @@ def main() -> None:
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is needed: apt-get install wrk")
     workload = render_bench.build_workload(render_bench.SCENARIOS["long9k"], 1, 8)
-    flags = ["--served-model-name", "tinyqwen3", "--reasoning-parser", "qwen3", "--enable-auto-tool-choice",
-             "--tool-call-parser", "hermes", "--max-model-len", "16384"]
+    flags = [
+        "--served-model-name",
+        "tinyqwen3",
+        "--reasoning-parser",
+        "qwen3",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+        "--max-model-len",
+        "16384",
+    ]
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as directory:
         for n, body in enumerate(workload.bodies, 1):
@@ -312,8 +382,9 @@ def main() -> None:
         targets = [("ours 1 worker", ["--workers", "1"]), ("ours 2 workers", ["--workers", "2"])]
         for name, extra in targets:
             port = free_port()
-            server = start_render_service(args.model, port, [*flags, *extra],
-                                          log=Path(directory, f"ours-{extra[1]}.log"))
+            server = start_render_service(
+                args.model, port, [*flags, *extra], log=Path(directory, f"ours-{extra[1]}.log")
+            )
             try:
                 url = f"http://127.0.0.1:{port}"
                 run_wrk(url, script, 3, args.connections)  # warm-up
@@ -322,8 +393,9 @@ def main() -> None:
                 texts = scrape_workers(url, workers)
                 results[name]["loop_lag_p99_ms"] = max(lag_p99_ms(t) for t in texts.values())
                 # the part of the lag the loop's own work caused (run-queue wait taken out)
-                results[name]["loop_held_p99_ms"] = max(lag_p99_ms(t, "render_event_loop_held_seconds")
-                                                        for t in texts.values())
+                results[name]["loop_held_p99_ms"] = max(
+                    lag_p99_ms(t, "render_event_loop_held_seconds") for t in texts.values()
+                )
                 if workers == 2:
                     results["stream hit rate, 2 workers, no Redis"] = stream_hit_rate(url, args.model)
             finally:
@@ -345,15 +417,21 @@ def main() -> None:
     for name in ("ours 1 worker", "ours 2 workers", "vLLM"):
         if name in results:
             r = results[name]
-            print(f"{name:<16}{r['rps']:>9.1f}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}"
-                  f"{r.get('loop_lag_p99_ms', float('nan')):>17.1f}{r.get('loop_held_p99_ms', float('nan')):>18.1f}")
+            print(
+                f"{name:<16}{r['rps']:>9.1f}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}"
+                f"{r.get('loop_lag_p99_ms', float('nan')):>17.1f}{r.get('loop_held_p99_ms', float('nan')):>18.1f}"
+            )
     print(f"2 workers / 1 worker: {two['rps'] / one['rps']:.2f}x req/s")
     if "vLLM" in results:
-        print(f"2 workers / vLLM: {two['rps'] / results['vLLM']['rps']:.1f}x req/s "
-              f"(p99 ours {two['p99_ms']:.0f} ms vs vLLM {results['vLLM']['p99_ms']:.0f} ms)")
+        print(
+            f"2 workers / vLLM: {two['rps'] / results['vLLM']['rps']:.1f}x req/s "
+            f"(p99 ours {two['p99_ms']:.0f} ms vs vLLM {results['vLLM']['p99_ms']:.0f} ms)"
+        )
     hit = results["stream hit rate, 2 workers, no Redis"]
-    print(f"streaming, 2 workers, no Redis, keep-alive client: {hit['hit_rate'] * 100:.1f}% of chunks hit the "
-          f"in-process snapshot ({int(hit['hits'])} hits, {int(hit['misses'])} misses, {int(hit['replays'])} replays)")
+    print(
+        f"streaming, 2 workers, no Redis, keep-alive client: {hit['hit_rate'] * 100:.1f}% of chunks hit the "
+        f"in-process snapshot ({int(hit['hits'])} hits, {int(hit['misses'])} misses, {int(hit['replays'])} replays)"
+    )
     if args.json_out:
         Path(args.json_out).write_text(orjson.dumps(results, option=orjson.OPT_INDENT_2).decode())
 

@@ -45,13 +45,25 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 SERVED_NAME = "tinyqwen3"
-RENDER_FLAGS = ("--served-model-name", SERVED_NAME, "--reasoning-parser", "qwen3", "--enable-auto-tool-choice",
-                "--tool-call-parser", "hermes", "--max-model-len", "4096", "--workers", "1")
+RENDER_FLAGS = (
+    "--served-model-name",
+    SERVED_NAME,
+    "--reasoning-parser",
+    "qwen3",
+    "--enable-auto-tool-choice",
+    "--tool-call-parser",
+    "hermes",
+    "--max-model-len",
+    "4096",
+    "--workers",
+    "1",
+)
 # The smallest engine that works here (see tests/integration/engine_fixture.py): 2 GiB KV, eager, 4 seqs.
 ENGINE_FLAGS = ("--max-num-seqs", "4")
 MAX_TOKENS = 24  # not 16: msgspec omits SamplingParams' default, and the engine then fills the context
-KV_SOURCE = re.compile(r'^vllm:prompt_tokens_by_source_total\{[^}]*source="external_kv_transfer"[^}]*\} (\S+)$',
-                       re.MULTILINE)
+KV_SOURCE = re.compile(
+    r'^vllm:prompt_tokens_by_source_total\{[^}]*source="external_kv_transfer"[^}]*\} (\S+)$', re.MULTILINE
+)
 
 
 def log(step: str, message: str) -> None:
@@ -61,14 +73,18 @@ def log(step: str, message: str) -> None:
 def chat_request(nonce: str) -> dict[str, Any]:
     """A prompt of a few hundred tokens (the connector moves whole 128-token blocks); the nonce makes
     its KV new on every run, so the prefill really computes it."""
-    log_lines = "\n".join(f"- {hour:02d}:00 beam {hour % 3}, wind {10 + hour} knots, gulls {hour * 7 % 11}"
-                          for hour in range(24))
+    log_lines = "\n".join(
+        f"- {hour:02d}:00 beam {hour % 3}, wind {10 + hour} knots, gulls {hour * 7 % 11}" for hour in range(24)
+    )
     return {
         "model": SERVED_NAME,
         "messages": [
             {"role": "system", "content": f"Run {nonce}. You are the keeper's assistant; answer in one line."},
-            {"role": "user", "content": f"Here is tonight's lighthouse log:\n{log_lines}\nWhen was the wind "
-                                        "strongest, and which beam was lit then?"},
+            {
+                "role": "user",
+                "content": f"Here is tonight's lighthouse log:\n{log_lines}\nWhen was the wind "
+                "strongest, and which beam was lit then?",
+            },
         ],
         "max_tokens": MAX_TOKENS,
         "temperature": 0,
@@ -97,7 +113,7 @@ def sse_chunks(client: httpx.Client, url: str, body: dict[str, Any]) -> Iterator
             raise RuntimeError(f"POST {url} -> {response.status_code}: {response.read()[:500]!r}")
         for line in response.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
-                yield json.loads(line[len("data: "):])
+                yield json.loads(line[len("data: ") :])
 
 
 def first_logprob(choice: dict[str, Any]) -> tuple[int, float]:
@@ -115,8 +131,11 @@ def run_flow(render: str, prefill: str, decode: str, connector: str = "shared-st
             raise RuntimeError(f"render -> {response.status_code}: {response.text[:500]}")
         rendered = response.json()
         prompt_ids = rendered["token_ids"]
-        log("render", f"{render}: {len(prompt_ids)} prompt tokens, request_id {rendered['request_id']}, "
-                      f"fingerprint {response.headers.get('x-render-fingerprint', '-')}")
+        log(
+            "render",
+            f"{render}: {len(prompt_ids)} prompt tokens, request_id {rendered['request_id']}, "
+            f"fingerprint {response.headers.get('x-render-fingerprint', '-')}",
+        )
 
         # 2. Prefill: the coordinator's copy asks for one token and a remote decode.
         prefill_body = json.loads(json.dumps(rendered))
@@ -126,9 +145,12 @@ def run_flow(render: str, prefill: str, decode: str, connector: str = "shared-st
         prefilled = post(client, f"{prefill}/inference/v1/generate", prefill_body)
         kv_params = prefilled.get("kv_transfer_params")
         prefill_token, prefill_logprob = first_logprob(prefilled["choices"][0])
-        log("prefill", f"{prefill}: {prefilled['usage']['prompt_tokens']} prompt tokens computed, first token "
-                       f"{prefill_token} (logprob {prefill_logprob:.6f}); returned kv_transfer_params: "
-                       f"{json.dumps(kv_params)}")
+        log(
+            "prefill",
+            f"{prefill}: {prefilled['usage']['prompt_tokens']} prompt tokens computed, first token "
+            f"{prefill_token} (logprob {prefill_logprob:.6f}); returned kv_transfer_params: "
+            f"{json.dumps(kv_params)}",
+        )
 
         # 3. Decode on the other engine with the prefill's kv_transfer_params, streaming.
         before = external_kv_tokens(decode)
@@ -146,9 +168,18 @@ def run_flow(render: str, prefill: str, decode: str, connector: str = "shared-st
             choice = chunk["choices"][0]
             if decode_first is None and choice.get("logprobs"):
                 decode_first = first_logprob(choice)
-            derendered = post(client, f"{render}/v1/chat/completions/derender", {
-                "model": SERVED_NAME, "stream": True, "generate_chunk": chunk, "stream_state": state,
-                "chat_request": request, "prompt_token_ids": prompt_ids})
+            derendered = post(
+                client,
+                f"{render}/v1/chat/completions/derender",
+                {
+                    "model": SERVED_NAME,
+                    "stream": True,
+                    "generate_chunk": chunk,
+                    "stream_state": state,
+                    "chat_request": request,
+                    "prompt_token_ids": prompt_ids,
+                },
+            )
             state = derendered["stream_state"]
             chunks += 1
             for out in derendered["chunk"]["choices"]:
@@ -162,21 +193,42 @@ def run_flow(render: str, prefill: str, decode: str, connector: str = "shared-st
         log("derender", f"stream_state echoed on every call; last keys: {', '.join(sorted(state or {}))}")
         loaded = external_kv_tokens(decode) - before
         if connector == "none":
-            log("decode", f"{decode}: no KV connector, so the decode engine recomputed all {len(prompt_ids)} "
-                          f"prompt tokens ({loaded:.0f} loaded)")
+            log(
+                "decode",
+                f"{decode}: no KV connector, so the decode engine recomputed all {len(prompt_ids)} "
+                f"prompt tokens ({loaded:.0f} loaded)",
+            )
         else:
-            log("decode", f"{decode}: loaded {loaded:.0f} of {len(prompt_ids)} prompt tokens through the KV "
-                          f"connector (block-aligned), recomputed {len(prompt_ids) - loaded:.0f}")
+            log(
+                "decode",
+                f"{decode}: loaded {loaded:.0f} of {len(prompt_ids)} prompt tokens through the KV "
+                f"connector (block-aligned), recomputed {len(prompt_ids) - loaded:.0f}",
+            )
         if decode_first is not None:
             same = decode_first[0] == prefill_token and abs(decode_first[1] - prefill_logprob) < 1e-3
-            log("decode", f"first token {decode_first[0]} (logprob {decode_first[1]:.6f}): "
-                          f"{'matches' if same else 'DIFFERS FROM'} the prefill engine's")
-        log("result", f"{chunks} chunks derendered, finish_reason {finish}; content {''.join(content)!r}"
-                      f"{'; reasoning ' + repr(''.join(reasoning)) if any(reasoning) else ''}")
-        return {"prompt_tokens": len(prompt_ids), "prefill_token": prefill_token, "prefill_logprob": prefill_logprob,
-                "decode_first": decode_first, "kv_transfer_params": kv_params, "loaded": loaded, "chunks": chunks,
-                "finish_reason": finish, "content": "".join(content), "reasoning": "".join(reasoning),
-                "stream_state": state}
+            log(
+                "decode",
+                f"first token {decode_first[0]} (logprob {decode_first[1]:.6f}): "
+                f"{'matches' if same else 'DIFFERS FROM'} the prefill engine's",
+            )
+        log(
+            "result",
+            f"{chunks} chunks derendered, finish_reason {finish}; content {''.join(content)!r}"
+            f"{'; reasoning ' + repr(''.join(reasoning)) if any(reasoning) else ''}",
+        )
+        return {
+            "prompt_tokens": len(prompt_ids),
+            "prefill_token": prefill_token,
+            "prefill_logprob": prefill_logprob,
+            "decode_first": decode_first,
+            "kv_transfer_params": kv_params,
+            "loaded": loaded,
+            "chunks": chunks,
+            "finish_reason": finish,
+            "content": "".join(content),
+            "reasoning": "".join(reasoning),
+            "stream_state": state,
+        }
 
 
 @contextmanager
@@ -189,9 +241,12 @@ def stack(connector: str = "shared-storage") -> Iterator[tuple[str, str, str]]:
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="pd-kv-") as kv_dir:
         flags: tuple[str, ...] = ENGINE_FLAGS
         if connector == "shared-storage":
-            config = {"kv_connector": "ExampleConnector", "kv_role": "kv_both",
-                      "kv_load_failure_policy": "recompute",
-                      "kv_connector_extra_config": {"shared_storage_path": kv_dir}}
+            config = {
+                "kv_connector": "ExampleConnector",
+                "kv_role": "kv_both",
+                "kv_load_failure_policy": "recompute",
+                "kv_connector_extra_config": {"shared_storage_path": kv_dir},
+            }
             flags = (*flags, "--kv-transfer-config", json.dumps(config))
         render = stack.enter_context(service(model, *RENDER_FLAGS))
         log("start", f"render service {render}")
@@ -199,8 +254,11 @@ def stack(connector: str = "shared-storage") -> Iterator[tuple[str, str, str]]:
             started = time.monotonic()
             engine = start_engine(model, *flags)
             stack.callback(engine.stop)
-            log("start", f"{role} engine {engine.url} (vLLM CPU --tokens-only, connector {connector}) "
-                         f"in {time.monotonic() - started:.0f} s; log {engine.log}")
+            log(
+                "start",
+                f"{role} engine {engine.url} (vLLM CPU --tokens-only, connector {connector}) "
+                f"in {time.monotonic() - started:.0f} s; log {engine.log}",
+            )
             if role == "prefill":
                 prefill = engine.url
             else:
@@ -213,8 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", help="a running render service (else one is started)")
     parser.add_argument("--prefill", help="a running vLLM --tokens-only engine for prefill")
     parser.add_argument("--decode", help="a running vLLM --tokens-only engine for decode")
-    parser.add_argument("--connector", choices=("shared-storage", "none"), default="shared-storage",
-                        help="KV connector of the engines this script starts (default: shared-storage)")
+    parser.add_argument(
+        "--connector",
+        choices=("shared-storage", "none"),
+        default="shared-storage",
+        help="KV connector of the engines this script starts (default: shared-storage)",
+    )
     args = parser.parse_args(argv)
     if args.render and args.prefill and args.decode:
         run_flow(args.render, args.prefill, args.decode, args.connector)

@@ -55,8 +55,9 @@ def _guard(environment: Environment, **_: Any) -> None:
         raise SystemExit("headless runs must be bounded: pass -t/--run-time")
 
 
-def _post(user: HttpUser, client: HttpSession, path: str, body: bytes | dict[str, Any], name: str,
-          expect: str) -> dict[str, Any] | None:
+def _post(
+    user: HttpUser, client: HttpSession, path: str, body: bytes | dict[str, Any], name: str, expect: str
+) -> dict[str, Any] | None:
     """POST, check status 200 and that the answer has `expect`; returns the parsed JSON."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     with client.post(path, data=data, headers=payloads.HEADERS, name=name, catch_response=True) as response:
@@ -101,8 +102,7 @@ class _RenderUser(HttpUser):
 
     def _stream(self) -> None:
         """One stream, one HTTP session (connection), chunk by chunk, echoing stream_state."""
-        case = payloads.derender_case(self.host, seed=50 + next(self.rotation) % payloads.VARIANTS,
-                                      words=STREAM_WORDS)
+        case = payloads.derender_case(self.host, seed=50 + next(self.rotation) % payloads.VARIANTS, words=STREAM_WORDS)
         request_id = f"generate-tokens-chatcmpl-{uuid.uuid4().hex[:16]}"
         started = time.perf_counter()
         chunks, ok = 0, True
@@ -111,8 +111,9 @@ class _RenderUser(HttpUser):
         with HttpSession(base_url=self.host, request_event=self.environment.events.request, user=self) as http:
             for build in case.stream_bodies(request_id):
                 t0 = time.perf_counter()
-                answer = _post(self, http, payloads.DERENDER_PATH, build(state), "derender stream chunk",
-                               "stream_state")
+                answer = _post(
+                    self, http, payloads.DERENDER_PATH, build(state), "derender stream chunk", "stream_state"
+                )
                 if answer is None:
                     ok = False
                     break
@@ -121,9 +122,13 @@ class _RenderUser(HttpUser):
                 if pace:  # an engine emits chunks at a bounded rate, not back to back
                     time.sleep(max(0.0, pace - (time.perf_counter() - t0)))
         self.environment.events.request.fire(
-            request_type="STREAM", name="derender whole stream",
-            response_time=(time.perf_counter() - started) * 1000, response_length=chunks,
-            exception=None if ok else RuntimeError("stream aborted"), context={})
+            request_type="STREAM",
+            name="derender whole stream",
+            response_time=(time.perf_counter() - started) * 1000,
+            response_length=chunks,
+            exception=None if ok else RuntimeError("stream aborted"),
+            context={},
+        )
 
 
 class ShortChatUser(_RenderUser):

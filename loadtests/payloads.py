@@ -48,14 +48,27 @@ def chat_bodies(scenario: str, seed: int = 1, variants: int = VARIANTS) -> tuple
 
 def _extra_tool(w: Writer, turn: int) -> dict[str, Any]:
     """One more tool with a nested schema: agents discover tools (MCP servers) as they go."""
-    props = {f"{w.rng.choice(render_bench._NOUNS)}_{k}": {"type": w.rng.choice(("string", "integer", "boolean")),
-                                                           "description": w.sentence()}
-             for k in range(w.rng.randint(3, 6))}
-    props["options"] = {"type": "object", "description": w.sentence(), "properties": {
-        "timeout_s": {"type": "integer", "minimum": 1}, "dry_run": {"type": "boolean", "default": False},
-        "labels": {"type": "array", "items": {"type": "string"}}}}
-    return render_bench._tool(f"{w.ident(2)}_{turn}", w.paragraph((1, 2)),
-                              {"type": "object", "properties": props, "required": list(props)[:1]})
+    props = {
+        f"{w.rng.choice(render_bench._NOUNS)}_{k}": {
+            "type": w.rng.choice(("string", "integer", "boolean")),
+            "description": w.sentence(),
+        }
+        for k in range(w.rng.randint(3, 6))
+    }
+    props["options"] = {
+        "type": "object",
+        "description": w.sentence(),
+        "properties": {
+            "timeout_s": {"type": "integer", "minimum": 1},
+            "dry_run": {"type": "boolean", "default": False},
+            "labels": {"type": "array", "items": {"type": "string"}},
+        },
+    }
+    return render_bench._tool(
+        f"{w.ident(2)}_{turn}",
+        w.paragraph((1, 2)),
+        {"type": "object", "properties": props, "required": list(props)[:1]},
+    )
 
 
 @dataclass
@@ -88,7 +101,7 @@ class AgentSession:
             end = self._cursor + 1
             while end < len(self._all) and self._all[end]["role"] != "assistant":
                 end += 1
-            self.messages.extend(self._all[self._cursor:end])
+            self.messages.extend(self._all[self._cursor : end])
             self._cursor = end
             self.tools.append(_extra_tool(self._writer, self.turn))
         self.turn += 1
@@ -108,24 +121,54 @@ def output_text(seed: int, words: int = 260) -> str:
         content += w.paragraph((1, 2)) + "\n\n" + w.bullets(2) + "\n\n"
     while len(description.split()) < words * 0.4:
         description += w.paragraph((2, 3)) + " "
-    call = {"name": "create_ticket", "arguments": {"project": "PAY", "title": f"Fix {w.ident(2)}",
-                                                   "priority": "P1", "description": description.strip(),
-                                                   "components": ["billing", "scheduler"]}}
-    return (f"<think>\n{reasoning.strip()}\n</think>\n\n{content.strip()}\n\n<tool_call>\n{json.dumps(call)}\n"
-            "</tool_call><|im_end|>")
+    call = {
+        "name": "create_ticket",
+        "arguments": {
+            "project": "PAY",
+            "title": f"Fix {w.ident(2)}",
+            "priority": "P1",
+            "description": description.strip(),
+            "components": ["billing", "scheduler"],
+        },
+    }
+    return (
+        f"<think>\n{reasoning.strip()}\n</think>\n\n{content.strip()}\n\n<tool_call>\n{json.dumps(call)}\n"
+        "</tool_call><|im_end|>"
+    )
 
 
 def derender_chat_request(seed: int) -> dict[str, Any]:
     w = Writer(seed)
-    return {"model": MODEL, "max_tokens": 4096, "temperature": 0.7,
-            "messages": [{"role": "system", "content": "You are the on-call assistant of the payments team. Think "
-                                                       "first, then file exactly one ticket with create_ticket."},
-                         {"role": "user", "content": w.paragraph((2, 3)) + " Please file a ticket for it."}],
-            "tools": [render_bench._tool("create_ticket", "Create an issue in the tracker.", {
-                "type": "object", "required": ["project", "title"], "properties": {
-                    "project": {"type": "string"}, "title": {"type": "string"}, "priority": {"type": "string"},
-                    "description": {"type": "string"},
-                    "components": {"type": "array", "items": {"type": "string"}}}})]}
+    return {
+        "model": MODEL,
+        "max_tokens": 4096,
+        "temperature": 0.7,
+        "messages": [
+            {
+                "role": "system",
+                "content": "You are the on-call assistant of the payments team. Think "
+                "first, then file exactly one ticket with create_ticket.",
+            },
+            {"role": "user", "content": w.paragraph((2, 3)) + " Please file a ticket for it."},
+        ],
+        "tools": [
+            render_bench._tool(
+                "create_ticket",
+                "Create an issue in the tracker.",
+                {
+                    "type": "object",
+                    "required": ["project", "title"],
+                    "properties": {
+                        "project": {"type": "string"},
+                        "title": {"type": "string"},
+                        "priority": {"type": "string"},
+                        "description": {"type": "string"},
+                        "components": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+            )
+        ],
+    }
 
 
 @dataclass(frozen=True)
@@ -137,31 +180,61 @@ class DerenderCase:
     output_token_ids: list[int]
 
     def batch_body(self, request_id: str) -> dict[str, Any]:
-        return {"model": MODEL, "chat_request": self.chat_request, "prompt_token_ids": self.prompt_token_ids,
-                "prompt_tokens": len(self.prompt_token_ids),
-                "generate_response": {"request_id": request_id, "output_mode": "tokens", "choices": [
-                    {"index": 0, "finish_reason": "stop", "stop_reason": None,
-                     "token_ids": self.output_token_ids, "logprobs": None}]}}
+        return {
+            "model": MODEL,
+            "chat_request": self.chat_request,
+            "prompt_token_ids": self.prompt_token_ids,
+            "prompt_tokens": len(self.prompt_token_ids),
+            "generate_response": {
+                "request_id": request_id,
+                "output_mode": "tokens",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "stop_reason": None,
+                        "token_ids": self.output_token_ids,
+                        "logprobs": None,
+                    }
+                ],
+            },
+        }
 
     def stream_bodies(self, request_id: str, tokens_per_chunk: int = 1) -> Iterator[Callable[[Any], dict[str, Any]]]:
         """Chunk builders: call each with the previous answer's `stream_state` (None first),
         like an llm-d client; the last chunk carries only usage."""
         ids, n = self.output_token_ids, len(self.output_token_ids)
-        usage = {"prompt_tokens": len(self.prompt_token_ids), "completion_tokens": n,
-                 "total_tokens": len(self.prompt_token_ids) + n}
+        usage = {
+            "prompt_tokens": len(self.prompt_token_ids),
+            "completion_tokens": n,
+            "total_tokens": len(self.prompt_token_ids) + n,
+        }
         for start in range(0, n + 1, tokens_per_chunk):
             if start < n:
-                part = ids[start:start + tokens_per_chunk]
+                part = ids[start : start + tokens_per_chunk]
                 last = start + tokens_per_chunk >= n
-                choices = [{"index": 0, "finish_reason": "stop" if last else None, "stop_reason": None,
-                            "token_ids": part, "logprobs": None}]
+                choices = [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop" if last else None,
+                        "stop_reason": None,
+                        "token_ids": part,
+                        "logprobs": None,
+                    }
+                ]
                 chunk = {"request_id": request_id, "usage": None, "output_mode": "tokens", "choices": choices}
             else:
                 chunk = {"request_id": request_id, "usage": usage, "output_mode": "tokens", "choices": []}
 
             def body(state: Any, chunk: dict[str, Any] = chunk) -> dict[str, Any]:
-                return {"stream": True, "model": MODEL, "chat_request": self.chat_request,
-                        "prompt_token_ids": self.prompt_token_ids, "stream_state": state, "generate_chunk": chunk}
+                return {
+                    "stream": True,
+                    "model": MODEL,
+                    "chat_request": self.chat_request,
+                    "prompt_token_ids": self.prompt_token_ids,
+                    "stream_state": state,
+                    "generate_chunk": chunk,
+                }
 
             yield body
 
@@ -182,7 +255,8 @@ def derender_case(host: str, seed: int, words: int = 260) -> DerenderCase:
     if key not in _CASES:
         request = derender_chat_request(seed)
         prompt = _post_json(host, RENDER_PATH, request)["token_ids"]
-        tokens = _post_json(host, "/tokenize", {"model": MODEL, "prompt": output_text(seed, words),
-                                                "add_special_tokens": False})["tokens"]
+        tokens = _post_json(
+            host, "/tokenize", {"model": MODEL, "prompt": output_text(seed, words), "add_special_tokens": False}
+        )["tokens"]
         _CASES[key] = DerenderCase(request, prompt, tokens)
     return _CASES[key]

@@ -68,8 +68,11 @@ class CpuProbe:
 
     def __init__(self, host: str, pid: int | None, workers_hint: int = 8) -> None:
         self.host, self.pid, self.workers_hint = host, pid, workers_hint
-        self.source = ("/proc/<pid>/stat, whole process tree (utime+stime, all workers)" if pid else
-                       "/metrics render_cpu_seconds_total summed over workers (request CPU only, lower bound)")
+        self.source = (
+            "/proc/<pid>/stat, whole process tree (utime+stime, all workers)"
+            if pid
+            else "/metrics render_cpu_seconds_total summed over workers (request CPU only, lower bound)"
+        )
 
     def read(self) -> float:
         if self.pid:
@@ -100,8 +103,10 @@ class RawConnection:
         self.writer: asyncio.StreamWriter | None = None
 
     def request(self, path: str, body: bytes) -> bytes:
-        return (f"POST {path} HTTP/1.1\r\nhost: {self.authority}\r\ncontent-type: application/json\r\n"
-                f"content-length: {len(body)}\r\n\r\n").encode() + body
+        return (
+            f"POST {path} HTTP/1.1\r\nhost: {self.authority}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n"
+        ).encode() + body
 
     async def send(self, raw: bytes) -> int:
         """Sends one pre-built request, reads the whole answer; returns the status code."""
@@ -139,8 +144,16 @@ class RawConnection:
             self.writer, self.reader = None, None
 
 
-async def run_step(host: str, bodies: tuple[bytes, ...], concurrency: int, seconds: float, warmup: float,
-                   probe: CpuProbe, tick: asyncio.Queue[float] | None = None, client_kind: str = "raw") -> Step:
+async def run_step(
+    host: str,
+    bodies: tuple[bytes, ...],
+    concurrency: int,
+    seconds: float,
+    warmup: float,
+    probe: CpuProbe,
+    tick: asyncio.Queue[float] | None = None,
+    client_kind: str = "raw",
+) -> Step:
     latencies: list[float] = []
     errors = 0
     measuring = False
@@ -187,9 +200,20 @@ async def run_step(host: str, bodies: tuple[bytes, ...], concurrency: int, secon
     done = len(latencies)
     rps = done / elapsed
     cores = cpu / elapsed
-    return Step(concurrency, elapsed, done, errors, rps, percentile(latencies, 50) * 1000,
-                percentile(latencies, 99) * 1000, cpu, cores, cpu / max(1, done) * 1000,
-                rps / cores if cores > 0 else float("nan"), own / elapsed)
+    return Step(
+        concurrency,
+        elapsed,
+        done,
+        errors,
+        rps,
+        percentile(latencies, 50) * 1000,
+        percentile(latencies, 99) * 1000,
+        cpu,
+        cores,
+        cpu / max(1, done) * 1000,
+        rps / cores if cores > 0 else float("nan"),
+        own / elapsed,
+    )
 
 
 def charts(steps: list[Step], slo_ms: float, out: Path, title: str) -> list[str]:
@@ -220,8 +244,12 @@ def charts(steps: list[Step], slo_ms: float, out: Path, title: str) -> list[str]
 
     fig, ax = plt.subplots(figsize=(6.4, 4))
     ax.plot(rps, [s.cpu_ms_per_request for s in steps], "o-")
-    ax.set(xlabel="throughput (req/s)", ylabel="server CPU ms per request", title=f"{title}: CPU per request",
-           ylim=(0, max(s.cpu_ms_per_request for s in steps) * 1.2))
+    ax.set(
+        xlabel="throughput (req/s)",
+        ylabel="server CPU ms per request",
+        title=f"{title}: CPU per request",
+        ylim=(0, max(s.cpu_ms_per_request for s in steps) * 1.2),
+    )
     ax.grid(alpha=0.3)
     save(fig, "cpu_per_request_vs_load.png")
 
@@ -237,71 +265,115 @@ def charts(steps: list[Step], slo_ms: float, out: Path, title: str) -> list[str]
     return made
 
 
-def report(args: argparse.Namespace, steps: list[Step], probe: CpuProbe, command: str, images: list[str],
-           prompt_tokens: int | None) -> str:
+def report(
+    args: argparse.Namespace,
+    steps: list[Step],
+    probe: CpuProbe,
+    command: str,
+    images: list[str],
+    prompt_tokens: int | None,
+) -> str:
     ok = [s for s in steps if s.p99_ms <= args.slo_p99_ms and s.errors == 0]
     best = max(ok, key=lambda s: s.rps) if ok else None
     cpus = len(os.sched_getaffinity(0))
-    lines = [f"# Sizing report: `{args.scenario}` chat render, p99 <= {args.slo_p99_ms:g} ms", "",
-             f"Generated {time.strftime('%Y-%m-%d %H:%M:%S %Z')} on {platform.node()} ({cpus} CPUs usable, "
-             f"{platform.processor() or platform.machine()}, Python {platform.python_version()}).", "",
-             "Command:", "", "```bash", command, "```", "",
-             f"Target: `{args.host}`{f' ({args.label})' if args.label else ''}. Scenario: "
-             f"{payloads.SCENARIOS[args.scenario].description}"
-             + (f", {prompt_tokens} prompt tokens (first variant)" if prompt_tokens else "")
-             + f", {payloads.VARIANTS} rotating variants. Load: closed-loop concurrency steps, "
-             f"{args.step_seconds:g} s each after {args.warmup_seconds:g} s warm-up, from one asyncio process "
-             f"({'a minimal HTTP/1.1 keep-alive client over pre-built requests' if args.client == 'raw' else 'httpx'}"
-             f", one connection per concurrent client). Server CPU: {probe.source}.", ""]
+    lines = [
+        f"# Sizing report: `{args.scenario}` chat render, p99 <= {args.slo_p99_ms:g} ms",
+        "",
+        f"Generated {time.strftime('%Y-%m-%d %H:%M:%S %Z')} on {platform.node()} ({cpus} CPUs usable, "
+        f"{platform.processor() or platform.machine()}, Python {platform.python_version()}).",
+        "",
+        "Command:",
+        "",
+        "```bash",
+        command,
+        "```",
+        "",
+        f"Target: `{args.host}`{f' ({args.label})' if args.label else ''}. Scenario: "
+        f"{payloads.SCENARIOS[args.scenario].description}"
+        + (f", {prompt_tokens} prompt tokens (first variant)" if prompt_tokens else "")
+        + f", {payloads.VARIANTS} rotating variants. Load: closed-loop concurrency steps, "
+        f"{args.step_seconds:g} s each after {args.warmup_seconds:g} s warm-up, from one asyncio process "
+        f"({'a minimal HTTP/1.1 keep-alive client over pre-built requests' if args.client == 'raw' else 'httpx'}"
+        f", one connection per concurrent client). Server CPU: {probe.source}.",
+        "",
+    ]
     if best:
         per_core = best.rps_per_core
         reached = any(not s.meets_slo for s in steps)
-        lines += ["## Headline", "",
-                  f"- **Capacity at the objective: {'' if reached else 'at least '}{best.rps:.1f} req/s per replica"
-                  "**" + ("" if reached else " (every step met the objective: the machine, not the latency, "
-                          "bounded the run)") + f" (concurrency "
-                  f"{best.concurrency}, p50 {best.p50_ms:.1f} ms, p99 {best.p99_ms:.1f} ms), using "
-                  f"{best.cores_used:.2f} cores.",
-                  f"- **{per_core:.1f} req/s per core** at that point ({best.cpu_ms_per_request:.1f} CPU-ms per "
-                  "request).",
-                  f"- Planning at {args.headroom:.0%} of capacity: one replica like this one serves "
-                  f"{best.rps * args.headroom:.0f} req/s; one core serves {per_core * args.headroom:.0f} req/s.", ""]
-        lines += ["## How many cores and replicas", "",
-                  f"Replicas are this replica's shape ({best.cores_used:.1f} cores busy at capacity); cores = "
-                  f"target / ({per_core:.1f} req/s per core x {args.headroom:.0%} headroom), rounded up.", "",
-                  "| target req/s | cores | replicas of this shape |", "|---:|---:|---:|"]
+        lines += [
+            "## Headline",
+            "",
+            f"- **Capacity at the objective: {'' if reached else 'at least '}{best.rps:.1f} req/s per replica"
+            "**"
+            + ("" if reached else " (every step met the objective: the machine, not the latency, bounded the run)")
+            + f" (concurrency "
+            f"{best.concurrency}, p50 {best.p50_ms:.1f} ms, p99 {best.p99_ms:.1f} ms), using "
+            f"{best.cores_used:.2f} cores.",
+            f"- **{per_core:.1f} req/s per core** at that point ({best.cpu_ms_per_request:.1f} CPU-ms per request).",
+            f"- Planning at {args.headroom:.0%} of capacity: one replica like this one serves "
+            f"{best.rps * args.headroom:.0f} req/s; one core serves {per_core * args.headroom:.0f} req/s.",
+            "",
+        ]
+        lines += [
+            "## How many cores and replicas",
+            "",
+            f"Replicas are this replica's shape ({best.cores_used:.1f} cores busy at capacity); cores = "
+            f"target / ({per_core:.1f} req/s per core x {args.headroom:.0%} headroom), rounded up.",
+            "",
+            "| target req/s | cores | replicas of this shape |",
+            "|---:|---:|---:|",
+        ]
         for target in sorted({*args.target_rps}):
             cores = math.ceil(target / (per_core * args.headroom))
             replicas = math.ceil(target / (best.rps * args.headroom))
             lines.append(f"| {target:g} | {cores} | {replicas} |")
         lines.append("")
     else:
-        lines += ["## Headline", "", f"**No step met p99 <= {args.slo_p99_ms:g} ms without errors**: "
-                  "the objective is below this target's single-request latency; relax it or add capacity.", ""]
-    lines += ["## Steps", "",
-              "| connections | req/s | p50 ms | p99 ms | errors | server cores | CPU ms/req | req/s per core | "
-              "generator cores | meets objective |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|"]
+        lines += [
+            "## Headline",
+            "",
+            f"**No step met p99 <= {args.slo_p99_ms:g} ms without errors**: "
+            "the objective is below this target's single-request latency; relax it or add capacity.",
+            "",
+        ]
+    lines += [
+        "## Steps",
+        "",
+        "| connections | req/s | p50 ms | p99 ms | errors | server cores | CPU ms/req | req/s per core | "
+        "generator cores | meets objective |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
     for s in steps:
-        lines.append(f"| {s.concurrency} | {s.rps:.1f} | {s.p50_ms:.1f} | {s.p99_ms:.1f} | {s.errors} | "
-                     f"{s.cores_used:.2f} | {s.cpu_ms_per_request:.2f} | {s.rps_per_core:.1f} | "
-                     f"{s.client_cores:.2f} | {'yes' if s.meets_slo else 'no'} |")
+        lines.append(
+            f"| {s.concurrency} | {s.rps:.1f} | {s.p50_ms:.1f} | {s.p99_ms:.1f} | {s.errors} | "
+            f"{s.cores_used:.2f} | {s.cpu_ms_per_request:.2f} | {s.rps_per_core:.1f} | "
+            f"{s.client_cores:.2f} | {'yes' if s.meets_slo else 'no'} |"
+        )
     busiest = max(steps, key=lambda s: s.cores_used + s.client_cores)
     if busiest.cores_used + busiest.client_cores > 0.85 * cpus:
-        lines += ["", f"**Note:** at {busiest.concurrency} connections the server ({busiest.cores_used:.2f} cores) and "
-                  f"this load generator ({busiest.client_cores:.2f} cores) together used "
-                  f"{busiest.cores_used + busiest.client_cores:.2f} of the {cpus} CPUs: the machine, not the "
-                  "server's workers, bounds the last steps. Per-core figures still hold; per-replica req/s on a "
-                  "dedicated host is higher (server cores used x req/s per core)."]
+        lines += [
+            "",
+            f"**Note:** at {busiest.concurrency} connections the server ({busiest.cores_used:.2f} cores) and "
+            f"this load generator ({busiest.client_cores:.2f} cores) together used "
+            f"{busiest.cores_used + busiest.client_cores:.2f} of the {cpus} CPUs: the machine, not the "
+            "server's workers, bounds the last steps. Per-core figures still hold; per-replica req/s on a "
+            "dedicated host is higher (server cores used x req/s per core).",
+        ]
     lines += ["", "## Charts", ""] + [f"![{name[:-4]}]({name})" for name in images]
-    lines += ["", "## How to read it", "",
-              "- *latency vs load*: each point is one concurrency step; throughput grows until the server's "
-              "cores are saturated, then only latency grows. The capacity is the last point under the red line.",
-              "- *CPU per request*: flat means the work per request does not grow with load (no contention "
-              "overhead); a rise near saturation is queueing or lock contention.",
-              "- *req/s per core*: throughput divided by the cores the server actually used (bars), and the "
-              "cores used (line). Cores used stop growing at the worker count (or the machine's cores).",
-              "- The load generator shares the machine: on a small host its CPU is not available to the server, "
-              "so capacity per core is the number to carry to larger hosts, not per-replica req/s.", ""]
+    lines += [
+        "",
+        "## How to read it",
+        "",
+        "- *latency vs load*: each point is one concurrency step; throughput grows until the server's "
+        "cores are saturated, then only latency grows. The capacity is the last point under the red line.",
+        "- *CPU per request*: flat means the work per request does not grow with load (no contention "
+        "overhead); a rise near saturation is queueing or lock contention.",
+        "- *req/s per core*: throughput divided by the cores the server actually used (bars), and the "
+        "cores used (line). Cores used stop growing at the worker count (or the machine's cores).",
+        "- The load generator shares the machine: on a small host its CPU is not available to the server, "
+        "so capacity per core is the number to carry to larger hosts, not per-replica req/s.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -328,14 +400,17 @@ async def main_async(args: argparse.Namespace) -> list[Step]:
                     bar.update(1)
 
         drainer = asyncio.create_task(drain())
-        step = await run_step(args.host, bodies, concurrency, args.step_seconds, args.warmup_seconds, probe, ticks,
-                              args.client)
+        step = await run_step(
+            args.host, bodies, concurrency, args.step_seconds, args.warmup_seconds, probe, ticks, args.client
+        )
         drainer.cancel()
         step.meets_slo = step.p99_ms <= args.slo_p99_ms and step.errors == 0
         steps.append(step)
-        message = (f"c={concurrency:>3}: {step.rps:7.1f} req/s  p50 {step.p50_ms:7.1f} ms  p99 {step.p99_ms:7.1f} ms"
-                   f"  cores {step.cores_used:.2f}  {step.cpu_ms_per_request:.2f} CPU-ms/req  errors {step.errors}"
-                   f"  generator cores {step.client_cores:.2f}")
+        message = (
+            f"c={concurrency:>3}: {step.rps:7.1f} req/s  p50 {step.p50_ms:7.1f} ms  p99 {step.p99_ms:7.1f} ms"
+            f"  cores {step.cores_used:.2f}  {step.cpu_ms_per_request:.2f} CPU-ms/req  errors {step.errors}"
+            f"  generator cores {step.client_cores:.2f}"
+        )
         (bar.write if bar is not None else print)(message)
         if not step.meets_slo and args.stop_after_miss and len(steps) > 1 and not steps[-2].meets_slo:
             break  # two steps past the objective: the rest only adds queueing
@@ -345,23 +420,36 @@ async def main_async(args: argparse.Namespace) -> list[Step]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m loadtests.size", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtests.size", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--host", required=True, help="loopback URL of a running target")
     parser.add_argument("--pid", type=int, help="server PID: read CPU from /proc of its process tree")
     parser.add_argument("--scenario", default="long9k", choices=sorted(payloads.SCENARIOS))
     parser.add_argument("--slo-p99-ms", type=float, default=100.0)
-    parser.add_argument("--concurrency", default="1,2,3,4,6,8,12,16",
-                        type=lambda s: [int(x) for x in s.split(",")], help="comma-separated steps")
+    parser.add_argument(
+        "--concurrency",
+        default="1,2,3,4,6,8,12,16",
+        type=lambda s: [int(x) for x in s.split(",")],
+        help="comma-separated steps",
+    )
     parser.add_argument("--step-seconds", type=float, default=20.0)
     parser.add_argument("--warmup-seconds", type=float, default=3.0)
     parser.add_argument("--target-rps", default="500,1000,5000,20000", type=lambda s: [float(x) for x in s.split(",")])
-    parser.add_argument("--client", choices=("raw", "httpx"), default="raw",
-                        help="raw: minimal asyncio HTTP/1.1 keep-alive client (cheapest); httpx: httpx.AsyncClient")
+    parser.add_argument(
+        "--client",
+        choices=("raw", "httpx"),
+        default="raw",
+        help="raw: minimal asyncio HTTP/1.1 keep-alive client (cheapest); httpx: httpx.AsyncClient",
+    )
     parser.add_argument("--headroom", type=float, default=0.8, help="plan at this fraction of measured capacity")
     parser.add_argument("--label", default="", help="what the target is, for the report (e.g. 'ours, 2 workers')")
-    parser.add_argument("--no-stop-after-miss", dest="stop_after_miss", action="store_false",
-                        help="run every step even after two steps miss the objective")
+    parser.add_argument(
+        "--no-stop-after-miss",
+        dest="stop_after_miss",
+        action="store_false",
+        help="run every step even after two steps miss the objective",
+    )
     parser.add_argument("--out", required=True, type=Path, help="report folder (report.md, *.png, steps.json)")
     args = parser.parse_args(argv)
     if urlsplit(args.host).hostname not in LOOPBACK:
@@ -375,19 +463,24 @@ def main(argv: list[str] | None = None) -> int:
     args.probe = CpuProbe(args.host, args.pid)
     prompt_tokens = None
     with httpx.Client(base_url=args.host, timeout=60) as http:
-        response = http.post(payloads.RENDER_PATH, content=payloads.chat_bodies(args.scenario)[0],
-                             headers=payloads.HEADERS)
+        response = http.post(
+            payloads.RENDER_PATH, content=payloads.chat_bodies(args.scenario)[0], headers=payloads.HEADERS
+        )
         if response.status_code != 200:
             raise SystemExit(f"{args.host} answered {response.status_code}: {response.text[:300]}")
         prompt_tokens = len(response.json()["token_ids"])
     steps = asyncio.run(main_async(args))
-    command = "python -m loadtests.size " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = "python -m loadtests.size " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
+    )
     images = charts(steps, args.slo_p99_ms, args.out, args.scenario)
     (args.out / "report.md").write_text(report(args, steps, args.probe, command, images, prompt_tokens))
     (args.out / "steps.json").write_bytes(orjson.dumps([asdict(s) for s in steps], option=orjson.OPT_INDENT_2))
     best = [s for s in steps if s.meets_slo]
-    print(f"report: {args.out / 'report.md'}"
-          + (f"; capacity {max(s.rps for s in best):.1f} req/s at p99 <= {args.slo_p99_ms:g} ms" if best else ""))
+    print(
+        f"report: {args.out / 'report.md'}"
+        + (f"; capacity {max(s.rps for s in best):.1f} req/s at p99 <= {args.slo_p99_ms:g} ms" if best else "")
+    )
     return 0
 
 

@@ -41,8 +41,17 @@ import httpx
 
 from loadtests.payloads import DERENDER_PATH, MODEL, RENDER_PATH, chat_payloads, derender_case
 
-SERVER_FLAGS = ("--served-model-name", MODEL, "--reasoning-parser", "qwen3", "--enable-auto-tool-choice",
-                "--tool-call-parser", "hermes", "--max-model-len", "16384")
+SERVER_FLAGS = (
+    "--served-model-name",
+    MODEL,
+    "--reasoning-parser",
+    "qwen3",
+    "--enable-auto-tool-choice",
+    "--tool-call-parser",
+    "hermes",
+    "--max-model-len",
+    "16384",
+)
 SAMPLE_EVERY = 10.0
 WARM_UP = 60.0  # RSS "start" is the first sample after this (caches, allocator arenas and pools filled)
 
@@ -109,8 +118,9 @@ class Soak:
         if len(self.errors) <= 5:
             print(f"ERROR {text[:300]}", file=sys.stderr)
 
-    async def post(self, client: httpx.AsyncClient, kind: str, path: str, body: Any,
-                   headers: dict[str, str] | None = None) -> Any:
+    async def post(
+        self, client: httpx.AsyncClient, kind: str, path: str, body: Any, headers: dict[str, str] | None = None
+    ) -> Any:
         start = time.perf_counter()
         try:
             response = await client.post(self.url + path, json=body, headers=headers)
@@ -125,7 +135,8 @@ class Soak:
 
     async def renders(self, client: httpx.AsyncClient) -> None:
         bodies = [("render_short", b) for b in chat_payloads("short")] + [
-            ("render_agent", b) for b in chat_payloads("agent")[:4]]
+            ("render_agent", b) for b in chat_payloads("agent")[:4]
+        ]
         interval = 1.0 / self.render_rate
         tasks: set[asyncio.Task[Any]] = set()
         next_at = time.monotonic()
@@ -179,11 +190,19 @@ class Soak:
                 await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             if failed:
                 continue
-            got = ("".join(reasoning), "".join(content) or None,
-                   [(c["id"], c["name"], c["arguments"]) for _, c in sorted(calls.items())])
-            want = (expected["reasoning"], expected["content"],
-                    [(c["id"], c["function"]["name"], c["function"]["arguments"])
-                     for c in expected.get("tool_calls") or []])
+            got = (
+                "".join(reasoning),
+                "".join(content) or None,
+                [(c["id"], c["name"], c["arguments"]) for _, c in sorted(calls.items())],
+            )
+            want = (
+                expected["reasoning"],
+                expected["content"],
+                [
+                    (c["id"], c["function"]["name"], c["function"]["arguments"])
+                    for c in expected.get("tool_calls") or []
+                ],
+            )
             if got != want:
                 self.error(f"stream {request_id} differs from batch: {got!r:.200} != {want!r:.200}")
             self.streams_done += 1
@@ -192,17 +211,23 @@ class Soak:
         import redis
 
         info = redis.Redis(host="127.0.0.1", port=self.redis_port, socket_timeout=2).info()
-        return {"connected_clients": info["connected_clients"], "used_memory": info["used_memory"],
-                "keys": sum(v.get("keys", 0) for k, v in info.items() if k.startswith("db") and isinstance(v, dict))}
+        return {
+            "connected_clients": info["connected_clients"],
+            "used_memory": info["used_memory"],
+            "keys": sum(v.get("keys", 0) for k, v in info.items() if k.startswith("db") and isinstance(v, dict)),
+        }
 
     async def sampler(self, started: float) -> None:
         while True:
             workers = children(self.service_pid)
-            sample = {"t": round(time.monotonic() - started, 1),
-                      "requests": sum(len(v) for v in self.latency.values()), "errors": len(self.errors),
-                      "streams": self.streams_done,
-                      "parent": {"rss_kib": rss_kib(self.service_pid), "fds": fd_count(self.service_pid)},
-                      "workers": {str(pid): {"rss_kib": rss_kib(pid), "fds": fd_count(pid)} for pid in workers}}
+            sample = {
+                "t": round(time.monotonic() - started, 1),
+                "requests": sum(len(v) for v in self.latency.values()),
+                "errors": len(self.errors),
+                "streams": self.streams_done,
+                "parent": {"rss_kib": rss_kib(self.service_pid), "fds": fd_count(self.service_pid)},
+                "workers": {str(pid): {"rss_kib": rss_kib(pid), "fds": fd_count(pid)} for pid in workers},
+            }
             try:
                 sample["redis"] = await asyncio.to_thread(self.redis_info)
             except Exception as exc:  # report, keep soaking
@@ -220,11 +245,15 @@ class Soak:
         self.stop_at = started + self.duration
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=16)
         async with httpx.AsyncClient(timeout=10, limits=limits) as shared:
-            stream_clients = [httpx.AsyncClient(timeout=10, limits=httpx.Limits(max_connections=1))
-                              for _ in range(self.streams)]
+            stream_clients = [
+                httpx.AsyncClient(timeout=10, limits=httpx.Limits(max_connections=1)) for _ in range(self.streams)
+            ]
             try:
-                await asyncio.gather(self.sampler(started), self.renders(shared),
-                                     *(self.stream_worker(i, c) for i, c in enumerate(stream_clients)))
+                await asyncio.gather(
+                    self.sampler(started),
+                    self.renders(shared),
+                    *(self.stream_worker(i, c) for i, c in enumerate(stream_clients)),
+                )
             finally:
                 for client in stream_clients:
                     await client.aclose()
@@ -235,28 +264,49 @@ class Soak:
         workers = {}
         for pid, end in last["workers"].items():
             start = first["workers"].get(pid)
-            workers[pid] = {"rss_start_mib": round(start["rss_kib"] / 1024, 1) if start else None,
-                            "rss_end_mib": round(end["rss_kib"] / 1024, 1),
-                            "rss_growth_pct": round(100 * (end["rss_kib"] / start["rss_kib"] - 1), 2) if start else None,
-                            "fds_start": start["fds"] if start else None, "fds_end": end["fds"],
-                            "fds_max": max(s["workers"].get(pid, {}).get("fds") or 0 for s in self.samples)}
+            workers[pid] = {
+                "rss_start_mib": round(start["rss_kib"] / 1024, 1) if start else None,
+                "rss_end_mib": round(end["rss_kib"] / 1024, 1),
+                "rss_growth_pct": round(100 * (end["rss_kib"] / start["rss_kib"] - 1), 2) if start else None,
+                "fds_start": start["fds"] if start else None,
+                "fds_end": end["fds"],
+                "fds_max": max(s["workers"].get(pid, {}).get("fds") or 0 for s in self.samples),
+            }
         clients = [s["redis"]["connected_clients"] for s in self.samples if "connected_clients" in s["redis"]]
-        latency = {kind: {"count": len(v), "p50_ms": round(statistics.median(v) * 1e3, 2),
-                          "p99_ms": round(sorted(v)[int(len(v) * 0.99) - 1] * 1e3, 2) if len(v) >= 100 else None}
-                   for kind, v in sorted(self.latency.items())}
+        latency = {
+            kind: {
+                "count": len(v),
+                "p50_ms": round(statistics.median(v) * 1e3, 2),
+                "p99_ms": round(sorted(v)[int(len(v) * 0.99) - 1] * 1e3, 2) if len(v) >= 100 else None,
+            }
+            for kind, v in sorted(self.latency.items())
+        }
         requests = sum(len(v) for v in self.latency.values()) + len(self.errors)
-        return {"duration_s": self.duration, "requests": requests, "errors": len(self.errors),
-                "error_samples": self.errors[:5], "streams_checked": self.streams_done,
-                "request_rate": round(requests / self.duration, 1), "latency": latency,
-                "rss_window_s": [first["t"], last["t"]], "workers": workers,
-                "worker_pids_changed": set(self.samples[0]["workers"]) != set(last["workers"]),
-                "parent": {"rss_start_mib": round(first["parent"]["rss_kib"] / 1024, 1),
-                           "rss_end_mib": round(last["parent"]["rss_kib"] / 1024, 1),
-                           "fds_start": first["parent"]["fds"], "fds_end": last["parent"]["fds"]},
-                "redis_connected_clients": {"min": min(clients, default=None), "max": max(clients, default=None),
-                                            "first_after_warm_up": first["redis"].get("connected_clients"),
-                                            "end": last["redis"].get("connected_clients")},
-                "redis_keys_end": last["redis"].get("keys")}
+        return {
+            "duration_s": self.duration,
+            "requests": requests,
+            "errors": len(self.errors),
+            "error_samples": self.errors[:5],
+            "streams_checked": self.streams_done,
+            "request_rate": round(requests / self.duration, 1),
+            "latency": latency,
+            "rss_window_s": [first["t"], last["t"]],
+            "workers": workers,
+            "worker_pids_changed": set(self.samples[0]["workers"]) != set(last["workers"]),
+            "parent": {
+                "rss_start_mib": round(first["parent"]["rss_kib"] / 1024, 1),
+                "rss_end_mib": round(last["parent"]["rss_kib"] / 1024, 1),
+                "fds_start": first["parent"]["fds"],
+                "fds_end": last["parent"]["fds"],
+            },
+            "redis_connected_clients": {
+                "min": min(clients, default=None),
+                "max": max(clients, default=None),
+                "first_after_warm_up": first["redis"].get("connected_clients"),
+                "end": last["redis"].get("connected_clients"),
+            },
+            "redis_keys_end": last["redis"].get("keys"),
+        }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,13 +326,34 @@ def main(argv: list[str] | None = None) -> int:
 
             model = str(build_example_model(Path(tmp) / "tinyqwen3", "qwen3"))
         redis_port, port = free_port(), free_port()
-        redis = subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-                                  "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        redis = subprocess.Popen(
+            ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         log = open(Path(tmp) / "service.log", "wb")
         service = subprocess.Popen(
-            [sys.executable, "-m", "render_service.cli", "serve", model, "--host", "127.0.0.1", "--port", str(port),
-             "--workers", str(args.workers), "--redis-url", f"redis://127.0.0.1:{redis_port}/0",
-             "--snapshot-key", secrets.token_hex(16), *SERVER_FLAGS], stdout=log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "render_service.cli",
+                "serve",
+                model,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                str(args.workers),
+                "--redis-url",
+                f"redis://127.0.0.1:{redis_port}/0",
+                "--snapshot-key",
+                secrets.token_hex(16),
+                *SERVER_FLAGS,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             wait_healthy(url, service)
@@ -304,8 +375,17 @@ def main(argv: list[str] | None = None) -> int:
         if problems:
             print("service log errors:\n" + "\n".join(problems[:20]), file=sys.stderr)
         if args.out:
-            args.out.write_text(json.dumps({"command": " ".join(sys.argv), "summary": summary,
-                                            "samples": soak.samples, "service_log_errors": problems[:50]}, indent=1))
+            args.out.write_text(
+                json.dumps(
+                    {
+                        "command": " ".join(sys.argv),
+                        "summary": summary,
+                        "samples": soak.samples,
+                        "service_log_errors": problems[:50],
+                    },
+                    indent=1,
+                )
+            )
         return 1 if summary["errors"] or problems else 0
 
 

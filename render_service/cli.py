@@ -18,15 +18,15 @@ from render_service.settings import (
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="render-service", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="serve the render/derender endpoints (every flag also as "
-                                "RENDER_<FLAG> in the environment)")
+    serve = commands.add_parser(
+        "serve", help="serve the render/derender endpoints (every flag also as RENDER_<FLAG> in the environment)"
+    )
     add_model_arguments(serve)
     add_server_arguments(serve)
     apply_environment(serve)
     fp = commands.add_parser("fingerprint", help="print the config fingerprint without starting a server")
     add_model_arguments(fp)
-    audit = commands.add_parser("audit", help="check render replicas and engines agree (see README)",
-                                add_help=False)
+    audit = commands.add_parser("audit", help="check render replicas and engines agree (see README)", add_help=False)
     audit.add_argument("rest", nargs=argparse.REMAINDER)
     example = commands.add_parser("example-model", help="build a tiny local model folder (no hub needed)")
     example.add_argument("directory")
@@ -71,8 +71,14 @@ def print_fingerprint(settings) -> int:
     except ModelLoadError as exc:
         print(f"render-service: error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps({**fingerprint(settings, model), "vllm_parity_version": "0.33.0",
-                      "service_version": __version__}, indent=2, ensure_ascii=False, default=str))
+    print(
+        json.dumps(
+            {**fingerprint(settings, model), "vllm_parity_version": "0.33.0", "service_version": __version__},
+            indent=2,
+            ensure_ascii=False,
+            default=str,
+        )
+    )
     return 0
 
 
@@ -81,9 +87,9 @@ def serve(settings) -> int:
 
     # Workers are forked after the model loads: keep HF tokenizers' thread pool out of it.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from render_service.model.loader import ModelLoadError, load_model
     from render_service.server import workers
     from render_service.server.app import create_app
-    from render_service.model.loader import ModelLoadError, load_model
 
     try:
         model = load_model(settings)
@@ -93,8 +99,7 @@ def serve(settings) -> int:
     count = settings.workers or workers.available_cpus()
     if count > 1:
         workers.main_guard()
-    return workers.serve(lambda: create_app(settings, model), settings.host, settings.port, count,
-                         settings.log_level)
+    return workers.serve(lambda: create_app(settings, model), settings.host, settings.port, count, settings.log_level)
 
 
 if __name__ == "__main__":

@@ -85,11 +85,13 @@ class Settings:
         if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
             raise SettingsError(
                 f"--reasoning-parser {self.reasoning_parser!r} is not supported; "
-                f"choose one of {', '.join(REASONING_PARSERS)}")
+                f"choose one of {', '.join(REASONING_PARSERS)}"
+            )
         if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_PARSERS:
             raise SettingsError(
                 f"--tool-call-parser {self.tool_call_parser!r} is not supported; "
-                f"choose one of {', '.join(TOOL_PARSERS)}")
+                f"choose one of {', '.join(TOOL_PARSERS)}"
+            )
         if self.enable_auto_tool_choice and self.tool_call_parser is None:
             raise SettingsError("--enable-auto-tool-choice requires --tool-call-parser")
         if self.chat_template_content_format not in CONTENT_FORMATS:
@@ -101,18 +103,22 @@ class Settings:
         if self.max_model_len is not None and self.max_model_len < -1:
             raise SettingsError("--max-model-len must be positive, or -1 for the model's value")
         if self.redis_url and not self.snapshot_key:
-            raise SettingsError("--redis-url needs --snapshot-key (or RENDER_SNAPSHOT_KEY): replicas must share "
-                                "the HMAC key that signs parser snapshots")
+            raise SettingsError(
+                "--redis-url needs --snapshot-key (or RENDER_SNAPSHOT_KEY): replicas must share "
+                "the HMAC key that signs parser snapshots"
+            )
         if self.mm_cache_redis and not self.redis_url:
-            raise SettingsError("--mm-cache-redis needs --redis-url (and --snapshot-key, whose key also "
-                                "authenticates the cached images)")
+            raise SettingsError(
+                "--mm-cache-redis needs --redis-url (and --snapshot-key, whose key also "
+                "authenticates the cached images)"
+            )
         if self.mm_cache_redis_ttl_seconds <= 0 or self.mm_cache_redis_max_entry_bytes <= 0:
             raise SettingsError("--mm-cache-redis-ttl-seconds and --mm-cache-redis-max-entry-bytes must be positive")
         if self.tokenizer_backend not in ("auto", "hf"):
             raise SettingsError("--tokenizer-backend must be auto or hf")
         if self.mm_processor_kwargs:
-            from render_service.multimodal import qwen3_vl as multimodal
             from render_service.exceptions import RenderServiceError
+            from render_service.multimodal import qwen3_vl as multimodal
 
             try:  # the folder's bounds are unknown here; keys and values are checked
                 multimodal.server_bounds(self.mm_processor_kwargs, 1, 1)
@@ -130,6 +136,7 @@ def _json_dict(flag: str) -> Any:
         if not isinstance(value, dict):
             raise argparse.ArgumentTypeError(f"{flag} must be a JSON object")
         return value
+
     return parse
 
 
@@ -138,10 +145,13 @@ def _max_model_len(text: str) -> int:
     lowered = text.strip().lower()
     if lowered in ("auto", "-1"):
         return -1
-    multipliers = {"k": 1000, "m": 1000 ** 2, "g": 1000 ** 3}
+    multipliers = {"k": 1000, "m": 1000**2, "g": 1000**3}
     if lowered[-1:] in multipliers:
-        unit = multipliers[lowered[-1]] if text.strip()[-1].islower() else {
-            "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}[lowered[-1]]
+        unit = (
+            multipliers[lowered[-1]]
+            if text.strip()[-1].islower()
+            else {"k": 1024, "m": 1024**2, "g": 1024**3}[lowered[-1]]
+        )
         return int(float(lowered[:-1]) * unit)
     return int(lowered)
 
@@ -156,8 +166,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-remote-code", action="store_true")
     parser.add_argument("--chat-template", help="a file path or an inline Jinja template")
     parser.add_argument("--chat-template-content-format", default="auto", choices=CONTENT_FORMATS)
-    parser.add_argument("--default-chat-template-kwargs", type=_json_dict("--default-chat-template-kwargs"),
-                        default={})
+    parser.add_argument("--default-chat-template-kwargs", type=_json_dict("--default-chat-template-kwargs"), default={})
     parser.add_argument("--cohere-format", default="cmd4")
     parser.add_argument("--trust-request-chat-template", action="store_true")
     parser.add_argument("--reasoning-parser")
@@ -166,17 +175,31 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exclude-tools-when-tool-choice-none", action="store_true")
     parser.add_argument("--max-model-len", type=_max_model_len)
     parser.add_argument("--generation-config", default="auto")
-    parser.add_argument("--override-generation-config",
-                        type=_json_dict("--override-generation-config"), default={})
+    parser.add_argument("--override-generation-config", type=_json_dict("--override-generation-config"), default={})
     parser.add_argument("--max-logprobs", type=int, default=20)
-    parser.add_argument("--tokenizer-backend", default="auto", choices=("auto", "hf"),
-                        help="auto: fastokens when its self-test matches HF tokenizers")
-    parser.add_argument("--limit-mm-per-prompt", type=_json_dict("--limit-mm-per-prompt"), default={},
-                        help='e.g. {"image": 4} (vLLM default: 999 per modality)')
-    parser.add_argument("--mm-processor-kwargs", type=_json_dict("--mm-processor-kwargs"), default={},
-                        help='image processor overrides, e.g. {"max_pixels": 1003520} (size, min_pixels, max_pixels)')
-    parser.add_argument("--trust-request-mm-kwargs", action="store_true",
-                        help="accept per-request mm_processor_kwargs (they change preprocessing cost)")
+    parser.add_argument(
+        "--tokenizer-backend",
+        default="auto",
+        choices=("auto", "hf"),
+        help="auto: fastokens when its self-test matches HF tokenizers",
+    )
+    parser.add_argument(
+        "--limit-mm-per-prompt",
+        type=_json_dict("--limit-mm-per-prompt"),
+        default={},
+        help='e.g. {"image": 4} (vLLM default: 999 per modality)',
+    )
+    parser.add_argument(
+        "--mm-processor-kwargs",
+        type=_json_dict("--mm-processor-kwargs"),
+        default={},
+        help='image processor overrides, e.g. {"max_pixels": 1003520} (size, min_pixels, max_pixels)',
+    )
+    parser.add_argument(
+        "--trust-request-mm-kwargs",
+        action="store_true",
+        help="accept per-request mm_processor_kwargs (they change preprocessing cost)",
+    )
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
@@ -189,35 +212,67 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stream-state-mode", default="full", choices=STREAM_STATE_MODES)
     parser.add_argument("--snapshot-ttl-seconds", type=int, default=600)
     parser.add_argument("--log-level", default="info")
-    parser.add_argument("--audit-engine", action="append", default=[], metavar="URL",
-                        help="audit this engine continuously (repeatable); see `render-service audit`")
-    parser.add_argument("--audit-render", action="append", default=[], metavar="URL",
-                        help="audit this render replica continuously (repeatable)")
+    parser.add_argument(
+        "--audit-engine",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="audit this engine continuously (repeatable); see `render-service audit`",
+    )
+    parser.add_argument(
+        "--audit-render",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="audit this render replica continuously (repeatable)",
+    )
     parser.add_argument("--audit-interval", type=float, default=60.0, help="seconds between audits")
-    parser.add_argument("--audit-gates-readiness", action="store_true",
-                        help="/health answers 503 while an audit mismatch persists")
-    parser.add_argument("--workers", type=int, default=0,
-                        help="worker processes on one listening socket (0: the CPUs available to this process)")
-    parser.add_argument("--max-inflight", type=int, default=256,
-                        help="requests in flight per worker before answering 503 with Retry-After")
-    parser.add_argument("--allowed-media-domains", nargs="+", default=None,
-                        help="only fetch image URLs from these hosts")
-    parser.add_argument("--media-allow-private-addresses", action="store_true",
-                        help="allow image URLs that resolve to loopback/private/link-local addresses")
+    parser.add_argument(
+        "--audit-gates-readiness", action="store_true", help="/health answers 503 while an audit mismatch persists"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="worker processes on one listening socket (0: the CPUs available to this process)",
+    )
+    parser.add_argument(
+        "--max-inflight",
+        type=int,
+        default=256,
+        help="requests in flight per worker before answering 503 with Retry-After",
+    )
+    parser.add_argument(
+        "--allowed-media-domains", nargs="+", default=None, help="only fetch image URLs from these hosts"
+    )
+    parser.add_argument(
+        "--media-allow-private-addresses",
+        action="store_true",
+        help="allow image URLs that resolve to loopback/private/link-local addresses",
+    )
     parser.add_argument("--media-allow-redirects", action="store_true", help="follow redirects on image URLs")
     parser.add_argument("--media-fetch-timeout", type=float, default=5.0, help="seconds per image URL")
-    parser.add_argument("--media-max-bytes", type=int, default=32 << 20,
-                        help="largest image (fetched body or decoded data: URL)")
-    parser.add_argument("--mm-cache-bytes", type=int, default=512 << 20,
-                        help="in-process cache of processed images, by content hash")
-    parser.add_argument("--mm-cache-redis", action="store_true",
-                        help="also share processed images between replicas in --redis-url (a re-sent image "
-                             "another replica processed costs a Redis GET instead of a decode and resize)")
-    parser.add_argument("--mm-cache-redis-ttl-seconds", type=int, default=600,
-                        help="how long a processed image lives in Redis")
-    parser.add_argument("--mm-cache-redis-max-entry-bytes", type=int, default=32 << 20,
-                        help="processed images larger than this are not stored in Redis "
-                             "(a 1280x720 image with tensors is ~7.2 MB)")
+    parser.add_argument(
+        "--media-max-bytes", type=int, default=32 << 20, help="largest image (fetched body or decoded data: URL)"
+    )
+    parser.add_argument(
+        "--mm-cache-bytes", type=int, default=512 << 20, help="in-process cache of processed images, by content hash"
+    )
+    parser.add_argument(
+        "--mm-cache-redis",
+        action="store_true",
+        help="also share processed images between replicas in --redis-url (a re-sent image "
+        "another replica processed costs a Redis GET instead of a decode and resize)",
+    )
+    parser.add_argument(
+        "--mm-cache-redis-ttl-seconds", type=int, default=600, help="how long a processed image lives in Redis"
+    )
+    parser.add_argument(
+        "--mm-cache-redis-max-entry-bytes",
+        type=int,
+        default=32 << 20,
+        help="processed images larger than this are not stored in Redis (a 1280x720 image with tensors is ~7.2 MB)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

@@ -48,9 +48,11 @@ def redis_server(*extra: str) -> Iterator[RedisServer]:
 
         pytest.skip("redis-server is not installed (CI installs it from Debian)")
     port = free_port()
-    process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                "--appendonly", "no", *extra],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     server = RedisServer(port, process)
     try:
         deadline = time.monotonic() + 10
@@ -71,10 +73,21 @@ def redis_server(*extra: str) -> Iterator[RedisServer]:
 def service(model_dir: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
     """`render-service serve` as a real process; yields its base URL."""
     port = free_port()
-    command = [sys.executable, "-m", "render_service.cli", "serve", str(model_dir), "--host", "127.0.0.1",
-               "--port", str(port), *args]
-    process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT)
+    command = [
+        sys.executable,
+        "-m",
+        "render_service.cli",
+        "serve",
+        str(model_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *args,
+    ]
+    process = subprocess.Popen(
+        command, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -116,21 +129,43 @@ def metric(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-def chunk_body(base: dict[str, Any], token_ids: list[int], finish_reason: str | None, state: Any,
-               request_id: str = "generate-tokens-chatcmpl-test") -> dict[str, Any]:
+def chunk_body(
+    base: dict[str, Any],
+    token_ids: list[int],
+    finish_reason: str | None,
+    state: Any,
+    request_id: str = "generate-tokens-chatcmpl-test",
+) -> dict[str, Any]:
     body = {k: v for k, v in base.items() if k != "generate_chunk"}
     body["stream"] = True
     body["generate_chunk"] = {
-        "request_id": request_id, "usage": None, "output_mode": "tokens",
-        "choices": [{"index": 0, "finish_reason": finish_reason, "stop_reason": None, "token_ids": token_ids,
-                     "routed_experts": None, "sampling_mask": None, "weight_versions": None, "logprobs": None}],
+        "request_id": request_id,
+        "usage": None,
+        "output_mode": "tokens",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": finish_reason,
+                "stop_reason": None,
+                "token_ids": token_ids,
+                "routed_experts": None,
+                "sampling_mask": None,
+                "weight_versions": None,
+                "logprobs": None,
+            }
+        ],
     }
     body["stream_state"] = state
     return body
 
 
-def drive_stream(post: Callable[[int, dict[str, Any]], dict[str, Any]], base: dict[str, Any],
-                 output_ids: list[int], chunk_lens: list[int], finish_reason: str = "stop") -> dict[str, Any]:
+def drive_stream(
+    post: Callable[[int, dict[str, Any]], dict[str, Any]],
+    base: dict[str, Any],
+    output_ids: list[int],
+    chunk_lens: list[int],
+    finish_reason: str = "stop",
+) -> dict[str, Any]:
     """Send `output_ids` chunk by chunk like an llm-d client (echoing stream_state); collect the message."""
     state = None
     content, reasoning = [], []
@@ -138,7 +173,7 @@ def drive_stream(post: Callable[[int, dict[str, Any]], dict[str, Any]], base: di
     final = None
     start = 0
     for call_index, length in enumerate(chunk_lens):
-        ids = output_ids[start:start + length]
+        ids = output_ids[start : start + length]
         start += length
         last = start >= len(output_ids)
         response = post(call_index, chunk_body(base, ids, finish_reason if last else None, state))
@@ -155,5 +190,10 @@ def drive_stream(post: Callable[[int, dict[str, Any]], dict[str, Any]], base: di
                 entry["arguments"] += call["function"]["arguments"] or ""
             if choice["finish_reason"] is not None:
                 final = choice["finish_reason"]
-    return {"content": "".join(content), "reasoning": "".join(reasoning),
-            "tool_calls": [calls[i] for i in sorted(calls)], "finish_reason": final, "state": state}
+    return {
+        "content": "".join(content),
+        "reasoning": "".join(reasoning),
+        "tool_calls": [calls[i] for i in sorted(calls)],
+        "finish_reason": final,
+        "state": state,
+    }

@@ -13,17 +13,40 @@ from render_service.settings import Settings, SettingsError, apply_environment, 
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "render_service.cli", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "render_service.cli", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_vllm_flags_parse() -> None:
-    args = _parser().parse_args([
-        "serve", "m", "--served-model-name", "a", "b", "--max-model-len", "16k", "--reasoning-parser", "qwen3",
-        "--tool-call-parser", "hermes", "--enable-auto-tool-choice", "--default-chat-template-kwargs",
-        '{"enable_thinking": false}', "--override-generation-config", '{"temperature": 0.1}',
-        "--chat-template-content-format", "openai", "--max-logprobs", "5", "--trust-request-chat-template",
-        "--trust-request-mm-kwargs", "--mm-processor-kwargs", '{"max_pixels": 1003520}'])
+    args = _parser().parse_args(
+        [
+            "serve",
+            "m",
+            "--served-model-name",
+            "a",
+            "b",
+            "--max-model-len",
+            "16k",
+            "--reasoning-parser",
+            "qwen3",
+            "--tool-call-parser",
+            "hermes",
+            "--enable-auto-tool-choice",
+            "--default-chat-template-kwargs",
+            '{"enable_thinking": false}',
+            "--override-generation-config",
+            '{"temperature": 0.1}',
+            "--chat-template-content-format",
+            "openai",
+            "--max-logprobs",
+            "5",
+            "--trust-request-chat-template",
+            "--trust-request-mm-kwargs",
+            "--mm-processor-kwargs",
+            '{"max_pixels": 1003520}',
+        ]
+    )
     settings = settings_from_args(args)
     assert settings.trust_request_mm_kwargs and settings.mm_processor_kwargs == {"max_pixels": 1003520}
     assert settings.served_names == ["a", "b"] and settings.max_model_len == 16000
@@ -31,18 +54,23 @@ def test_vllm_flags_parse() -> None:
     assert settings.override_generation_config == {"temperature": 0.1}
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"reasoning_parser": "nope"}, "--reasoning-parser 'nope' is not supported"),
-    ({"tool_call_parser": "mistral"}, "--tool-call-parser 'mistral' is not supported"),
-    ({"enable_auto_tool_choice": True}, "--enable-auto-tool-choice requires --tool-call-parser"),
-    ({"redis_url": "redis://x"}, "--snapshot-key"),
-    ({"mm_cache_redis": True}, "--mm-cache-redis needs --redis-url"),
-    ({"mm_cache_redis": True, "redis_url": "redis://x", "snapshot_key": "k", "mm_cache_redis_ttl_seconds": 0},
-     "must be positive"),
-    ({"mm_processor_kwargs": {"do_resize": False}}, "--mm-processor-kwargs: do_resize not supported"),
-    ({"mm_processor_kwargs": {"max_pixels": "big"}}, "max_pixels must be a positive integer"),
-    ({"mm_processor_kwargs": {"size": {"height": 10}}}, "size must be a mapping of shortest_edge"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"reasoning_parser": "nope"}, "--reasoning-parser 'nope' is not supported"),
+        ({"tool_call_parser": "mistral"}, "--tool-call-parser 'mistral' is not supported"),
+        ({"enable_auto_tool_choice": True}, "--enable-auto-tool-choice requires --tool-call-parser"),
+        ({"redis_url": "redis://x"}, "--snapshot-key"),
+        ({"mm_cache_redis": True}, "--mm-cache-redis needs --redis-url"),
+        (
+            {"mm_cache_redis": True, "redis_url": "redis://x", "snapshot_key": "k", "mm_cache_redis_ttl_seconds": 0},
+            "must be positive",
+        ),
+        ({"mm_processor_kwargs": {"do_resize": False}}, "--mm-processor-kwargs: do_resize not supported"),
+        ({"mm_processor_kwargs": {"max_pixels": "big"}}, "max_pixels must be a positive integer"),
+        ({"mm_processor_kwargs": {"size": {"height": 10}}}, "size must be a mapping of shortest_edge"),
+    ],
+)
 def test_bad_settings_fail_at_start(values: dict, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         Settings(model="m", **values).validate()
@@ -60,10 +88,23 @@ def test_unknown_flag_and_parser_fail_with_clear_messages(qwen3_model_dir: Path)
 def test_every_flag_from_the_environment() -> None:
     parser = _parser()
     serve = next(a for a in parser._actions if a.dest == "command").choices["serve"]
-    apply_environment(serve, {"RENDER_MODEL": "/models/x", "RENDER_MAX_MODEL_LEN": "8192",
-                              "RENDER_ENABLE_AUTO_TOOL_CHOICE": "true", "RENDER_TOOL_CALL_PARSER": "hermes",
-                              "RENDER_SERVED_MODEL_NAME": "a b", "RENDER_PORT": "9000"})
+    apply_environment(
+        serve,
+        {
+            "RENDER_MODEL": "/models/x",
+            "RENDER_MAX_MODEL_LEN": "8192",
+            "RENDER_ENABLE_AUTO_TOOL_CHOICE": "true",
+            "RENDER_TOOL_CALL_PARSER": "hermes",
+            "RENDER_SERVED_MODEL_NAME": "a b",
+            "RENDER_PORT": "9000",
+        },
+    )
     args = parser.parse_args(["serve"])
     assert (args.model, args.max_model_len, args.enable_auto_tool_choice, args.served_model_name, args.port) == (
-        "/models/x", 8192, True, ["a", "b"], 9000)
+        "/models/x",
+        8192,
+        True,
+        ["a", "b"],
+        9000,
+    )
     assert parser.parse_args(["serve", "/other", "--port", "1"]).port == 1  # the command line wins

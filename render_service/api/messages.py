@@ -21,7 +21,6 @@ import jinja2
 import jinja2.ext
 import jinja2.sandbox
 
-from render_service.exceptions import BadRequestError, RequestValidationError
 from render_service.api.protocol import (
     MAX_STOP_STRINGS,
     bounded_list,
@@ -36,10 +35,20 @@ from render_service.api.protocol import (
     validate_cache_salt,
     validate_mm_payload,
 )
+from render_service.exceptions import BadRequestError, RequestValidationError
 from render_service.render.pipeline import MAX_MESSAGES, MAX_TOOLS, render_chat
 
-BLOCK_TYPES = ("text", "image", "tool_use", "tool_result", "tool_reference", "thinking", "redacted_thinking",
-               "tool_addition", "tool_removal")
+BLOCK_TYPES = (
+    "text",
+    "image",
+    "tool_use",
+    "tool_result",
+    "tool_reference",
+    "thinking",
+    "redacted_thinking",
+    "tool_addition",
+    "tool_removal",
+)
 ROLES = ("user", "assistant", "system")
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 _BILLING_HEADER = "x-anthropic-billing-header"
@@ -60,18 +69,25 @@ def merge_inline_system(chat_template: str | None) -> bool:
     if not chat_template:
         return True
     try:
-        env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                                           extensions=[jinja2.ext.loopcontrols])
+        env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+        )
         env.from_string(chat_template).render(
-            messages=[{"role": "system", "content": "t"}, {"role": "user", "content": "t"},
-                      {"role": "system", "content": "t"}, {"role": "user", "content": "t"}],
-            add_generation_prompt=False)
+            messages=[
+                {"role": "system", "content": "t"},
+                {"role": "user", "content": "t"},
+                {"role": "system", "content": "t"},
+                {"role": "user", "content": "t"},
+            ],
+            add_generation_prompt=False,
+        )
     except jinja2.TemplateError:
         return True
     return False
 
 
 # -- schema ---------------------------------------------------------------------------------
+
 
 def _literal(value: Any, allowed: tuple[str, ...], param: str) -> None:
     if value not in allowed:
@@ -84,8 +100,11 @@ def _validate_tool(tool: Any, param: str) -> None:
     if not isinstance(tool, dict):
         raise schema_error(param, "Input should be a valid dictionary or instance of AnthropicTool", tool)
     if not isinstance(tool.get("name"), str):
-        raise schema_error(f"{param}.name", "Field required" if "name" not in tool
-                           else "Input should be a valid string", tool.get("name"))
+        raise schema_error(
+            f"{param}.name",
+            "Field required" if "name" not in tool else "Input should be a valid string",
+            tool.get("name"),
+        )
     if "input_schema" not in tool:
         raise schema_error(f"{param}.input_schema", "Field required", tool)
     if not isinstance(tool["input_schema"], dict):
@@ -113,8 +132,11 @@ def _validate_block(block: Any, param: str) -> None:
         if tool is None:
             raise validator_value_error(param, f"tool is required for {block['type']} blocks", block)
         if not isinstance(tool, dict) or tool.get("type") not in ("tool_reference", "tool_definition"):
-            raise schema_error(f"{param}.tool", "Input tag does not match any of the expected tags: "
-                               "'tool_reference', 'tool_definition'", tool)
+            raise schema_error(
+                f"{param}.tool",
+                "Input tag does not match any of the expected tags: 'tool_reference', 'tool_definition'",
+                tool,
+            )
         if tool["type"] == "tool_reference":
             if not isinstance(tool.get("name"), str):
                 raise schema_error(f"{param}.tool.tool_reference.name", "Field required", tool)
@@ -149,8 +171,9 @@ def _reject_tool_changes(content: Any, param: str) -> None:
     if isinstance(content, list):
         for block in content:
             if block["type"] in ("tool_addition", "tool_removal"):
-                raise validator_value_error(param, f'{block["type"]} blocks are only allowed in messages with role '
-                                            '"system"', content)
+                raise validator_value_error(
+                    param, f'{block["type"]} blocks are only allowed in messages with role "system"', content
+                )
 
 
 def validate_messages_request(body: dict[str, Any]) -> None:
@@ -190,22 +213,31 @@ def validate_messages_request(body: dict[str, Any]) -> None:
     if thinking is not None:
         kind = thinking.get("type")
         if kind not in ("enabled", "disabled", "adaptive"):
-            raise schema_error("body.thinking", "Unable to extract tag using discriminator 'type'" if kind is None
-                               else f"Input tag '{kind}' found using 'type' does not match any of the expected "
-                               "tags: 'enabled', 'disabled', 'adaptive'", thinking)
+            raise schema_error(
+                "body.thinking",
+                "Unable to extract tag using discriminator 'type'"
+                if kind is None
+                else f"Input tag '{kind}' found using 'type' does not match any of the expected "
+                "tags: 'enabled', 'disabled', 'adaptive'",
+                thinking,
+            )
         if kind == "enabled":
             if "budget_tokens" not in thinking:
                 raise schema_error("body.thinking.enabled.budget_tokens", "Field required", thinking)
             budget = opt_int(thinking, "budget_tokens", prefix="body.thinking.enabled")
             if budget is not None and budget < 1024:
-                raise schema_error("body.thinking.enabled.budget_tokens",
-                                   "Input should be greater than or equal to 1024", budget)
+                raise schema_error(
+                    "body.thinking.enabled.budget_tokens", "Input should be greater than or equal to 1024", budget
+                )
     stops = body.get("stop_sequences")
     if stops is not None:
         str_list(stops, "body.stop_sequences")
         if len(stops) > MAX_STOP_STRINGS:
-            raise schema_error("body.stop_sequences", f"List should have at most {MAX_STOP_STRINGS} items after "
-                               f"validation, not {len(stops)}", stops)
+            raise schema_error(
+                "body.stop_sequences",
+                f"List should have at most {MAX_STOP_STRINGS} items after validation, not {len(stops)}",
+                stops,
+            )
     opt_bool(body, "stream")
     system = body.get("system")
     if system is not None:
@@ -217,8 +249,9 @@ def validate_messages_request(body: dict[str, Any]) -> None:
         check_type(tool_choice, "name", (str,), prefix="body.tool_choice")
         opt_bool(tool_choice, "disable_parallel_tool_use", prefix="body.tool_choice")
         if tool_choice["type"] == "tool" and not tool_choice.get("name"):
-            raise validator_value_error("body.tool_choice", "tool_choice.name is required when type is 'tool'",
-                                        tool_choice)
+            raise validator_value_error(
+                "body.tool_choice", "tool_choice.name is required when type is 'tool'", tool_choice
+            )
     tools = body.get("tools")
     if tools is not None:
         bounded_list(tools, MAX_TOOLS, "tools")
@@ -238,12 +271,17 @@ def validate_messages_request(body: dict[str, Any]) -> None:
         raise validator_value_error("body.max_tokens", "max_tokens must be positive", body["max_tokens"])
     _reject_tool_changes(system, "body.system")
     kv = body.get("kv_transfer_params")
-    if not (kv and kv.get("do_remote_decode")) and thinking is not None and thinking.get("type") == "enabled" \
-            and thinking["budget_tokens"] >= body["max_tokens"]:
+    if (
+        not (kv and kv.get("do_remote_decode"))
+        and thinking is not None
+        and thinking.get("type") == "enabled"
+        and thinking["budget_tokens"] >= body["max_tokens"]
+    ):
         raise validator_value_error("body", "thinking.budget_tokens must be less than max_tokens", body)
 
 
 # -- conversion -----------------------------------------------------------------------------
+
 
 def _image_url(source: Any) -> str:
     if not isinstance(source, dict):  # tool_result items are free-form dicts in vLLM's schema
@@ -256,8 +294,11 @@ def _image_url(source: Any) -> str:
 def _system_text(content: Any) -> str | None:
     if isinstance(content, str):
         return None if content.startswith(_BILLING_HEADER) else content
-    parts = [b["text"] for b in content
-             if b["type"] == "text" and b.get("text") and not b["text"].startswith(_BILLING_HEADER)]
+    parts = [
+        b["text"]
+        for b in content
+        if b["type"] == "text" and b.get("text") and not b["text"].startswith(_BILLING_HEADER)
+    ]
     return "".join(parts) if parts else None
 
 
@@ -309,12 +350,17 @@ def _convert_message(message: dict[str, Any], out: list[dict[str, Any]]) -> None
             elif kind == "thinking" and block.get("thinking") is not None:
                 reasoning.append(block["thinking"])
             elif kind == "tool_use":
-                tool_calls.append({
-                    "id": block.get("id") or f"call_{int(time.time())}",
-                    "type": "function",
-                    # json.dumps, not orjson: the template sees Python's separators and ASCII escapes
-                    "function": {"name": block.get("name") or "", "arguments": json.dumps(block.get("input") or {})},
-                })
+                tool_calls.append(
+                    {
+                        "id": block.get("id") or f"call_{int(time.time())}",
+                        "type": "function",
+                        # json.dumps, not orjson: the template sees Python's separators and ASCII escapes
+                        "function": {
+                            "name": block.get("name") or "",
+                            "arguments": json.dumps(block.get("input") or {}),
+                        },
+                    }
+                )
             elif kind == "tool_result":
                 if role == "user":
                     _user_tool_result(block, out)
@@ -333,8 +379,13 @@ def _convert_message(message: dict[str, Any], out: list[dict[str, Any]]) -> None
 
 def _resolve_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
     """`_resolve_tools`: tool_addition / tool_removal blocks applied to `tools`, in order."""
-    changes = [block for message in body["messages"] if not isinstance(message["content"], str)
-               for block in message["content"] if block["type"] in ("tool_addition", "tool_removal")]
+    changes = [
+        block
+        for message in body["messages"]
+        if not isinstance(message["content"], str)
+        for block in message["content"]
+        if block["type"] in ("tool_addition", "tool_removal")
+    ]
     if not changes:
         return body.get("tools")
     tools = {tool["name"]: tool for tool in body.get("tools") or []}
@@ -367,8 +418,11 @@ def to_chat_request(body: dict[str, Any], defaults: MessagesDefaults) -> dict[st
         if isinstance(system, str):
             system_parts.append(system)
         else:
-            system_parts += [b["text"] for b in system
-                             if b["type"] == "text" and b.get("text") and not b["text"].startswith(_BILLING_HEADER)]
+            system_parts += [
+                b["text"]
+                for b in system
+                if b["type"] == "text" and b.get("text") and not b["text"].startswith(_BILLING_HEADER)
+            ]
     if merge:
         for message in body["messages"]:
             if message["role"] == "system" and (text := _system_text(message["content"])):
@@ -382,13 +436,25 @@ def to_chat_request(body: dict[str, Any], defaults: MessagesDefaults) -> dict[st
             continue
         _convert_message(message, messages)
 
-    chat: dict[str, Any] = {"model": body["model"], "messages": messages, "max_tokens": body["max_tokens"],
-                            "max_completion_tokens": body["max_tokens"]}
-    for source, target in (("stop_sequences", "stop"), ("temperature", "temperature"), ("top_p", "top_p"),
-                           ("top_k", "top_k"), ("watermarking", "watermarking"), ("cache_salt", "cache_salt"),
-                           ("kv_transfer_params", "kv_transfer_params"),
-                           ("ec_transfer_params", "ec_transfer_params"), ("vllm_xargs", "vllm_xargs"),
-                           ("chat_template_kwargs", "chat_template_kwargs"), ("mm_payload", "mm_payload")):
+    chat: dict[str, Any] = {
+        "model": body["model"],
+        "messages": messages,
+        "max_tokens": body["max_tokens"],
+        "max_completion_tokens": body["max_tokens"],
+    }
+    for source, target in (
+        ("stop_sequences", "stop"),
+        ("temperature", "temperature"),
+        ("top_p", "top_p"),
+        ("top_k", "top_k"),
+        ("watermarking", "watermarking"),
+        ("cache_salt", "cache_salt"),
+        ("kv_transfer_params", "kv_transfer_params"),
+        ("ec_transfer_params", "ec_transfer_params"),
+        ("vllm_xargs", "vllm_xargs"),
+        ("chat_template_kwargs", "chat_template_kwargs"),
+        ("mm_payload", "mm_payload"),
+    ):
         if body.get(source) is not None:
             chat[target] = body[source]
     if body.get("stream"):
@@ -397,8 +463,10 @@ def to_chat_request(body: dict[str, Any], defaults: MessagesDefaults) -> dict[st
     output_config = body.get("output_config") or {}
     fmt = output_config.get("format")
     if fmt and fmt.get("schema"):
-        chat["response_format"] = {"type": fmt.get("type", "json_schema"),
-                                   "json_schema": {"name": fmt.get("type", "json_schema"), "schema": fmt["schema"]}}
+        chat["response_format"] = {
+            "type": fmt.get("type", "json_schema"),
+            "json_schema": {"name": fmt.get("type", "json_schema"), "schema": fmt["schema"]},
+        }
     if output_config.get("effort") is not None:
         chat["reasoning_effort"] = output_config["effort"]
     thinking = body.get("thinking")
@@ -412,7 +480,9 @@ def to_chat_request(body: dict[str, Any], defaults: MessagesDefaults) -> dict[st
     if tool_choice is not None:
         chat["parallel_tool_calls"] = not tool_choice.get("disable_parallel_tool_use")
         chat["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}.get(tool_choice["type"]) or {
-            "type": "function", "function": {"name": tool_choice.get("name")}}
+            "type": "function",
+            "function": {"name": tool_choice.get("name")},
+        }
     tools = _resolve_tools(body)
     if tools is not None:
         converted = []
@@ -420,9 +490,18 @@ def to_chat_request(body: dict[str, Any], defaults: MessagesDefaults) -> dict[st
             schema = tool["input_schema"]
             if "type" not in schema:
                 schema["type"] = "object"  # AnthropicTool's validator, which appends the key
-            converted.append({"type": "function", "function": {
-                "name": tool["name"], "description": tool.get("description"), "parameters": schema,
-                "strict": tool.get("strict"), "defer_loading": tool.get("defer_loading")}})
+            converted.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool["name"],
+                        "description": tool.get("description"),
+                        "parameters": schema,
+                        "strict": tool.get("strict"),
+                        "defer_loading": tool.get("defer_loading"),
+                    },
+                }
+            )
         if chat["tool_choice"] is None:
             chat["tool_choice"] = "auto"
         chat["tools"] = converted
@@ -430,6 +509,7 @@ def to_chat_request(body: dict[str, Any], defaults: MessagesDefaults) -> dict[st
 
 
 # -- render ---------------------------------------------------------------------------------
+
 
 def messages_defaults(ctx: Any) -> MessagesDefaults:
     """Worked out once per model, as vLLM does at start-up and on the first disabled-thinking request."""
@@ -444,10 +524,12 @@ def messages_defaults(ctx: Any) -> MessagesDefaults:
 def _disabled_thinking_effort(ctx: Any) -> str:
     """`DisabledThinkingEffortResolver._probe`: "none" unless the template rejects it or renders it
     like a real effort (then the model cannot turn thinking off, and "low" is the closest)."""
+
     def prompt(effort: str) -> list[int] | None:
         try:
-            return render_chat(ctx, {"messages": [{"role": "user", "content": "Hi"}],
-                                     "reasoning_effort": effort})["token_ids"]
+            return render_chat(ctx, {"messages": [{"role": "user", "content": "Hi"}], "reasoning_effort": effort})[
+                "token_ids"
+            ]
         except Exception:
             return None
 
@@ -463,8 +545,9 @@ def convert(ctx: Any, body: dict[str, Any]) -> dict[str, Any]:
     return to_chat_request(body, messages_defaults(ctx))
 
 
-def render_messages(ctx: Any, body: dict[str, Any], header_request_id: str | None = None,
-                    fetched: dict[str, bytes] | None = None) -> dict[str, Any]:
+def render_messages(
+    ctx: Any, body: dict[str, Any], header_request_id: str | None = None, fetched: dict[str, bytes] | None = None
+) -> dict[str, Any]:
     """`ServingRender.render_messages_request`: convert, then chat render (`fetched`: the bodies of
     the request's http(s) image URLs)."""
     return render_chat(ctx, convert(ctx, body), header_request_id, fetched, converted=True)

@@ -82,8 +82,7 @@ def schema_error(param: str, message: str, value: Any = None) -> RequestValidati
 def union_error(param: str, value: Any, count: int = 2) -> RequestValidationError:
     """A value matching no member of a `str | list[...]` union: pydantic reports every member's
     errors, the `str` member's first; we report that first one (the count is pydantic's minimum)."""
-    detail = {"type": "string_type", "loc": param, "msg": "Input should be a valid string",
-              "input": _summarize(value)}
+    detail = {"type": "string_type", "loc": param, "msg": "Input should be a valid string", "input": _summarize(value)}
     return RequestValidationError(f"{count} validation errors:\n  {detail}", param=param)
 
 
@@ -105,7 +104,6 @@ def handler_error(message: str, param: str | None = None, value: Any = None) -> 
         extras.append(f"value={value}")
     text = f"{message} ({', '.join(extras)})" if extras else message
     return BadRequestError(text, param=param)
-
 
 
 def _summarize(value: Any) -> Any:
@@ -147,15 +145,17 @@ def _lax_int(value: Any, param: str) -> int:
         try:
             return int(value.strip())
         except ValueError:
-            raise schema_error(param, "Input should be a valid integer, unable to parse string as an integer",
-                               value) from None
+            raise schema_error(
+                param, "Input should be a valid integer, unable to parse string as an integer", value
+            ) from None
     if not isinstance(value, int) or isinstance(value, bool):
         raise schema_error(param, "Input should be a valid integer", value)
     return value
 
 
-def opt_int(body: dict[str, Any], name: str, *, lo: int = INT64_MIN, hi: int = INT64_MAX,
-            prefix: str = "body") -> int | None:
+def opt_int(
+    body: dict[str, Any], name: str, *, lo: int = INT64_MIN, hi: int = INT64_MAX, prefix: str = "body"
+) -> int | None:
     value = body.get(name)
     if value is None:
         return None
@@ -176,8 +176,9 @@ def opt_float(body: dict[str, Any], name: str, prefix: str = "body") -> float | 
         try:
             value = body[name] = float(value.strip())
         except ValueError:
-            raise schema_error(f"{prefix}.{name}", "Input should be a valid number, unable to parse string as a "
-                               "number", value) from None
+            raise schema_error(
+                f"{prefix}.{name}", "Input should be a valid number, unable to parse string as a number", value
+            ) from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise schema_error(f"{prefix}.{name}", "Input should be a valid number", value)
     return float(value)
@@ -261,8 +262,10 @@ def validate_cache_salt(salt: Any) -> None:
     if not salt:
         raise validator_error("Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
     if len(salt) > 128 or any(ch in salt for ch in "@/\\\x00"):
-        raise validator_error("Parameter 'cache_salt' must be at most 128 characters and must not contain "
-                              "'@', '/', '\\\\', or NUL.", "cache_salt")
+        raise validator_error(
+            "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\\\', or NUL.",
+            "cache_salt",
+        )
 
 
 # -- SamplingParams ---------------------------------------------------------------------------
@@ -345,8 +348,7 @@ def sampling_params_wire(values: dict[str, Any]) -> dict[str, Any]:
             raise handler_error(f"n must be 1 when using greedy sampling, got {params['n']}.")
     if params.get("skip_reading_prefix_cache") is None:
         params["skip_reading_prefix_cache"] = (
-            params.get("prompt_logprobs") is not None
-            or params.get("prompt_logprob_token_ids") is not None
+            params.get("prompt_logprobs") is not None or params.get("prompt_logprob_token_ids") is not None
         )
     wire: dict[str, Any] = {}
     for name, default in _SAMPLING_ORDER:
@@ -373,8 +375,10 @@ def _verify_sampling(p: dict[str, Any]) -> None:
     if n < 1:
         raise handler_error(f"n must be at least 1, got {n}.")
     if n > 16384:
-        raise handler_error(f"n must be at most 16384, got {n}. To increase this limit, set the "
-                            "VLLM_MAX_N_SEQUENCES environment variable.")
+        raise handler_error(
+            f"n must be at most 16384, got {n}. To increase this limit, set the "
+            "VLLM_MAX_N_SEQUENCES environment variable."
+        )
     if not -2.0 <= p["presence_penalty"] <= 2.0:
         raise handler_error(f"presence_penalty must be in [-2, 2], got {p['presence_penalty']}.")
     if not -2.0 <= p["frequency_penalty"] <= 2.0:
@@ -404,9 +408,7 @@ def _verify_sampling(p: dict[str, Any]) -> None:
     if min_tokens < 0:
         raise handler_error(f"min_tokens must be greater than or equal to 0, got {min_tokens}.")
     if max_tokens is not None and min_tokens > max_tokens:
-        raise handler_error(
-            f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}."
-        )
+        raise handler_error(f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.")
     logprobs = p.get("logprobs")
     if logprobs is not None and logprobs != -1 and logprobs < 0:
         raise handler_error(f"logprobs must be non-negative or -1, got {logprobs}.", "logprobs", logprobs)
@@ -417,6 +419,7 @@ def _verify_sampling(p: dict[str, Any]) -> None:
 
 
 # -- GenerateRequest ----------------------------------------------------------------------------
+
 
 def generate_request(
     *,
@@ -468,4 +471,3 @@ def stream_options_wire(options: Any) -> dict[str, Any] | None:
     include_usage = opt_bool(options, "include_usage", False, prefix="body.stream_options")
     continuous = opt_bool(options, "continuous_usage_stats", False, prefix="body.stream_options")
     return {"include_usage": include_usage, "continuous_usage_stats": continuous}
-

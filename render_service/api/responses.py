@@ -12,7 +12,6 @@ import json
 from typing import Any
 
 from render_service.api import structured
-from render_service.exceptions import BadRequestError, RequestValidationError
 from render_service.api.protocol import (
     INT64_MAX,
     INT64_MIN,
@@ -36,6 +35,7 @@ from render_service.api.protocol import (
     validate_cache_salt,
     validate_mm_payload,
 )
+from render_service.exceptions import BadRequestError, RequestValidationError
 from render_service.render.pipeline import (
     MAX_MESSAGES,
     MAX_TOOLS,
@@ -52,13 +52,25 @@ from render_service.render.pipeline import (
 )
 
 _DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
-_INCLUDE = ("code_interpreter_call.outputs", "computer_call_output.output.image_url", "file_search_call.results",
-            "message.input_image.image_url", "message.output_text.logprobs", "reasoning.encrypted_content")
+_INCLUDE = (
+    "code_interpreter_call.outputs",
+    "computer_call_output.output.image_url",
+    "file_search_call.results",
+    "message.input_image.image_url",
+    "message.output_text.logprobs",
+    "reasoning.encrypted_content",
+)
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 _ROLES = ("user", "assistant", "system", "developer")
 # Item types the render path turns into chat messages; anything else fails the input union.
-_ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning", "custom_tool_call",
-               "custom_tool_call_output")
+_ITEM_TYPES = (
+    "message",
+    "function_call",
+    "function_call_output",
+    "reasoning",
+    "custom_tool_call",
+    "custom_tool_call_output",
+)
 _CUSTOM_TOOL_INPUT_KEY = "input"
 
 
@@ -76,7 +88,8 @@ def _validate_item(item: Any) -> None:
             raise _input_error([item])
         content = item["content"]
         if not isinstance(content, str) and not (
-                isinstance(content, list) and all(isinstance(p, dict) for p in content)):
+            isinstance(content, list) and all(isinstance(p, dict) for p in content)
+        ):
             raise _input_error([item])
         if item["role"] == "assistant" and kind == "message" and isinstance(content, list) and not content:
             raise _input_error([item])
@@ -117,8 +130,11 @@ def validate_responses_request(body: dict[str, Any]) -> None:
         str_list(include, "body.include")
         for index, value in enumerate(include):
             if value not in _INCLUDE:
-                raise schema_error(f"body.include.{index}", "Input should be " + ", ".join(
-                    f"'{v}'" for v in _INCLUDE[:-1]) + f" or '{_INCLUDE[-1]}'", value)
+                raise schema_error(
+                    f"body.include.{index}",
+                    "Input should be " + ", ".join(f"'{v}'" for v in _INCLUDE[:-1]) + f" or '{_INCLUDE[-1]}'",
+                    value,
+                )
     for name in ("instructions", "model", "previous_response_id", "user", "request_id"):
         opt_str(body, name)
     for name in ("max_output_tokens", "max_tool_calls", "top_k"):
@@ -133,19 +149,42 @@ def validate_responses_request(body: dict[str, Any]) -> None:
         if value is not None and not -2.0 <= value <= 2.0:
             op, bound = ("greater", -2) if value < -2.0 else ("less", 2)
             raise schema_error(f"body.{name}", f"Input should be {op} than or equal to {bound}", value)
-    for name in ("background", "parallel_tool_calls", "store", "stream", "include_reasoning",
-                 "skip_special_tokens", "spaces_between_special_tokens", "include_stop_str_in_output",
-                 "ignore_eos", "watermarking", "enable_response_messages"):
+    for name in (
+        "background",
+        "parallel_tool_calls",
+        "store",
+        "stream",
+        "include_reasoning",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "include_stop_str_in_output",
+        "ignore_eos",
+        "watermarking",
+        "enable_response_messages",
+    ):
         opt_bool(body, name)
-    for name in ("metadata", "logit_bias", "reasoning", "text", "kv_transfer_params", "ec_transfer_params",
-                 "vllm_xargs", "chat_template_kwargs", "mm_processor_kwargs", "media_io_kwargs",
-                 "structured_outputs"):
+    for name in (
+        "metadata",
+        "logit_bias",
+        "reasoning",
+        "text",
+        "kv_transfer_params",
+        "ec_transfer_params",
+        "vllm_xargs",
+        "chat_template_kwargs",
+        "mm_processor_kwargs",
+        "media_io_kwargs",
+        "structured_outputs",
+    ):
         opt_dict(body, name)
     reasoning = body.get("reasoning") or {}
     effort = reasoning.get("effort")
     if effort is not None and effort not in _EFFORTS:
-        raise schema_error("body.reasoning.effort", "Input should be " + ", ".join(
-            f"'{v}'" for v in _EFFORTS[:-1]) + f" or '{_EFFORTS[-1]}'", effort)
+        raise schema_error(
+            "body.reasoning.effort",
+            "Input should be " + ", ".join(f"'{v}'" for v in _EFFORTS[:-1]) + f" or '{_EFFORTS[-1]}'",
+            effort,
+        )
     truncation = body.get("truncation", "disabled")
     if truncation not in (None, "auto", "disabled"):
         raise schema_error("body.truncation", "Input should be 'auto' or 'disabled'", truncation)
@@ -170,21 +209,23 @@ def validate_responses_request(body: dict[str, Any]) -> None:
         raise schema_error("body.tool_choice", "Input should be 'none', 'auto' or 'required'", choice)
     text = body.get("text") or {}
     fmt = text.get("format")
-    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_schema",
-                                                                                 "json_object")):
-        raise schema_error("body.text.format", "Input tag does not match any of the expected tags: "
-                           "'text', 'json_schema', 'json_object'", fmt)
+    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_schema", "json_object")):
+        raise schema_error(
+            "body.text.format",
+            "Input tag does not match any of the expected tags: 'text', 'json_schema', 'json_object'",
+            fmt,
+        )
     validate_mm_payload(body)
     check_type(body, "service_tier", (str,))
 
 
 # -- input items -> chat messages (responses/utils.py) -----------------------------------------
 
+
 def _tool_call(item: dict[str, Any]) -> dict[str, Any]:
     if item["type"] == "custom_tool_call":
         arguments = json.dumps({_CUSTOM_TOOL_INPUT_KEY: item.get("input") or ""}, ensure_ascii=False)
-        return {"id": item["call_id"], "function": {"name": item["name"], "arguments": arguments},
-                "type": "function"}
+        return {"id": item["call_id"], "function": {"name": item["name"], "arguments": arguments}, "type": "function"}
     name = item["name"]
     if item.get("namespace"):
         name = f"{item['namespace']}__{name}"
@@ -290,8 +331,11 @@ def template_kwargs(ctx: RenderContext, body: dict[str, Any]) -> dict[str, Any]:
     """`build_chat_params(...).chat_template_kwargs` merged over the server defaults."""
     continue_final = _continue_final(body["input"])
     effort = (body.get("reasoning") or {}).get("effort")
-    extra: dict[str, Any] = {"add_generation_prompt": not continue_final,
-                             "continue_final_message": continue_final, "reasoning_effort": effort}
+    extra: dict[str, Any] = {
+        "add_generation_prompt": not continue_final,
+        "continue_final_message": continue_final,
+        "reasoning_effort": effort,
+    }
     user = body.get("chat_template_kwargs") or {}
     if effort is not None and "enable_thinking" not in user:
         extra["enable_thinking"] = effort != "none"
@@ -300,8 +344,9 @@ def template_kwargs(ctx: RenderContext, body: dict[str, Any]) -> dict[str, Any]:
     return _merge_kwargs(defaults, kwargs) if defaults else kwargs
 
 
-def _structured_outputs(ctx: RenderContext, body: dict[str, Any], tools: list[dict[str, Any]] | None,
-                        tool_choice: Any) -> dict[str, Any] | None:
+def _structured_outputs(
+    ctx: RenderContext, body: dict[str, Any], tools: list[dict[str, Any]] | None, tool_choice: Any
+) -> dict[str, Any] | None:
     """`extract_structured_outputs()` after the tool parser's `adjust_request`."""
     own = body.get("structured_outputs")
     fmt = (body.get("text") or {}).get("format")
@@ -320,12 +365,21 @@ def _structured_outputs(ctx: RenderContext, body: dict[str, Any], tools: list[di
         chat_view["tool_choice"] = tool_choice
     settings = ctx.settings
     return structured.structured_outputs_wire(
-        chat_view, chat=True, tool_parser=settings.tool_call_parser,
-        enable_auto_tool_choice=settings.enable_auto_tool_choice, reasoning_parser=settings.reasoning_parser)
+        chat_view,
+        chat=True,
+        tool_parser=settings.tool_call_parser,
+        enable_auto_tool_choice=settings.enable_auto_tool_choice,
+        reasoning_parser=settings.reasoning_parser,
+    )
 
 
-def _sampling_values(ctx: RenderContext, body: dict[str, Any], max_tokens: int,
-                     structured_outputs: dict[str, Any] | None, skip_special_tokens: bool) -> dict[str, Any]:
+def _sampling_values(
+    ctx: RenderContext,
+    body: dict[str, Any],
+    max_tokens: int,
+    structured_outputs: dict[str, Any] | None,
+    skip_special_tokens: bool,
+) -> dict[str, Any]:
     """`ResponsesRequest.to_sampling_params`."""
     defaults = ctx.model.default_sampling
     values: dict[str, Any] = {}
@@ -352,8 +406,11 @@ def _sampling_values(ctx: RenderContext, body: dict[str, Any], max_tokens: int,
             logit_bias = {int(k): min(100.0, max(-100.0, v)) for k, v in logit_bias.items()}
         except (TypeError, ValueError):
             invalid = [k for k in logit_bias if not str(k).lstrip("-").isdigit()]
-            raise handler_error(f"logit_bias contains key(s) that cannot be converted to integer token IDs: "
-                                f"{invalid!r}", "logit_bias", invalid) from None
+            raise handler_error(
+                f"logit_bias contains key(s) that cannot be converted to integer token IDs: {invalid!r}",
+                "logit_bias",
+                invalid,
+            ) from None
     values.update(
         n=1,
         watermarking=body.get("watermarking"),
@@ -385,19 +442,27 @@ def _sampling_values(ctx: RenderContext, body: dict[str, Any], max_tokens: int,
     return values
 
 
-def render_responses(ctx: RenderContext, body: dict[str, Any],
-                     fetched: dict[str, bytes] | None = None) -> dict[str, Any]:
+def render_responses(
+    ctx: RenderContext, body: dict[str, Any], fetched: dict[str, bytes] | None = None
+) -> dict[str, Any]:
     """`fetched`: the bodies of the request's http(s) image URLs (fetched by the caller, async)."""
     validate_responses_request(body)
     check_model(ctx, body.get("model"))
     if body.get("previous_response_id") is not None:
-        raise BadRequestError("previous_response_id is not supported by the stateless render endpoint.",
-                              param="previous_response_id", error_type="invalid_request_error")
+        raise BadRequestError(
+            "previous_response_id is not supported by the stateless render endpoint.",
+            param="previous_response_id",
+            error_type="invalid_request_error",
+        )
     settings = ctx.settings
-    if not settings.trust_request_chat_template and (body.get("chat_template_kwargs") or {}).get(
-            "chat_template") is not None:
-        raise BadRequestError("Chat template is passed with request, but --trust-request-chat-template is "
-                              "not set. Refused request with untrusted chat template.")
+    if (
+        not settings.trust_request_chat_template
+        and (body.get("chat_template_kwargs") or {}).get("chat_template") is not None
+    ):
+        raise BadRequestError(
+            "Chat template is passed with request, but --trust-request-chat-template is "
+            "not set. Refused request with untrusted chat template."
+        )
     tool_choice = body.get("tool_choice", "auto")
     tools = _chat_tools(body)
     rendered_tools = None
@@ -410,10 +475,14 @@ def render_responses(ctx: RenderContext, body: dict[str, Any],
     messages = input_messages(body)
     check_mm_kwargs(ctx, body)  # vLLM's preprocess_chat checks them before templating
     chat_template = ctx.model.flag_chat_template or ctx.model.chat_template
-    conversation = {"messages": messages, "mm_payload": body.get("mm_payload", "tensors"),
-                    "mm_processor_kwargs": body.get("mm_processor_kwargs")}
-    token_ids, offsets, features = render_conversation(ctx, conversation, chat_template, rendered_tools, kwargs,
-                                                       max_output, "max_output_tokens", truncate, fetched)
+    conversation = {
+        "messages": messages,
+        "mm_payload": body.get("mm_payload", "tensors"),
+        "mm_processor_kwargs": body.get("mm_processor_kwargs"),
+    }
+    token_ids, offsets, features = render_conversation(
+        ctx, conversation, chat_template, rendered_tools, kwargs, max_output, "max_output_tokens", truncate, fetched
+    )
     if not token_ids:
         raise BadRequestError("No token_ids rendered")
 
@@ -429,8 +498,7 @@ def render_responses(ctx: RenderContext, body: dict[str, Any],
     max_tokens = get_max_tokens(ctx, None, len(token_ids), truncate)
     if max_output is not None:
         max_tokens = min(max_output, max_tokens)
-    sampling = sampling_params_wire(_sampling_values(ctx, body, max_tokens, structured_outputs,
-                                                     skip_special_tokens))
+    sampling = sampling_params_wire(_sampling_values(ctx, body, max_tokens, structured_outputs, skip_special_tokens))
     kv_params, ec_params = _hoist_transfer_params(sampling)
     return generate_request(
         request_id=body.get("request_id") or f"resp_{random_uuid()}",

@@ -31,8 +31,8 @@ import json
 import re
 from typing import Any, NamedTuple
 
-from render_service.exceptions import RenderServiceError, RequestValidationError
 from render_service.api.protocol import handler_error, schema_error
+from render_service.exceptions import RenderServiceError, RequestValidationError
 
 __all__ = [
     "StructuredOutputsResult",
@@ -47,19 +47,36 @@ __all__ = [
 ]
 
 # StructuredOutputsParams declaration order (sampling_params.py).
-SO_FIELDS = ("json", "regex", "choice", "grammar", "json_object", "disable_any_whitespace",
-             "disable_additional_properties", "whitespace_pattern", "structural_tag")
+SO_FIELDS = (
+    "json",
+    "regex",
+    "choice",
+    "grammar",
+    "json_object",
+    "disable_any_whitespace",
+    "disable_additional_properties",
+    "whitespace_pattern",
+    "structural_tag",
+)
 _CONSTRAINTS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 _SO_DEFAULTS: dict[str, Any] = {
-    "json": None, "regex": None, "choice": None, "grammar": None, "json_object": None,
-    "disable_any_whitespace": False, "disable_additional_properties": False,
-    "whitespace_pattern": None, "structural_tag": None,
+    "json": None,
+    "regex": None,
+    "choice": None,
+    "grammar": None,
+    "json_object": None,
+    "disable_any_whitespace": False,
+    "disable_additional_properties": False,
+    "whitespace_pattern": None,
+    "structural_tag": None,
 }
 
 MAX_STRUCTURED_OUTPUT_JSON_NESTING = 64
 STRUCTURAL_TAG_WRAPPER_NESTING = 16
-_NESTING_MESSAGE = ("The JSON schema is nested too deeply: objects and arrays may nest at most "
-                    f"{MAX_STRUCTURED_OUTPUT_JSON_NESTING} levels")
+_NESTING_MESSAGE = (
+    "The JSON schema is nested too deeply: objects and arrays may nest at most "
+    f"{MAX_STRUCTURED_OUTPUT_JSON_NESTING} levels"
+)
 
 # Tool parsers whose `structural_tag_model` is "hermes" (qwen3_json is an alias of hermes).
 _HERMES_TAGS = ("<tool_call>", "</tool_call>")
@@ -147,8 +164,11 @@ def _lax_bool(value: Any) -> tuple[bool | None, dict[str, Any] | None]:
         if value in (0.0, 1.0):
             return bool(value), None
         kind = "bool_parsing" if value.is_integer() else "bool_type"
-        msg = ("Input should be a valid boolean, unable to interpret input" if kind == "bool_parsing"
-               else "Input should be a valid boolean")
+        msg = (
+            "Input should be a valid boolean, unable to interpret input"
+            if kind == "bool_parsing"
+            else "Input should be a valid boolean"
+        )
         return None, {"type": kind, "msg": msg}
     if isinstance(value, str):
         lowered = value.lower()
@@ -167,8 +187,7 @@ def _as_bool(value: Any) -> bool | None:
     return _lax_bool(value)[0]
 
 
-def _check_bool(errors: list[dict[str, Any]], obj: dict[str, Any], name: str, loc: str,
-                nullable: bool = True) -> Any:
+def _check_bool(errors: list[dict[str, Any]], obj: dict[str, Any], name: str, loc: str, nullable: bool = True) -> Any:
     value = obj.get(name)
     if value is None:
         if not nullable and name in obj:
@@ -180,8 +199,7 @@ def _check_bool(errors: list[dict[str, Any]], obj: dict[str, Any], name: str, lo
     return coerced
 
 
-def _check_str(errors: list[dict[str, Any]], obj: dict[str, Any], name: str, loc: str,
-               required: bool = False) -> None:
+def _check_str(errors: list[dict[str, Any]], obj: dict[str, Any], name: str, loc: str, required: bool = False) -> None:
     if name not in obj:
         if required:
             errors.append(_err("missing", f"{loc}.{name}", "Field required", obj))
@@ -201,13 +219,15 @@ def _check_literal(errors: list[dict[str, Any]], obj: dict[str, Any], loc: str, 
         return
     quoted = [f"'{c}'" for c in choices]
     expected = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
-    errors.append(_err("literal_error", f"{loc}.type", f"Input should be {expected}", obj["type"],
-                       {"expected": expected}))
+    errors.append(
+        _err("literal_error", f"{loc}.type", f"Input should be {expected}", obj["type"], {"expected": expected})
+    )
 
 
 def _not_a_model(loc: str, value: Any) -> dict[str, Any]:
-    return _err("model_attributes_type", loc,
-                "Input should be a valid dictionary or object to extract fields from", value)
+    return _err(
+        "model_attributes_type", loc, "Input should be a valid dictionary or object to extract fields from", value
+    )
 
 
 # -- response_format ----------------------------------------------------------------------------
@@ -215,8 +235,7 @@ def _not_a_model(loc: str, value: Any) -> dict[str, Any]:
 _RF_LOC = "body.response_format"
 
 
-def _response_format_member_errors(rf: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
-                                                      list[dict[str, Any]]]:
+def _response_format_member_errors(rf: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """Errors of the three members of `AnyResponseFormat` (ResponseFormat, StructuralTag..., Legacy...)."""
     if not isinstance(rf, dict):
         return [_not_a_model(_RF_LOC, rf)], [_not_a_model(_RF_LOC, rf)], [_not_a_model(_RF_LOC, rf)]
@@ -232,8 +251,7 @@ def _response_format_member_errors(rf: Any) -> tuple[list[dict[str, Any]], list[
             _check_str(plain, schema, "name", loc, required=True)
             _check_str(plain, schema, "description", loc)
             if schema.get("schema") is not None and not isinstance(schema["schema"], dict):
-                plain.append(_err("dict_type", f"{loc}.schema", "Input should be a valid dictionary",
-                                  schema["schema"]))
+                plain.append(_err("dict_type", f"{loc}.schema", "Input should be a valid dictionary", schema["schema"]))
             _check_bool(plain, schema, "strict", loc)
 
     tag: list[dict[str, Any]] = []
@@ -264,7 +282,9 @@ def _response_format_member_errors(rf: Any) -> tuple[list[dict[str, Any]], list[
     else:
         for index, item in enumerate(rf["triggers"]):
             if not isinstance(item, str):
-                legacy.append(_err("string_type", f"{_RF_LOC}.triggers.{index}", "Input should be a valid string", item))
+                legacy.append(
+                    _err("string_type", f"{_RF_LOC}.triggers.{index}", "Input should be a valid string", item)
+                )
     return plain, tag, legacy
 
 
@@ -297,8 +317,9 @@ def validate_response_format(body: dict[str, Any]) -> None:
         return
     rf_type = rf.get("type") if isinstance(rf, dict) else None
     if rf_type == "json_schema" and rf.get("json_schema") is None:
-        raise handler_error("When response_format type is 'json_schema', the 'json_schema' field must be provided.",
-                            "response_format")
+        raise handler_error(
+            "When response_format type is 'json_schema', the 'json_schema' field must be provided.", "response_format"
+        )
     if rf_type == "structural_tag":
         dumped = _structural_tag_dump(rf)
         if dumped is None:
@@ -340,8 +361,9 @@ def _structured_outputs_fields(so: Any) -> tuple[list[dict[str, Any]], dict[str,
     dataclass): (errors, the coerced init values)."""
     loc = "body.structured_outputs"
     if not isinstance(so, dict):
-        return [_err("dataclass_type", loc, "Input should be a dictionary or an instance of StructuredOutputsParams",
-                     so)], {}
+        return [
+            _err("dataclass_type", loc, "Input should be a dictionary or an instance of StructuredOutputsParams", so)
+        ], {}
     errors: list[dict[str, Any]] = []
     values: dict[str, Any] = {}
     json_value = so.get("json")
@@ -426,6 +448,7 @@ def validate_structured(body: dict[str, Any], *, chat: bool) -> None:
 
 # -- StructuredOutputsParams ----------------------------------------------------------------------
 
+
 def make_structured_outputs(**values: Any) -> dict[str, Any]:
     """`StructuredOutputsParams(**values)` serialized, with its `__post_init__` check."""
     params = dict(_SO_DEFAULTS)
@@ -434,11 +457,11 @@ def make_structured_outputs(**values: Any) -> dict[str, Any]:
     params["_backend_was_auto"] = False
     count = sum(params[k] is not None for k in _CONSTRAINTS)
     if count > 1:
-        raise handler_error("You can only use one kind of structured outputs constraint but multiple are "
-                            f"specified: {params}")
+        raise handler_error(
+            f"You can only use one kind of structured outputs constraint but multiple are specified: {params}"
+        )
     if count < 1:
-        raise handler_error("You must use one kind of structured outputs constraint but none are "
-                            f"specified: {params}")
+        raise handler_error(f"You must use one kind of structured outputs constraint but none are specified: {params}")
     return params
 
 
@@ -493,17 +516,25 @@ def _from_response_format(body: dict[str, Any]) -> dict[str, Any] | None:
 
 # -- tool calling ---------------------------------------------------------------------------------
 
+
 def _json_schema_format(schema: Any) -> dict[str, Any]:
-    return {"type": "json_schema", "json_schema": schema, "style": "json", "any_order": False,
-            "max_whitespace_cnt": None, "excludes": []}
+    return {
+        "type": "json_schema",
+        "json_schema": schema,
+        "style": "json",
+        "any_order": False,
+        "max_whitespace_cnt": None,
+        "excludes": [],
+    }
 
 
 def _tool_is_strict(tool: dict[str, Any]) -> bool:
     return _as_bool(tool["function"].get("strict")) is True
 
 
-def _hermes_tool_format(tools: list[dict[str, Any]], strict: list[bool], choice: str,
-                        tags: tuple[str, str]) -> dict[str, Any]:
+def _hermes_tool_format(
+    tools: list[dict[str, Any]], strict: list[bool], choice: str, tags: tuple[str, str]
+) -> dict[str, Any]:
     """`_hermes_style_structural_tag(...).format` dumped."""
     start, end = tags
     formats = ((start + '\n{"name": "', "}\n" + end), (start + '{"name": "', "}" + end))
@@ -513,17 +544,35 @@ def _hermes_tool_format(tools: list[dict[str, Any]], strict: list[bool], choice:
         parameters = function.get("parameters")
         schema = (parameters if parameters is not None else True) if is_strict else True
         for begin, finish in formats:
-            tag_list.append({"type": "tag", "begin": begin + function["name"] + '", "arguments": ',
-                             "content": _json_schema_format(schema), "end": finish})
+            tag_list.append(
+                {
+                    "type": "tag",
+                    "begin": begin + function["name"] + '", "arguments": ',
+                    "content": _json_schema_format(schema),
+                    "end": finish,
+                }
+            )
     if choice == "auto":
-        return {"type": "triggered_tags", "triggers": [start], "tags": tag_list, "at_least_one": False,
-                "stop_after_first": False, "excludes": []}
-    return {"type": "tags_with_separator", "tags": tag_list, "separator": "", "at_least_one": True,
-            "stop_after_first": choice == "forced"}
+        return {
+            "type": "triggered_tags",
+            "triggers": [start],
+            "tags": tag_list,
+            "at_least_one": False,
+            "stop_after_first": False,
+            "excludes": [],
+        }
+    return {
+        "type": "tags_with_separator",
+        "tags": tag_list,
+        "separator": "",
+        "at_least_one": True,
+        "stop_after_first": choice == "forced",
+    }
 
 
-def _tools_structural_tag(tools: list[dict[str, Any]], tool_choice: Any, strict_level: ToolStrictLevel,
-                          tags: tuple[str, str]) -> dict[str, Any] | None:
+def _tools_structural_tag(
+    tools: list[dict[str, Any]], tool_choice: Any, strict_level: ToolStrictLevel, tags: tuple[str, str]
+) -> dict[str, Any] | None:
     """`get_model_structural_tag` for the hermes model, dumped (`StructuralTag.model_dump()`)."""
     if not tools or tool_choice == "none":
         return None
@@ -583,17 +632,25 @@ def _json_schema_from_tools(tools: list[dict[str, Any]], tool_choice: Any, paral
         if params is not None:
             defs = params.get("$defs", {})
             if not isinstance(defs, dict):
-                raise handler_error(f"`$defs` in the parameters of tool '{name}' must be an object, got "
-                                    f"{type(defs).__name__}.", "tools")
+                raise handler_error(
+                    f"`$defs` in the parameters of tool '{name}' must be an object, got {type(defs).__name__}.", "tools"
+                )
             for def_name, def_schema in defs.items():
                 if def_name in all_defs and all_defs[def_name] != def_schema:
-                    raise handler_error(f"Tool definition '{def_name}' has multiple schemas, which is not "
-                                        "supported.", "tools")
+                    raise handler_error(
+                        f"Tool definition '{def_name}' has multiple schemas, which is not supported.", "tools"
+                    )
                 all_defs[def_name] = def_schema
             params = {k: v for k, v in params.items() if k != "$defs"}
-        schemas.append({"properties": {"name": {"type": "string", "enum": [name]},
-                                       "parameters": _params_or_empty_object(params)},
-                        "required": ["name", "parameters"]})
+        schemas.append(
+            {
+                "properties": {
+                    "name": {"type": "string", "enum": [name]},
+                    "parameters": _params_or_empty_object(params),
+                },
+                "required": ["name", "parameters"],
+            }
+        )
     schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": schemas}}
     if parallel_tool_calls is False:
         schema["maxItems"] = 1
@@ -622,24 +679,38 @@ def _output_format(so: dict[str, Any]) -> dict[str, Any] | None:
         check_json_nesting(so["structural_tag"], structural_tag=True)
         s_tag = json.loads(so["structural_tag"])
         if "structures" in s_tag:
-            return {"type": "triggered_tags", "triggers": s_tag["triggers"],
-                    "tags": [{"type": "tag", "begin": s["begin"], "content": _json_schema_format(s["schema"]),
-                              "end": s["end"]} for s in s_tag["structures"]],
-                    "at_least_one": False, "stop_after_first": False, "excludes": []}
+            return {
+                "type": "triggered_tags",
+                "triggers": s_tag["triggers"],
+                "tags": [
+                    {"type": "tag", "begin": s["begin"], "content": _json_schema_format(s["schema"]), "end": s["end"]}
+                    for s in s_tag["structures"]
+                ],
+                "at_least_one": False,
+                "stop_after_first": False,
+                "excludes": [],
+            }
         return _normalize_format(s_tag["format"])
     return None
 
 
-def _apply_structural_tag(body: dict[str, Any], tools: list[dict[str, Any]], tool_choice: Any,
-                          structured_outputs: dict[str, Any] | None, tags: tuple[str, str],
-                          enforce_strict_tool_calling: bool, tool_strict_level: str | None) -> dict[str, Any] | None:
+def _apply_structural_tag(
+    body: dict[str, Any],
+    tools: list[dict[str, Any]],
+    tool_choice: Any,
+    structured_outputs: dict[str, Any] | None,
+    tags: tuple[str, str],
+    enforce_strict_tool_calling: bool,
+    tool_strict_level: str | None,
+) -> dict[str, Any] | None:
     """`Parser._apply_structural_tag`: the dumped structural tag it sets, or None if it leaves the request."""
     if not (tool_choice in ("auto", "required") or isinstance(tool_choice, dict)):
         return None
     is_auto = tool_choice == "auto"
     single_call = _as_bool(body.get("parallel_tool_calls", True)) is False
-    strict_level = (HERMES_DEFAULT_STRICT_LEVEL if tool_strict_level is None
-                    else ToolStrictLevel[tool_strict_level.strip().upper()])
+    strict_level = (
+        HERMES_DEFAULT_STRICT_LEVEL if tool_strict_level is None else ToolStrictLevel[tool_strict_level.strip().upper()]
+    )
     if single_call and not (is_auto and structured_outputs is not None):
         # Limiting the call count needs the call envelope in the grammar.
         strict_level = max(strict_level, ToolStrictLevel.FUNCTION)
@@ -692,8 +763,15 @@ def resolve_structured_outputs(
     structured_outputs = _from_response_format(body)  # request.extract_structured_outputs()
 
     # Parser._apply_structural_tag
-    tag = _apply_structural_tag(body, tools, tool_choice, structured_outputs, TOOL_PARSER_TAGS[tool_parser],
-                                enforce_strict_tool_calling, tool_strict_level)
+    tag = _apply_structural_tag(
+        body,
+        tools,
+        tool_choice,
+        structured_outputs,
+        TOOL_PARSER_TAGS[tool_parser],
+        enforce_strict_tool_calling,
+        tool_strict_level,
+    )
     if tag is not None:
         return StructuredOutputsResult(make_structured_outputs(structural_tag=json.dumps(tag)), True)
 
@@ -723,18 +801,36 @@ def structured_outputs_wire(
 ) -> dict[str, Any] | None:
     """The `sampling_params.structured_outputs` object vLLM emits, or None when it omits it."""
     return resolve_structured_outputs(
-        body, chat=chat, tool_parser=tool_parser, enable_auto_tool_choice=enable_auto_tool_choice,
-        reasoning_parser=reasoning_parser, enforce_strict_tool_calling=enforce_strict_tool_calling,
+        body,
+        chat=chat,
+        tool_parser=tool_parser,
+        enable_auto_tool_choice=enable_auto_tool_choice,
+        reasoning_parser=reasoning_parser,
+        enforce_strict_tool_calling=enforce_strict_tool_calling,
         tool_strict_level=tool_strict_level,
     ).structured_outputs
 
 
 # -- what xgrammar would accept --------------------------------------------------------------------
 
-_STRING_SUPPORTED_FORMATS = frozenset({
-    "email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid", "uri",
-    "uri-reference", "uri-template", "json-pointer", "relative-json-pointer",
-})
+_STRING_SUPPORTED_FORMATS = frozenset(
+    {
+        "email",
+        "date",
+        "time",
+        "date-time",
+        "duration",
+        "ipv4",
+        "ipv6",
+        "hostname",
+        "uuid",
+        "uri",
+        "uri-reference",
+        "uri-template",
+        "json-pointer",
+        "relative-json-pointer",
+    }
+)
 _JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
 
 
@@ -868,8 +964,9 @@ def _xgrammar_accepts(so: dict[str, Any]) -> bool:
         # tag (xgrammar's Grammar.from_lark), which needs xgrammar: keep the grammar alone.
         return not _grammar_is_likely_lark(so["grammar"])
     if so["structural_tag"]:
-        if _exceeds_json_nesting(so["structural_tag"],
-                                 MAX_STRUCTURED_OUTPUT_JSON_NESTING + STRUCTURAL_TAG_WRAPPER_NESTING):
+        if _exceeds_json_nesting(
+            so["structural_tag"], MAX_STRUCTURED_OUTPUT_JSON_NESTING + STRUCTURAL_TAG_WRAPPER_NESTING
+        ):
             return False
         return _structural_tag_valid(so["structural_tag"])
     # json_object=False or choice=[]: "XGrammar structured outputs backend does not support this".
@@ -878,8 +975,19 @@ def _xgrammar_accepts(so: dict[str, Any]) -> bool:
 
 # -- structural tags: validation (xgrammar's parser) and normalization (its pydantic models) -------
 
-_STYLES = frozenset({"json", "qwen_xml", "minimax_xml", "minimax_m3_xml", "deepseek_xml", "glm_xml",
-                     "cohere_xml", "kimi_k3_xml", "deepseek_v4_1_xml"})
+_STYLES = frozenset(
+    {
+        "json",
+        "qwen_xml",
+        "minimax_xml",
+        "minimax_m3_xml",
+        "deepseek_xml",
+        "glm_xml",
+        "cohere_xml",
+        "kimi_k3_xml",
+        "deepseek_v4_1_xml",
+    }
+)
 _INT32_MAX = 2_147_483_647
 
 
@@ -898,16 +1006,36 @@ def _token_ok(value: Any) -> bool:
 
 def _infer_format_type(fmt: dict[str, Any]) -> str | None:
     """The format xgrammar's structural-tag parser assumes for an object without "type"."""
-    for key, kind in (("value", "const_string"), ("json_schema", "json_schema"), ("triggers", "triggered_tags"),
-                      ("separator", "tags_with_separator"), ("begin", "tag"), ("elements", "sequence"),
-                      ("rules", "dispatch"), ("min", "repeat"), ("content", "optional"), ("excludes", "any_text")):
+    for key, kind in (
+        ("value", "const_string"),
+        ("json_schema", "json_schema"),
+        ("triggers", "triggered_tags"),
+        ("separator", "tags_with_separator"),
+        ("begin", "tag"),
+        ("elements", "sequence"),
+        ("rules", "dispatch"),
+        ("min", "repeat"),
+        ("content", "optional"),
+        ("excludes", "any_text"),
+    ):
         if key in fmt:
             return kind
     return None
 
 
-_ALWAYS_UNLIMITED = frozenset({"any_text", "any_tokens", "triggered_tags", "token_triggered_tags",
-                               "tags_with_separator", "dispatch", "token_dispatch", "star", "plus"})
+_ALWAYS_UNLIMITED = frozenset(
+    {
+        "any_text",
+        "any_tokens",
+        "triggered_tags",
+        "token_triggered_tags",
+        "tags_with_separator",
+        "dispatch",
+        "token_dispatch",
+        "star",
+        "plus",
+    }
+)
 
 
 def _unlimited(fmt: Any) -> bool:
@@ -984,8 +1112,7 @@ def _format_valid(fmt: Any, depth: int = 0) -> bool:
         return _regex_compiles(fmt.get("pattern"))
     if kind in ("or", "sequence"):
         elements = fmt.get("elements")
-        return (isinstance(elements, list) and bool(elements)
-                and all(_format_valid(e, depth + 1) for e in elements))
+        return isinstance(elements, list) and bool(elements) and all(_format_valid(e, depth + 1) for e in elements)
     if kind == "tag":
         return _tag_valid(dict(fmt, type="tag"))
     if kind in ("triggered_tags", "token_triggered_tags", "tags_with_separator"):
@@ -1012,19 +1139,34 @@ def _format_valid(fmt: Any, depth: int = 0) -> bool:
         return _is_int(low) and _is_int(high) and 0 <= low <= high and _format_valid(fmt.get("content"), depth + 1)
     if kind == "dispatch":
         rules = fmt.get("rules")
-        return (isinstance(rules, list) and bool(rules)
-                and all(isinstance(r, list) and len(r) == 2 and isinstance(r[0], str) and r[0]
-                        and _format_valid(r[1], depth + 1) for r in rules)
-                and isinstance(fmt.get("loop", True), bool) and _str_list(fmt.get("excludes", [])))
+        return (
+            isinstance(rules, list)
+            and bool(rules)
+            and all(
+                isinstance(r, list)
+                and len(r) == 2
+                and isinstance(r[0], str)
+                and r[0]
+                and _format_valid(r[1], depth + 1)
+                for r in rules
+            )
+            and isinstance(fmt.get("loop", True), bool)
+            and _str_list(fmt.get("excludes", []))
+        )
     if kind == "token":
         return _token_ok(fmt.get("token"))
     if kind in ("exclude_token", "any_tokens"):
         return all(_token_ok(t) for t in fmt.get("exclude_tokens", [])) and _opt_int_ok(fmt, "max_tokens")
     if kind == "token_dispatch":
         rules = fmt.get("rules")
-        return (isinstance(rules, list) and bool(rules)
-                and all(isinstance(r, list) and len(r) == 2 and _token_ok(r[0]) and _format_valid(r[1], depth + 1)
-                        for r in rules))
+        return (
+            isinstance(rules, list)
+            and bool(rules)
+            and all(
+                isinstance(r, list) and len(r) == 2 and _token_ok(r[0]) and _format_valid(r[1], depth + 1)
+                for r in rules
+            )
+        )
     return False
 
 
@@ -1066,20 +1208,39 @@ _REQUIRED = object()
 _FORMAT_FIELDS: dict[str, tuple[tuple[str, Any], ...]] = {
     "any_text": (("excludes", []), ("max_tokens", None), ("max_chars", None)),
     "const_string": (("value", _REQUIRED),),
-    "json_schema": (("json_schema", _REQUIRED), ("style", "json"), ("any_order", False),
-                    ("max_whitespace_cnt", None), ("excludes", [])),
+    "json_schema": (
+        ("json_schema", _REQUIRED),
+        ("style", "json"),
+        ("any_order", False),
+        ("max_whitespace_cnt", None),
+        ("excludes", []),
+    ),
     "grammar": (("grammar", _REQUIRED),),
     "regex": (("pattern", _REQUIRED),),
     "qwen_xml_parameter": (("json_schema", _REQUIRED),),
     "or": (("elements", _REQUIRED),),
     "sequence": (("elements", _REQUIRED),),
     "tag": (("begin", _REQUIRED), ("content", _REQUIRED), ("end", _REQUIRED)),
-    "triggered_tags": (("triggers", _REQUIRED), ("tags", _REQUIRED), ("at_least_one", False),
-                       ("stop_after_first", False), ("excludes", [])),
-    "token_triggered_tags": (("trigger_tokens", _REQUIRED), ("tags", _REQUIRED), ("exclude_tokens", []),
-                             ("at_least_one", False), ("stop_after_first", False)),
-    "tags_with_separator": (("tags", _REQUIRED), ("separator", _REQUIRED), ("at_least_one", False),
-                            ("stop_after_first", False)),
+    "triggered_tags": (
+        ("triggers", _REQUIRED),
+        ("tags", _REQUIRED),
+        ("at_least_one", False),
+        ("stop_after_first", False),
+        ("excludes", []),
+    ),
+    "token_triggered_tags": (
+        ("trigger_tokens", _REQUIRED),
+        ("tags", _REQUIRED),
+        ("exclude_tokens", []),
+        ("at_least_one", False),
+        ("stop_after_first", False),
+    ),
+    "tags_with_separator": (
+        ("tags", _REQUIRED),
+        ("separator", _REQUIRED),
+        ("at_least_one", False),
+        ("stop_after_first", False),
+    ),
     "optional": (("content", _REQUIRED),),
     "plus": (("content", _REQUIRED),),
     "star": (("content", _REQUIRED),),
@@ -1097,8 +1258,9 @@ def _pydantic_repr(value: Any) -> str:
     return text if len(text) <= 50 else f"{text[:25]}...{text[-24:]}"
 
 
-def _normalize_format(fmt: dict[str, Any], kind: str | None = None, loc: str = "format",
-                      missing: list[str] | None = None) -> dict[str, Any]:
+def _normalize_format(
+    fmt: dict[str, Any], kind: str | None = None, loc: str = "format", missing: list[str] | None = None
+) -> dict[str, Any]:
     """`StructuralTag.model_validate(...).format.model_dump()`: defaults filled, extras dropped.
 
     A format without "type" fails pydantic's discriminated union; `missing` collects those
@@ -1107,9 +1269,11 @@ def _normalize_format(fmt: dict[str, Any], kind: str | None = None, loc: str = "
     top = missing is None
     errors: list[str] = [] if missing is None else missing
     if kind is None and "type" not in fmt:
-        errors.append(f"{loc}\n  Unable to extract tag using discriminator 'type' [type=union_tag_not_found, "
-                      f"input_value={_pydantic_repr(fmt)}, input_type=dict]\n    For further information visit "
-                      "https://errors.pydantic.dev/2.14/v/union_tag_not_found")
+        errors.append(
+            f"{loc}\n  Unable to extract tag using discriminator 'type' [type=union_tag_not_found, "
+            f"input_value={_pydantic_repr(fmt)}, input_type=dict]\n    For further information visit "
+            "https://errors.pydantic.dev/2.14/v/union_tag_not_found"
+        )
         kind = _infer_format_type(fmt) or "any_text"
     elif kind is None:
         kind = fmt["type"]

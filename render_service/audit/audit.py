@@ -55,8 +55,11 @@ logger = logging.getLogger("render_service.audit.audit")
 
 VLLM_PARITY_VERSION = "0.33.0"
 # Engines whose /inference/v1/generate accepts this render's requests (0.32 ignores parse_context).
-ACCEPTED_ENGINE_SERIES = {"0.33": None, "0.32": "0.32 ignores parse_context and derenders some edge "
-                                                "cases differently; render requests are accepted (checked live)"}
+ACCEPTED_ENGINE_SERIES = {
+    "0.33": None,
+    "0.32": "0.32 ignores parse_context and derenders some edge "
+    "cases differently; render requests are accepted (checked live)",
+}
 
 SEVERITIES = ("ok", "info", "warning", "error", "unreachable")
 _RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
@@ -65,9 +68,16 @@ PROBE_MESSAGES = [
     {"role": "system", "content": "You are a terse assistant."},
     {"role": "user", "content": "Say hello in French. Also: naïve café, 中文, 🙂."},
 ]
-PROBE_TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather for a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+PROBE_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather for a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
 TOOL_MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
 # Render probes (no `model`: every server accepts a missing one, so served names do not mask the rest).
 RENDER_PROBES: dict[str, dict[str, Any]] = {
@@ -77,11 +87,14 @@ RENDER_PROBES: dict[str, dict[str, Any]] = {
 }
 GENERATE_PROBE = {"messages": PROBE_MESSAGES, "max_tokens": 1, "temperature": 0}
 TOKENIZE_TEXT = "Tokenizer probe: naïve café, 中文, 🙂, <think> tags </think> and 12345."
-DERENDER_OUTPUT = ('<think>\nThe user wants the weather.\n</think>\n\nChecking.\n<tool_call>\n'
-                   '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>')
+DERENDER_OUTPUT = (
+    "<think>\nThe user wants the weather.\n</think>\n\nChecking.\n<tool_call>\n"
+    '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
+)
 
 
 # -- the report --------------------------------------------------------------------------------
+
 
 @dataclass
 class Finding:
@@ -152,10 +165,13 @@ class AuditReport:
     def to_table(self, width: int = 34) -> str:
         """A fixed-width table for people, then the detail of every non-ok row."""
         header = ("STATUS", "PEER", "COMPONENT", "OURS", "THEIRS")
-        rows = [(f.severity.upper(), f.peer, f.component, _clip(f.ours, width), _clip(f.theirs, width))
-                for f in self.findings]
-        widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i])
-                  for i in range(len(header))]
+        rows = [
+            (f.severity.upper(), f.peer, f.component, _clip(f.ours, width), _clip(f.theirs, width))
+            for f in self.findings
+        ]
+        widths = [
+            max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i]) for i in range(len(header))
+        ]
         lines = [f"render-service audit: reference = {self.reference}", ""]
         lines.append("  ".join(h.ljust(widths[i]) for i, h in enumerate(header)).rstrip())
         lines.append("  ".join("-" * w for w in widths))
@@ -165,9 +181,12 @@ class AuditReport:
             lines += ["", "Details:"]
             lines.extend(f"  [{f.severity}] {f.peer} {f.component}: {f.detail}" for f in notes)
         counts = self._summary()
-        lines += ["", f"{len(self.peers)} peers, {len(self.findings)} checks: {counts['ok']} ok, "
-                      f"{counts['error']} mismatched, {counts['unreachable']} unreachable, "
-                      f"{counts['warning']} warnings, {counts['info']} notes -> exit code {self.exit_code}"]
+        lines += [
+            "",
+            f"{len(self.peers)} peers, {len(self.findings)} checks: {counts['ok']} ok, "
+            f"{counts['error']} mismatched, {counts['unreachable']} unreachable, "
+            f"{counts['warning']} warnings, {counts['info']} notes -> exit code {self.exit_code}",
+        ]
         return "\n".join(lines)
 
 
@@ -207,8 +226,9 @@ class _Collector:
     def ok(self, peer: str, component: str, ours: Any, theirs: Any = None, detail: str = "") -> None:
         self.add(peer, component, ours, ours if theirs is None else theirs, "ok", detail)
 
-    def check(self, peer: str, component: str, ours: Any, theirs: Any, detail: str = "",
-              severity: str = "error") -> bool:
+    def check(
+        self, peer: str, component: str, ours: Any, theirs: Any, detail: str = "", severity: str = "error"
+    ) -> bool:
         if ours == theirs:
             self.ok(peer, component, ours, theirs)
             return True
@@ -220,6 +240,7 @@ class _Collector:
 
 
 # -- HTTP ----------------------------------------------------------------------------------------
+
 
 @dataclass
 class _Resp:
@@ -279,6 +300,7 @@ def _normalize_url(url: str) -> str:
 
 # -- the reference ("ours") ----------------------------------------------------------------------
 
+
 class _Reference:
     """What the peers are compared with: the local configuration, or the first render replica."""
 
@@ -308,20 +330,24 @@ class _Reference:
 
 class _LocalReference(_Reference):
     def __init__(self, settings: Settings, model: Model) -> None:
-        from render_service.derender import pipeline as derender
         from render_service.audit.fingerprint import fingerprint
-        from render_service.server.metrics import Metrics
+        from render_service.derender import pipeline as derender
         from render_service.render.pipeline import RenderContext
+        from render_service.server.metrics import Metrics
 
         self.label = f"local ({settings.model})"
         self.settings = settings
         self.ctx = RenderContext(model, settings)
-        self.fingerprint = {**fingerprint(settings, model), "vllm_parity_version": VLLM_PARITY_VERSION,
-                            "service_version": __version__}
+        self.fingerprint = {
+            **fingerprint(settings, model),
+            "vllm_parity_version": VLLM_PARITY_VERSION,
+            "service_version": __version__,
+        }
         # Built on first use: the detokenizer tables take most of a second for a 150k vocabulary.
         self._derender_ctx: Any = None
-        self._make_derender_ctx = lambda: derender.make_context(self.ctx, self.fingerprint["fingerprint"], None,
-                                                                Metrics())
+        self._make_derender_ctx = lambda: derender.make_context(
+            self.ctx, self.fingerprint["fingerprint"], None, Metrics()
+        )
         self.served_names = list(settings.served_names)
         self.root = settings.model
         self.revision = settings.revision
@@ -329,8 +355,10 @@ class _LocalReference(_Reference):
         self.max_logprobs = settings.max_logprobs
         self.reasoning_parser = settings.reasoning_parser
         self.reasoning_parser_known = True
-        self.generation = {"generation_config": settings.generation_config,
-                           "override_generation_config": settings.override_generation_config}
+        self.generation = {
+            "generation_config": settings.generation_config,
+            "override_generation_config": settings.override_generation_config,
+        }
         self.chat_template_sha = hashlib.sha256((model.chat_template or "").encode()).hexdigest()
         self.vocab_size = model.vocab_size
         self.tokenizer_known = True
@@ -391,8 +419,10 @@ class _RemoteReference(_Reference):
             self.reasoning_parser = (values.get("parsers") or {}).get("reasoning_parser")
             self.reasoning_parser_known = True
             generation = values.get("generation_defaults") or {}
-            self.generation = {"generation_config": generation.get("generation_config"),
-                               "override_generation_config": generation.get("override_generation_config")}
+            self.generation = {
+                "generation_config": generation.get("generation_config"),
+                "override_generation_config": generation.get("override_generation_config"),
+            }
             self.chat_template_sha = values.get("chat_template")
         config = facts.get("server_info")
         if config:
@@ -401,8 +431,10 @@ class _RemoteReference(_Reference):
                 self.reasoning_parser = config["reasoning_parser"] or None
                 self.reasoning_parser_known = True
             if self.generation is None:
-                self.generation = {"generation_config": config.get("generation_config"),
-                                   "override_generation_config": config.get("override_generation_config")}
+                self.generation = {
+                    "generation_config": config.get("generation_config"),
+                    "override_generation_config": config.get("override_generation_config"),
+                }
         if self.chat_template_sha is None and facts.get("chat_template_sha"):
             self.chat_template_sha = facts["chat_template_sha"]
         self.tokenizer_known = True
@@ -419,6 +451,7 @@ class _RemoteReference(_Reference):
 
 # -- checks --------------------------------------------------------------------------------------
 
+
 def _version_check(out: _Collector, peer: str, version: Any, *, engine: bool) -> None:
     if not isinstance(version, str):
         out.add(peer, "vllm_version", VLLM_PARITY_VERSION, version, "warning", "GET /version gave no version")
@@ -433,9 +466,15 @@ def _version_check(out: _Collector, peer: str, version: Any, *, engine: bool) ->
         out.add(peer, "vllm_version", VLLM_PARITY_VERSION, version, "info", f"accepted engine version: {note}")
         return
     what = "engine" if engine else "render replica"
-    out.add(peer, "vllm_version", VLLM_PARITY_VERSION, version, "warning",
-            f"{what} reports vLLM {version}; this service's parity was verified against {VLLM_PARITY_VERSION}"
-            + (" (engines 0.32/0.33 accepted)" if engine else ""))
+    out.add(
+        peer,
+        "vllm_version",
+        VLLM_PARITY_VERSION,
+        version,
+        "warning",
+        f"{what} reports vLLM {version}; this service's parity was verified against {VLLM_PARITY_VERSION}"
+        + (" (engines 0.32/0.33 accepted)" if engine else ""),
+    )
 
 
 def _models_facts(resp: _Resp) -> dict[str, Any]:
@@ -444,8 +483,11 @@ def _models_facts(resp: _Resp) -> dict[str, Any]:
         return {}
     # LoRA cards have a parent: the base model cards are the served names.
     base = [c for c in cards if isinstance(c, dict) and not c.get("parent")] or cards
-    return {"served_names": [c.get("id") for c in base], "root": base[0].get("root"),
-            "max_model_len": base[0].get("max_model_len")}
+    return {
+        "served_names": [c.get("id") for c in base],
+        "root": base[0].get("root"),
+        "max_model_len": base[0].get("max_model_len"),
+    }
 
 
 def _same_model_name(a: str | None, b: str | None) -> bool:
@@ -463,34 +505,51 @@ def _check_models(out: _Collector, peer: str, ref: _Reference, facts: dict[str, 
         if engine:
             missing = [name for name in ref.served_names if name not in theirs]
             if missing:
-                out.add(peer, "served_model_names", ref.served_names, theirs, "error",
-                        f"the engine does not serve {missing}: render passes the request's `model` through, "
-                        f"so the engine answers 404 for it")
+                out.add(
+                    peer,
+                    "served_model_names",
+                    ref.served_names,
+                    theirs,
+                    "error",
+                    f"the engine does not serve {missing}: render passes the request's `model` through, "
+                    f"so the engine answers 404 for it",
+                )
             else:
                 out.ok(peer, "served_model_names", ref.served_names, theirs)
         else:
-            out.check(peer, "served_model_names", ref.served_names, theirs,
-                      "render replicas accept different model names")
+            out.check(
+                peer, "served_model_names", ref.served_names, theirs, "render replicas accept different model names"
+            )
     if ref.root is not None and facts.get("root") is not None:
         if ref.root == facts["root"]:
             out.ok(peer, "model", ref.root)
         elif _same_model_name(ref.root, facts["root"]):
-            out.add(peer, "model", ref.root, facts["root"], "warning",
-                    "same model name under another path (or hub id): check it is the same revision")
+            out.add(
+                peer,
+                "model",
+                ref.root,
+                facts["root"],
+                "warning",
+                "same model name under another path (or hub id): check it is the same revision",
+            )
         else:
             out.add(peer, "model", ref.root, facts["root"], "error", "a different model root")
     if ref.max_model_len is not None:
-        out.check(peer, "max_model_len", ref.max_model_len, facts.get("max_model_len"),
-                  "GET /v1/models max_model_len differs: render computes max_tokens and rejects prompts "
-                  "with its own value" + ("; the engine rejects what exceeds its own" if engine else ""))
+        out.check(
+            peer,
+            "max_model_len",
+            ref.max_model_len,
+            facts.get("max_model_len"),
+            "GET /v1/models max_model_len differs: render computes max_tokens and rejects prompts "
+            "with its own value" + ("; the engine rejects what exceeds its own" if engine else ""),
+        )
 
 
 def _server_info(peer: _Peer) -> tuple[dict[str, Any] | None, str]:
     """Selected fields of GET /server_info (VLLM_SERVER_DEV_MODE=1 only)."""
     resp = peer.get("/server_info?config_format=json")
     if not resp.ok or not isinstance(resp.body, dict):
-        return None, ("not exposed (needs VLLM_SERVER_DEV_MODE=1)" if resp.status in (404, 405)
-                      else resp.message())
+        return None, ("not exposed (needs VLLM_SERVER_DEV_MODE=1)" if resp.status in (404, 405) else resp.message())
     config = resp.body.get("vllm_config")
     if not isinstance(config, dict):
         return None, "vllm_config is not JSON"
@@ -513,32 +572,56 @@ def _check_server_info(out: _Collector, peer: str, ref: _Reference, info: dict[s
     if ref.max_model_len is not None and info.get("max_model_len") is not None:
         out.check(peer, "max_model_len", ref.max_model_len, info["max_model_len"], "server_info model_config")
     if ref.max_logprobs is not None and info.get("max_logprobs") is not None:
-        out.check(peer, "max_logprobs", ref.max_logprobs, info["max_logprobs"],
-                  "render/derender bound logprobs with one value, the engine with another")
+        out.check(
+            peer,
+            "max_logprobs",
+            ref.max_logprobs,
+            info["max_logprobs"],
+            "render/derender bound logprobs with one value, the engine with another",
+        )
     if ref.revision is not None and info.get("revision") not in (None, ref.revision):
         out.add(peer, "model", ref.revision, info["revision"], "error", "model revision differs")
     if ref.generation is not None and info.get("generation_config") is not None:
-        theirs = {"generation_config": info["generation_config"],
-                  "override_generation_config": info.get("override_generation_config") or {}}
-        ours = {"generation_config": ref.generation.get("generation_config"),
-                "override_generation_config": ref.generation.get("override_generation_config") or {}}
+        theirs = {
+            "generation_config": info["generation_config"],
+            "override_generation_config": info.get("override_generation_config") or {},
+        }
+        ours = {
+            "generation_config": ref.generation.get("generation_config"),
+            "override_generation_config": ref.generation.get("override_generation_config") or {},
+        }
         # Render sends every sampling value: an engine's own defaults only fill what render omitted.
-        out.check(peer, "generation_defaults", ours, theirs,
-                  "generation config flags differ" + (" (the engine only uses them for values render omits)"
-                                                      if engine else ""),
-                  severity="warning" if engine else "error")
+        out.check(
+            peer,
+            "generation_defaults",
+            ours,
+            theirs,
+            "generation config flags differ"
+            + (" (the engine only uses them for values render omits)" if engine else ""),
+            severity="warning" if engine else "error",
+        )
     if ref.reasoning_parser_known and "reasoning_parser" in info:
         theirs_parser = info["reasoning_parser"] or None
         tokens_only = bool(info.get("skip_tokenizer_init"))
         if engine:
             # The engine's reasoning parser only gates structured outputs, which --tokens-only cannot run.
             severity = "info" if tokens_only else "warning"
-            out.check(peer, "parsers", {"reasoning_parser": ref.reasoning_parser},
-                      {"reasoning_parser": theirs_parser},
-                      "the engine's --reasoning-parser (it gates structured outputs)", severity=severity)
+            out.check(
+                peer,
+                "parsers",
+                {"reasoning_parser": ref.reasoning_parser},
+                {"reasoning_parser": theirs_parser},
+                "the engine's --reasoning-parser (it gates structured outputs)",
+                severity=severity,
+            )
         else:
-            out.check(peer, "parsers", {"reasoning_parser": ref.reasoning_parser},
-                      {"reasoning_parser": theirs_parser}, "--reasoning-parser differs")
+            out.check(
+                peer,
+                "parsers",
+                {"reasoning_parser": ref.reasoning_parser},
+                {"reasoning_parser": theirs_parser},
+                "--reasoning-parser differs",
+            )
 
 
 def _tokenizer_info(out: _Collector, peer: str, ref: _Reference, resp: _Resp) -> bool | None:
@@ -547,8 +630,13 @@ def _tokenizer_info(out: _Collector, peer: str, ref: _Reference, resp: _Resp) ->
         template = resp.body.get("chat_template")
         if isinstance(template, str) and ref.chat_template_sha is not None:
             theirs = hashlib.sha256(template.encode()).hexdigest()
-            out.check(peer, "chat_template", ref.chat_template_sha[:16], theirs[:16],
-                      "GET /tokenizer_info chat_template differs (sha256 prefixes)")
+            out.check(
+                peer,
+                "chat_template",
+                ref.chat_template_sha[:16],
+                theirs[:16],
+                "GET /tokenizer_info chat_template differs (sha256 prefixes)",
+            )
         return True
     if resp.status == 400 and "skip_tokenizer_init" in resp.message():
         return False
@@ -559,8 +647,10 @@ def _fingerprint_values_diff(ours: Any, theirs: Any) -> tuple[Any, Any]:
     """Only the keys that differ, for dicts; the values otherwise."""
     if isinstance(ours, dict) and isinstance(theirs, dict):
         keys = sorted(set(ours) | set(theirs), key=str)
-        return ({k: ours.get(k) for k in keys if ours.get(k) != theirs.get(k)},
-                {k: theirs.get(k) for k in keys if ours.get(k) != theirs.get(k)})
+        return (
+            {k: ours.get(k) for k in keys if ours.get(k) != theirs.get(k)},
+            {k: theirs.get(k) for k in keys if ours.get(k) != theirs.get(k)},
+        )
     return ours, theirs
 
 
@@ -573,8 +663,9 @@ def _short(value: Any) -> Any:
     return value
 
 
-def _check_fingerprint(out: _Collector, peer: str, ref: _Reference, theirs: dict[str, Any], *,
-                       local_reference: bool) -> None:
+def _check_fingerprint(
+    out: _Collector, peer: str, ref: _Reference, theirs: dict[str, Any], *, local_reference: bool
+) -> None:
     ours = ref.fingerprint or {}
     ours_components = ours.get("components") or {}
     theirs_components = theirs.get("components") or {}
@@ -596,20 +687,34 @@ def _check_fingerprint(out: _Collector, peer: str, ref: _Reference, theirs: dict
             mine, other = ours_values.get("model") or {}, theirs_values.get("model") or {}
             if mine.get("revision") == other.get("revision") and _same_model_name(mine.get("root"), other.get("root")):
                 severity = "warning"
-                detail = ("same model under another path; replicas that differ like this refuse each other's "
-                          "derender calls (409)")
+                detail = (
+                    "same model under another path; replicas that differ like this refuse each other's "
+                    "derender calls (409)"
+                )
         worst = max(worst, severity, key=_RANK.__getitem__)
         out.add(peer, name, shown_a, shown_b, severity, detail)
     overall_a, overall_b = ours.get("fingerprint"), theirs.get("fingerprint")
     if overall_a == overall_b:
         out.ok(peer, "fingerprint", overall_a)
     else:
-        out.add(peer, "fingerprint", overall_a, overall_b, "error" if worst == "ok" else worst,
-                "overall fingerprint differs: derender calls carrying the other fingerprint are refused (409)")
+        out.add(
+            peer,
+            "fingerprint",
+            overall_a,
+            overall_b,
+            "error" if worst == "ok" else worst,
+            "overall fingerprint differs: derender calls carrying the other fingerprint are refused (409)",
+        )
     parity = theirs.get("vllm_parity_version")
     if parity is not None:
-        out.check(peer, "vllm_parity_version", VLLM_PARITY_VERSION, parity,
-                  "the replica reproduces another vLLM version", severity="warning")
+        out.check(
+            peer,
+            "vllm_parity_version",
+            VLLM_PARITY_VERSION,
+            parity,
+            "the replica reproduces another vLLM version",
+            severity="warning",
+        )
 
 
 _PARSER_SAMPLING_KEYS = ("skip_special_tokens", "structured_outputs")
@@ -644,8 +749,15 @@ def _compare_render(out: _Collector, peer: str, probe: str, ours: _Resp, theirs:
         if ours.status == theirs.status and _error_kind(ours) == _error_kind(theirs):
             out.ok(peer, component, a, b)
         else:
-            out.add(peer, component, a, b, "error", f"{where}: ours {ours.message() if not ours.ok else '200'}, "
-                                                    f"theirs {theirs.message() if not theirs.ok else '200'}")
+            out.add(
+                peer,
+                component,
+                a,
+                b,
+                "error",
+                f"{where}: ours {ours.message() if not ours.ok else '200'}, "
+                f"theirs {theirs.message() if not theirs.ok else '200'}",
+            )
         return False
     a, b = ours.body, theirs.body
     kwargs_a = (a.get("parse_context") or {}).get("chat_template_kwargs")
@@ -653,39 +765,69 @@ def _compare_render(out: _Collector, peer: str, probe: str, ours: _Resp, theirs:
     kwargs_differ = kwargs_a != kwargs_b
     if kwargs_differ:
         diff_a, diff_b = _fingerprint_values_diff(kwargs_a, kwargs_b)
-        out.add(peer, "default_chat_template_kwargs", diff_a, diff_b, "error",
-                f"{where}: effective chat_template_kwargs differ (--default-chat-template-kwargs, --cohere-format)")
+        out.add(
+            peer,
+            "default_chat_template_kwargs",
+            diff_a,
+            diff_b,
+            "error",
+            f"{where}: effective chat_template_kwargs differ (--default-chat-template-kwargs, --cohere-format)",
+        )
     else:
         out.ok(peer, "default_chat_template_kwargs", kwargs_a)
     ids_a, ids_b = a.get("token_ids") or [], b.get("token_ids") or []
     if ids_a != ids_b:
-        first = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=False)) if x != y),
-                     min(len(ids_a), len(ids_b)))
+        first = next(
+            (i for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=False)) if x != y), min(len(ids_a), len(ids_b))
+        )
         if kwargs_differ:
-            out.add(peer, "default_chat_template_kwargs", f"{len(ids_a)} ids", f"{len(ids_b)} ids", "error",
-                    f"{where}: prompt token ids differ from position {first} (explained by the template kwargs, "
-                    f"unless the template differs too)")
+            out.add(
+                peer,
+                "default_chat_template_kwargs",
+                f"{len(ids_a)} ids",
+                f"{len(ids_b)} ids",
+                "error",
+                f"{where}: prompt token ids differ from position {first} (explained by the template kwargs, "
+                f"unless the template differs too)",
+            )
         else:
-            out.add(peer, "chat_template", f"{len(ids_a)} ids", f"{len(ids_b)} ids", "error",
-                    f"{where}: prompt token ids differ from position {first} (chat template, content format "
-                    f"or tokenizer)")
+            out.add(
+                peer,
+                "chat_template",
+                f"{len(ids_a)} ids",
+                f"{len(ids_b)} ids",
+                "error",
+                f"{where}: prompt token ids differ from position {first} (chat template, content format or tokenizer)",
+            )
     else:
         out.ok(peer, "chat_template", f"{len(ids_a)} ids")
     sa, sb = dict(a.get("sampling_params") or {}), dict(b.get("sampling_params") or {})
     max_a, max_b = sa.pop("max_tokens", None), sb.pop("max_tokens", None)
     # max_tokens = min(max_model_len - prompt, a max_tokens default): compare what it implies.
     if max_a != max_b and _implied_max_model_len(ours) != _implied_max_model_len(theirs):
-        out.add(peer, "max_model_len", _implied_max_model_len(ours), _implied_max_model_len(theirs), "error",
-                f"{where}: computed max_tokens {max_a} vs {max_b} for {len(ids_a)} vs {len(ids_b)} prompt ids "
-                f"(max_model_len, or a max_tokens generation default)")
+        out.add(
+            peer,
+            "max_model_len",
+            _implied_max_model_len(ours),
+            _implied_max_model_len(theirs),
+            "error",
+            f"{where}: computed max_tokens {max_a} vs {max_b} for {len(ids_a)} vs {len(ids_b)} prompt ids "
+            f"(max_model_len, or a max_tokens generation default)",
+        )
     else:
         out.ok(peer, "max_model_len", _implied_max_model_len(ours), _implied_max_model_len(theirs))
     parser_a = {k: sa.pop(k, None) for k in _PARSER_SAMPLING_KEYS}
     parser_b = {k: sb.pop(k, None) for k in _PARSER_SAMPLING_KEYS}
     if sa != sb:
         diff_a, diff_b = _fingerprint_values_diff(sa, sb)
-        out.add(peer, "generation_defaults", diff_a, diff_b, "error",
-                f"{where}: sampling_params differ (generation_config / override_generation_config)")
+        out.add(
+            peer,
+            "generation_defaults",
+            diff_a,
+            diff_b,
+            "error",
+            f"{where}: sampling_params differ (generation_config / override_generation_config)",
+        )
     else:
         out.ok(peer, "generation_defaults", "same sampling_params")
     reasoning_a: dict[str, Any] = {"reasoning": a.get("reasoning_parser_kwargs") is not None}
@@ -695,9 +837,15 @@ def _compare_render(out: _Collector, peer: str, probe: str, ours: _Resp, theirs:
         reasoning_b["reasoning_ended"] = b.get("reasoning_ended")
     if parser_a != parser_b or reasoning_a != reasoning_b:
         diff_a, diff_b = _fingerprint_values_diff(parser_a, parser_b)
-        out.add(peer, "parsers", _short_parser({**reasoning_a, **diff_a}), _short_parser({**reasoning_b, **diff_b}),
-                "error", f"{where}: reasoning/tool parser effects differ (reasoning_parser_kwargs, reasoning_ended, "
-                         f"skip_special_tokens or the tool structural tag)")
+        out.add(
+            peer,
+            "parsers",
+            _short_parser({**reasoning_a, **diff_a}),
+            _short_parser({**reasoning_b, **diff_b}),
+            "error",
+            f"{where}: reasoning/tool parser effects differ (reasoning_parser_kwargs, reasoning_ended, "
+            f"skip_special_tokens or the tool structural tag)",
+        )
     else:
         out.ok(peer, "parsers", "same parser effects")
     rest_a = {k: v for k, v in a.items() if k not in _RENDER_COMPARED}
@@ -708,8 +856,14 @@ def _compare_render(out: _Collector, peer: str, probe: str, ours: _Resp, theirs:
     return kwargs_differ
 
 
-_RENDER_COMPARED = {"request_id", "token_ids", "sampling_params", "reasoning_parser_kwargs", "reasoning_ended",
-                    "parse_context"}
+_RENDER_COMPARED = {
+    "request_id",
+    "token_ids",
+    "sampling_params",
+    "reasoning_parser_kwargs",
+    "reasoning_ended",
+    "parse_context",
+}
 
 
 def _short_parser(value: dict[str, Any]) -> dict[str, Any]:
@@ -725,10 +879,16 @@ def _derender_message(resp: _Resp) -> Any:
         return {"status": resp.status, "type": _error_kind(resp)}
     choice = ((resp.body or {}).get("choices") or [{}])[0]
     message = dict(choice.get("message") or {})
-    calls = [{"name": (c.get("function") or {}).get("name"), "arguments": (c.get("function") or {}).get("arguments")}
-             for c in message.get("tool_calls") or []]
-    return {"content": message.get("content"), "reasoning": message.get("reasoning"), "tool_calls": calls,
-            "finish_reason": choice.get("finish_reason")}
+    calls = [
+        {"name": (c.get("function") or {}).get("name"), "arguments": (c.get("function") or {}).get("arguments")}
+        for c in message.get("tool_calls") or []
+    ]
+    return {
+        "content": message.get("content"),
+        "reasoning": message.get("reasoning"),
+        "tool_calls": calls,
+        "finish_reason": choice.get("finish_reason"),
+    }
 
 
 def _derender_probe(ref: _Reference) -> dict[str, Any] | None:
@@ -742,12 +902,18 @@ def _derender_probe(ref: _Reference) -> dict[str, Any] | None:
         request = RENDER_PROBES["tools"]
     if not rendered.ok or not tokenized.ok:
         return None
-    return {"chat_request": request, "prompt_token_ids": rendered.body["token_ids"],
-            "generate_response": {"request_id": "generate-tokens-render-audit", "choices": [
-                {"index": 0, "finish_reason": "stop", "token_ids": tokenized.body["tokens"]}]}}
+    return {
+        "chat_request": request,
+        "prompt_token_ids": rendered.body["token_ids"],
+        "generate_response": {
+            "request_id": "generate-tokens-render-audit",
+            "choices": [{"index": 0, "finish_reason": "stop", "token_ids": tokenized.body["tokens"]}],
+        },
+    }
 
 
 # -- render replicas -----------------------------------------------------------------------------
+
 
 def _gather_render_facts(peer: _Peer, out: _Collector) -> dict[str, Any] | None:
     models = peer.get("/v1/models")
@@ -771,21 +937,32 @@ def _gather_render_facts(peer: _Peer, out: _Collector) -> dict[str, Any] | None:
     return facts
 
 
-def _audit_render(peer: _Peer, facts: dict[str, Any], ref: _Reference, out: _Collector, report: AuditReport,
-                  *, local_reference: bool) -> None:
+def _audit_render(
+    peer: _Peer, facts: dict[str, Any], ref: _Reference, out: _Collector, report: AuditReport, *, local_reference: bool
+) -> None:
     url = peer.url
     version = facts["version"].body.get("version") if isinstance(facts["version"].body, dict) else None
     fingerprint = facts.get("fingerprint")
-    report.peers[url] = {"role": "render", "reachable": True, "vllm_version": version,
-                         "fingerprint": (fingerprint or {}).get("fingerprint"),
-                         "kind": "render-service" if fingerprint else "vllm render (no /v1/render/config)",
-                         "server_info": facts.get("server_info_note") or "exposed"}
+    report.peers[url] = {
+        "role": "render",
+        "reachable": True,
+        "vllm_version": version,
+        "fingerprint": (fingerprint or {}).get("fingerprint"),
+        "kind": "render-service" if fingerprint else "vllm render (no /v1/render/config)",
+        "server_info": facts.get("server_info_note") or "exposed",
+    }
     _version_check(out, url, version, engine=False)
     if fingerprint is not None and ref.fingerprint is not None:
         _check_fingerprint(out, url, ref, fingerprint, local_reference=local_reference)
     elif fingerprint is None:
-        out.add(url, "fingerprint", (ref.fingerprint or {}).get("fingerprint"), None, "info",
-                "no GET /v1/render/config (a vLLM render server): checked by behaviour only")
+        out.add(
+            url,
+            "fingerprint",
+            (ref.fingerprint or {}).get("fingerprint"),
+            None,
+            "info",
+            "no GET /v1/render/config (a vLLM render server): checked by behaviour only",
+        )
     _check_models(out, url, ref, facts, engine=False)
     if facts.get("server_info"):
         _check_server_info(out, url, ref, facts["server_info"], engine=False)
@@ -793,8 +970,9 @@ def _audit_render(peer: _Peer, facts: dict[str, Any], ref: _Reference, out: _Col
     # Behaviour: the same probes, rendered, tokenized and derendered.
     kwargs_differ = False
     for name, body in RENDER_PROBES.items():
-        kwargs_differ |= _compare_render(out, url, name, ref.render(body),
-                                         peer.post("/v1/chat/completions/render", body))
+        kwargs_differ |= _compare_render(
+            out, url, name, ref.render(body), peer.post("/v1/chat/completions/render", body)
+        )
     ours = ref.tokenize({"prompt": TOKENIZE_TEXT, "add_special_tokens": False})
     theirs = peer.post("/tokenize", {"prompt": TOKENIZE_TEXT, "add_special_tokens": False})
     if ours.ok and theirs.ok:
@@ -802,11 +980,23 @@ def _audit_render(peer: _Peer, facts: dict[str, Any], ref: _Reference, out: _Col
         if ids_a == ids_b:
             out.ok(url, "tokenizer_files", f"{len(ids_a)} ids (tokenize)")
         else:
-            out.add(url, "tokenizer_files", f"{len(ids_a)} ids", f"{len(ids_b)} ids", "error",
-                    "POST /tokenize of a probe text gives other ids: another tokenizer")
+            out.add(
+                url,
+                "tokenizer_files",
+                f"{len(ids_a)} ids",
+                f"{len(ids_b)} ids",
+                "error",
+                "POST /tokenize of a probe text gives other ids: another tokenizer",
+            )
     elif ours.ok != theirs.ok:
-        out.add(url, "tokenizer_files", ours.status, theirs.status, "warning",
-                f"POST /tokenize: ours {ours.message() if not ours.ok else 200}, theirs {theirs.message()}")
+        out.add(
+            url,
+            "tokenizer_files",
+            ours.status,
+            theirs.status,
+            "warning",
+            f"POST /tokenize: ours {ours.message() if not ours.ok else 200}, theirs {theirs.message()}",
+        )
     probe = _derender_probe(ref)
     if probe is not None:
         mine = _derender_message(ref.derender(probe))
@@ -816,13 +1006,23 @@ def _audit_render(peer: _Peer, facts: dict[str, Any], ref: _Reference, out: _Col
         else:
             diff_a, diff_b = _fingerprint_values_diff(mine, other)
             # The template kwargs (enable_thinking) steer the reasoning parser: blame them when they differ.
-            out.add(url, "default_chat_template_kwargs" if kwargs_differ else "parsers", diff_a, diff_b, "error",
-                    "derender of the same output splits content/reasoning/tool_calls differently "
-                    + ("(explained by the differing template kwargs, unless the parsers differ too)" if kwargs_differ
-                       else "(--reasoning-parser, --tool-call-parser, --enable-auto-tool-choice)"))
+            out.add(
+                url,
+                "default_chat_template_kwargs" if kwargs_differ else "parsers",
+                diff_a,
+                diff_b,
+                "error",
+                "derender of the same output splits content/reasoning/tool_calls differently "
+                + (
+                    "(explained by the differing template kwargs, unless the parsers differ too)"
+                    if kwargs_differ
+                    else "(--reasoning-parser, --tool-call-parser, --enable-auto-tool-choice)"
+                ),
+            )
 
 
 # -- engines -------------------------------------------------------------------------------------
+
 
 @dataclass
 class _EngineProbe:
@@ -839,17 +1039,32 @@ def _generate_failure(out: _Collector, url: str, resp: _Resp, ours: Any, what: s
     elif resp.status == 404 and "model" in lowered:
         out.add(url, "served_model_names", ours, "404", "error", f"generate: {message}")
     elif resp.status in (403, 404, 405):
-        out.add(url, "generate_endpoint", "enabled", str(resp.status), "error",
-                f"/inference/v1/generate is not served ({message}): start the engine with --tokens-only or "
-                f"--enable-scale-out")
+        out.add(
+            url,
+            "generate_endpoint",
+            "enabled",
+            str(resp.status),
+            "error",
+            f"/inference/v1/generate is not served ({message}): start the engine with --tokens-only or "
+            f"--enable-scale-out",
+        )
     elif "model length" in lowered or "max_model_len" in lowered or "context length" in lowered:
         out.add(url, "max_model_len", ours, "rejected", "error", f"{what}: {message}")
     else:
         out.add(url, what, ours, "rejected", "error", f"the engine rejects this render's request: {message}")
 
 
-def _audit_engine(peer: _Peer, ref: _Reference, out: _Collector, report: AuditReport, *, generate_probe: bool,
-                  long_probe: bool, probe_timeout: float, probe_render: _Resp | None) -> _EngineProbe | None:
+def _audit_engine(
+    peer: _Peer,
+    ref: _Reference,
+    out: _Collector,
+    report: AuditReport,
+    *,
+    generate_probe: bool,
+    long_probe: bool,
+    probe_timeout: float,
+    probe_render: _Resp | None,
+) -> _EngineProbe | None:
     url = peer.url
     models = peer.get("/v1/models")
     if models.error or models.status == 401:
@@ -860,8 +1075,13 @@ def _audit_engine(peer: _Peer, ref: _Reference, out: _Collector, report: AuditRe
     facts = _models_facts(models)
     version_resp = peer.get("/version")
     version = version_resp.body.get("version") if isinstance(version_resp.body, dict) else None
-    info = {"role": "engine", "reachable": True, "vllm_version": version, "served_names": facts.get("served_names"),
-            "max_model_len": facts.get("max_model_len")}
+    info = {
+        "role": "engine",
+        "reachable": True,
+        "vllm_version": version,
+        "served_names": facts.get("served_names"),
+        "max_model_len": facts.get("max_model_len"),
+    }
     report.peers[url] = info
     _version_check(out, url, version, engine=True)
     _check_models(out, url, ref, facts, engine=True)
@@ -888,17 +1108,30 @@ def _audit_engine(peer: _Peer, ref: _Reference, out: _Collector, report: AuditRe
                 plain_a = ref.tokenize({"prompt": TOKENIZE_TEXT, "add_special_tokens": False})
                 plain_b = peer.post("/tokenize", {"prompt": TOKENIZE_TEXT, "add_special_tokens": False})
                 tokenizer_differs = plain_a.ok and plain_b.ok and plain_a.body["tokens"] != plain_b.body["tokens"]
-                out.add(url, "tokenizer_files" if tokenizer_differs else "chat_template", f"{len(ids_a)} ids",
-                        f"{len(ids_b or [])} ids", "error",
-                        "POST /tokenize of the probe chat gives other ids "
-                        + ("(the plain-text tokenization differs too: another tokenizer)" if tokenizer_differs
-                           else "(another chat template or default template kwargs)"))
+                out.add(
+                    url,
+                    "tokenizer_files" if tokenizer_differs else "chat_template",
+                    f"{len(ids_a)} ids",
+                    f"{len(ids_b or [])} ids",
+                    "error",
+                    "POST /tokenize of the probe chat gives other ids "
+                    + (
+                        "(the plain-text tokenization differs too: another tokenizer)"
+                        if tokenizer_differs
+                        else "(another chat template or default template kwargs)"
+                    ),
+                )
     elif theirs.status == 400 and "skip_tokenizer_init" in theirs.message():
         has_tokenizer = False
     info["tokens_only"] = has_tokenizer is False
-    out.add(url, "tokenizer", "-", "none (--tokens-only)" if has_tokenizer is False else
-            ("present" if has_tokenizer else "unknown"), "info" if has_tokenizer is False else "ok",
-            "no tokenizer: token-id parity is proven by the generate probe instead" if has_tokenizer is False else "")
+    out.add(
+        url,
+        "tokenizer",
+        "-",
+        "none (--tokens-only)" if has_tokenizer is False else ("present" if has_tokenizer else "unknown"),
+        "info" if has_tokenizer is False else "ok",
+        "no tokenizer: token-id parity is proven by the generate probe instead" if has_tokenizer is False else "",
+    )
 
     served = facts.get("served_names") or []
     ours_names = ref.served_names or []
@@ -907,16 +1140,28 @@ def _audit_engine(peer: _Peer, ref: _Reference, out: _Collector, report: AuditRe
     if not generate_probe:
         return result
     if probe_render is None or not probe_render.ok:
-        out.add(url, "generate_probe", "-", "-", "info",
-                "skipped: no probe render (give MODEL and flags, or a reachable render replica)")
+        out.add(
+            url,
+            "generate_probe",
+            "-",
+            "-",
+            "info",
+            "skipped: no probe render (give MODEL and flags, or a reachable render replica)",
+        )
         return result
     request = copy.deepcopy(probe_render.body)
     request["model"] = model
     request["request_id"] = f"render-audit-{uuid.uuid4().hex[:12]}"
     ids = request["token_ids"]
     if ref.vocab_size is not None and max(ids) >= ref.vocab_size:
-        out.add(url, "generate_probe", f"vocab {ref.vocab_size}", f"id {max(ids)}", "error",
-                "the probe render produced an id outside the model vocabulary; not sent (it would crash the engine)")
+        out.add(
+            url,
+            "generate_probe",
+            f"vocab {ref.vocab_size}",
+            f"id {max(ids)}",
+            "error",
+            "the probe render produced an id outside the model vocabulary; not sent (it would crash the engine)",
+        )
         return result
     resp = peer.post("/inference/v1/generate", request, timeout=probe_timeout)
     if not resp.ok:
@@ -933,11 +1178,22 @@ def _audit_engine(peer: _Peer, ref: _Reference, out: _Collector, report: AuditRe
     if generated and ref.vocab_size is not None and generated[0] >= ref.vocab_size:
         problems.append(f"generated id {generated[0]} is outside our vocabulary ({ref.vocab_size}): another model")
     if problems:
-        out.add(url, "generate_probe", f"{len(ids)} ids -> 1 token", f"{usage.get('prompt_tokens')} ids -> "
-                f"{len(generated)} tokens", "error", "; ".join(problems))
+        out.add(
+            url,
+            "generate_probe",
+            f"{len(ids)} ids -> 1 token",
+            f"{usage.get('prompt_tokens')} ids -> {len(generated)} tokens",
+            "error",
+            "; ".join(problems),
+        )
     else:
-        out.ok(url, "generate_probe", f"{len(ids)} ids -> 1 token", f"accepted, token {generated[0]}",
-               "rendered ids, length and sampling params accepted")
+        out.ok(
+            url,
+            "generate_probe",
+            f"{len(ids)} ids -> 1 token",
+            f"accepted, token {generated[0]}",
+            "rendered ids, length and sampling params accepted",
+        )
     result.token = generated[0] if generated else None
 
     if long_probe and ref.max_model_len and ref.max_model_len > len(ids) + 1:
@@ -949,20 +1205,41 @@ def _audit_engine(peer: _Peer, ref: _Reference, out: _Collector, report: AuditRe
         resp = peer.post("/inference/v1/generate", long_request, timeout=probe_timeout)
         if resp.ok:
             counted = (resp.body.get("usage") or {}).get("prompt_tokens")
-            out.check(url, "long_prompt_probe", f"{length} ids accepted",
-                      f"{length} ids accepted" if counted in (None, length) else f"{counted} ids counted",
-                      "the engine counted another prompt length")
+            out.check(
+                url,
+                "long_prompt_probe",
+                f"{length} ids accepted",
+                f"{length} ids accepted" if counted in (None, length) else f"{counted} ids counted",
+                "the engine counted another prompt length",
+            )
         elif resp.error:
-            out.add(url, "long_prompt_probe", f"{length} ids", "no answer", "unreachable",
-                    f"POST /inference/v1/generate: {resp.message()}")
+            out.add(
+                url,
+                "long_prompt_probe",
+                f"{length} ids",
+                "no answer",
+                "unreachable",
+                f"POST /inference/v1/generate: {resp.message()}",
+            )
         else:
-            out.add(url, "long_prompt_probe", f"{length} ids accepted", "rejected", "error",
-                    f"a prompt of max_model_len - 1 = {length} tokens, which render accepts, is rejected: "
-                    f"{resp.message()}")
+            out.add(
+                url,
+                "long_prompt_probe",
+                f"{length} ids accepted",
+                "rejected",
+                "error",
+                f"a prompt of max_model_len - 1 = {length} tokens, which render accepts, is rejected: {resp.message()}",
+            )
             lowered = resp.message().lower()
             if "model length" in lowered or "max_model_len" in lowered or "context length" in lowered:
-                out.add(url, "max_model_len", ref.max_model_len, "shorter", "error",
-                        "the engine's max_model_len is shorter than render's")
+                out.add(
+                    url,
+                    "max_model_len",
+                    ref.max_model_len,
+                    "shorter",
+                    "error",
+                    "the engine's max_model_len is shorter than render's",
+                )
     return result
 
 
@@ -980,17 +1257,30 @@ def _compare_engines(out: _Collector, probes: dict[str, _EngineProbe]) -> None:
             continue
         first_url, first = members[0]
         for url, probe in members[1:]:
-            out.check(url, "greedy_token", first.token, probe.token,
-                      f"greedy next token differs from {first_url} on the same rendered probe "
-                      f"(other weights, dtype or quantization)")
+            out.check(
+                url,
+                "greedy_token",
+                first.token,
+                probe.token,
+                f"greedy next token differs from {first_url} on the same rendered probe "
+                f"(other weights, dtype or quantization)",
+            )
 
 
 # -- the audit -----------------------------------------------------------------------------------
 
-def run_audit(render_urls: Sequence[str], engine_urls: Sequence[str], *,
-              local: tuple[Settings, Model] | None = None, api_key: str | None = None, timeout: float = 5.0,
-              generate_probe: bool = True, long_probe: bool = True,
-              probe_timeout: float | None = None) -> AuditReport:
+
+def run_audit(
+    render_urls: Sequence[str],
+    engine_urls: Sequence[str],
+    *,
+    local: tuple[Settings, Model] | None = None,
+    api_key: str | None = None,
+    timeout: float = 5.0,
+    generate_probe: bool = True,
+    long_probe: bool = True,
+    probe_timeout: float | None = None,
+) -> AuditReport:
     """Check every render replica and engine against the reference (see the module docstring).
 
     `local`: the configuration these peers must match (the CLI's MODEL and serve flags); without
@@ -1013,10 +1303,14 @@ def run_audit(render_urls: Sequence[str], engine_urls: Sequence[str], *,
             ref = _local_reference(*local)
         else:
             reference_url = next((p.url for p in render_peers if facts[p.url] is not None), None)
-            ref = (_RemoteReference(next(p for p in render_peers if p.url == reference_url), facts[reference_url])
-                   if reference_url else None)
-        report = AuditReport(reference=ref.label if ref else "none (no local model, no reachable render replica)",
-                             started=started)
+            ref = (
+                _RemoteReference(next(p for p in render_peers if p.url == reference_url), facts[reference_url])
+                if reference_url
+                else None
+            )
+        report = AuditReport(
+            reference=ref.label if ref else "none (no local model, no reachable render replica)", started=started
+        )
         for peer in render_peers:
             peer_facts = facts[peer.url]
             if peer_facts is None:
@@ -1026,9 +1320,12 @@ def run_audit(render_urls: Sequence[str], engine_urls: Sequence[str], *,
                 continue
             if peer.url == reference_url:
                 version = peer_facts["version"].body if isinstance(peer_facts["version"].body, dict) else {}
-                report.peers[peer.url] = {"role": "render (reference)", "reachable": True,
-                                          "vllm_version": version.get("version"),
-                                          "fingerprint": (peer_facts.get("fingerprint") or {}).get("fingerprint")}
+                report.peers[peer.url] = {
+                    "role": "render (reference)",
+                    "reachable": True,
+                    "vllm_version": version.get("version"),
+                    "fingerprint": (peer_facts.get("fingerprint") or {}).get("fingerprint"),
+                }
                 _version_check(out, peer.url, version.get("version"), engine=False)
                 out.ok(peer.url, "reference", "this replica is the reference")
                 continue
@@ -1041,8 +1338,16 @@ def run_audit(render_urls: Sequence[str], engine_urls: Sequence[str], *,
                 probe_render = ref.render(GENERATE_PROBE)
             probes: dict[str, _EngineProbe] = {}
             for peer in engine_peers:
-                probe = _audit_engine(peer, ref, out, report, generate_probe=generate_probe,
-                                      long_probe=long_probe, probe_timeout=probe_timeout, probe_render=probe_render)
+                probe = _audit_engine(
+                    peer,
+                    ref,
+                    out,
+                    report,
+                    generate_probe=generate_probe,
+                    long_probe=long_probe,
+                    probe_timeout=probe_timeout,
+                    probe_render=probe_render,
+                )
                 if probe is not None:
                     probes[peer.url] = probe
             _compare_engines(out, probes)
@@ -1052,6 +1357,7 @@ def run_audit(render_urls: Sequence[str], engine_urls: Sequence[str], *,
 
 
 # -- endpoints files -----------------------------------------------------------------------------
+
 
 class EndpointsFileError(ValueError):
     pass
@@ -1122,9 +1428,15 @@ def _collect(obj: Any, role: str | None, render: list[str], engines: list[str]) 
         return
     if kind in ("Endpoints", "EndpointSlice") or "subsets" in obj or "endpoints" in obj:
         metadata = obj.get("metadata") or {}
-        explicit = next((_role(source.get(label)) for source in (metadata.get("labels") or {},
-                                                                metadata.get("annotations") or {})
-                         for label in ROLE_LABELS if source.get(label)), None)
+        explicit = next(
+            (
+                _role(source.get(label))
+                for source in (metadata.get("labels") or {}, metadata.get("annotations") or {})
+                for label in ROLE_LABELS
+                if source.get(label)
+            ),
+            None,
+        )
         name = metadata.get("name") or (metadata.get("labels") or {}).get("kubernetes.io/service-name") or ""
         chosen = explicit or role or ("render" if "render" in name.lower() else "engine")
         urls = _endpoints_urls(obj) if "subsets" in obj or kind == "Endpoints" else _slice_urls(obj)
@@ -1187,6 +1499,7 @@ def _slice_urls(obj: dict[str, Any]) -> list[str]:
 
 # -- continuous audit ----------------------------------------------------------------------------
 
+
 class ContinuousAudit:
     """`run_audit` on an interval in a daemon thread, exported as Prometheus gauges.
 
@@ -1215,10 +1528,21 @@ class ContinuousAudit:
     `greedy_token` mismatch as a prompt to look, not proof.
     """
 
-    def __init__(self, render_urls: Iterable[str] = (), engine_urls: Iterable[str] = (), *, registry: Any,
-                 local: tuple[Settings, Model] | None = None, interval: float = 60.0, api_key: str | None = None,
-                 timeout: float = 5.0, unhealthy_after: int = 1, long_probe: bool = False,
-                 generate_probe: bool = True, on_report: Callable[[AuditReport], None] | None = None) -> None:
+    def __init__(
+        self,
+        render_urls: Iterable[str] = (),
+        engine_urls: Iterable[str] = (),
+        *,
+        registry: Any,
+        local: tuple[Settings, Model] | None = None,
+        interval: float = 60.0,
+        api_key: str | None = None,
+        timeout: float = 5.0,
+        unhealthy_after: int = 1,
+        long_probe: bool = False,
+        generate_probe: bool = True,
+        on_report: Callable[[AuditReport], None] | None = None,
+    ) -> None:
         from prometheus_client import Gauge
 
         self.render_urls = list(render_urls)
@@ -1239,12 +1563,18 @@ class ContinuousAudit:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self.mismatch = Gauge("render_config_mismatch", "1 while a peer's config component differs from ours",
-                              ["peer", "component"], registry=registry)
-        self.last_audit = Gauge("render_last_audit_timestamp_seconds", "Unix time of the last completed audit",
-                                registry=registry)
-        self.reachable = Gauge("render_audit_peer_reachable", "1 if the peer answered the last audit",
-                               ["peer"], registry=registry)
+        self.mismatch = Gauge(
+            "render_config_mismatch",
+            "1 while a peer's config component differs from ours",
+            ["peer", "component"],
+            registry=registry,
+        )
+        self.last_audit = Gauge(
+            "render_last_audit_timestamp_seconds", "Unix time of the last completed audit", registry=registry
+        )
+        self.reachable = Gauge(
+            "render_audit_peer_reachable", "1 if the peer answered the last audit", ["peer"], registry=registry
+        )
 
     @property
     def healthy(self) -> bool:
@@ -1253,9 +1583,15 @@ class ContinuousAudit:
     def run_once(self) -> AuditReport | None:
         with self._lock:
             try:
-                report = run_audit(self.render_urls, self.engine_urls, local=self.local, api_key=self.api_key,
-                                   timeout=self.timeout, generate_probe=self.generate_probe,
-                                   long_probe=self.long_probe)
+                report = run_audit(
+                    self.render_urls,
+                    self.engine_urls,
+                    local=self.local,
+                    api_key=self.api_key,
+                    timeout=self.timeout,
+                    generate_probe=self.generate_probe,
+                    long_probe=self.long_probe,
+                )
             except Exception as exc:  # an audit bug must never take the server down
                 logger.exception("config audit failed")
                 self.last_error = f"{type(exc).__name__}: {exc}"
@@ -1264,8 +1600,11 @@ class ContinuousAudit:
             self.last_report = report
             self.last_error = None
         if report.mismatches:
-            logger.warning("config audit: %d mismatches: %s", len(report.mismatches),
-                           ", ".join(f"{f.peer} {f.component}" for f in report.mismatches))
+            logger.warning(
+                "config audit: %d mismatches: %s",
+                len(report.mismatches),
+                ", ".join(f"{f.peer} {f.component}" for f in report.mismatches),
+            )
         if self.on_report is not None:
             self.on_report(report)
         return report
@@ -1327,23 +1666,44 @@ class _Parser(argparse.ArgumentParser):
 def _audit_parser() -> argparse.ArgumentParser:
     from render_service.settings import add_model_arguments
 
-    parser = _Parser(prog="render-service audit", description=(
-        "Check that render replicas and vLLM engines agree with this configuration. Exit codes: 0 all agree, "
-        "1 mismatch, 2 an endpoint unreachable, 3 the audit could not run."))
-    parser.add_argument("--render", action="append", default=[], metavar="URL",
-                        help="a render replica (render-service or `vllm launch render`); repeat the flag, "
-                             "or separate URLs with commas")
-    parser.add_argument("--engine", action="append", default=[], metavar="URL",
-                        help="a vLLM engine (`vllm serve --tokens-only` or --enable-scale-out); repeatable")
-    parser.add_argument("--endpoints", action="append", default=[], metavar="FILE",
-                        help="JSON/YAML: {render: [...], engines: [...]} or Kubernetes Endpoints/EndpointSlices")
+    parser = _Parser(
+        prog="render-service audit",
+        description=(
+            "Check that render replicas and vLLM engines agree with this configuration. Exit codes: 0 all agree, "
+            "1 mismatch, 2 an endpoint unreachable, 3 the audit could not run."
+        ),
+    )
+    parser.add_argument(
+        "--render",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a render replica (render-service or `vllm launch render`); repeat the flag, or separate URLs with commas",
+    )
+    parser.add_argument(
+        "--engine",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a vLLM engine (`vllm serve --tokens-only` or --enable-scale-out); repeatable",
+    )
+    parser.add_argument(
+        "--endpoints",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="JSON/YAML: {render: [...], engines: [...]} or Kubernetes Endpoints/EndpointSlices",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--api-key", default=None, help="Bearer key for the peers (default: VLLM_API_KEY)")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per metadata request")
     parser.add_argument("--probe-timeout", type=float, default=None, help="seconds per generate probe")
     parser.add_argument("--no-generate-probe", action="store_true", help="do not send /inference/v1/generate probes")
-    parser.add_argument("--no-long-probe", action="store_true",
-                        help="skip the max_model_len - 1 token prompt (a full prefill on each engine)")
+    parser.add_argument(
+        "--no-long-probe",
+        action="store_true",
+        help="skip the max_model_len - 1 token prompt (a full prefill on each engine)",
+    )
     parser.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
     add_model_arguments(parser)
     # MODEL is optional here: without it the first render replica is the reference.
@@ -1385,9 +1745,16 @@ def main_audit(argv: Sequence[str] | None = None) -> int:
             print(f"render-service audit: error: {exc}", file=sys.stderr)
             return USAGE_ERROR
     api_key = args.api_key or os.environ.get("VLLM_API_KEY") or None
-    report = run_audit(render_urls, engine_urls, local=local, api_key=api_key, timeout=args.timeout,
-                       generate_probe=not args.no_generate_probe, long_probe=not args.no_long_probe,
-                       probe_timeout=args.probe_timeout)
+    report = run_audit(
+        render_urls,
+        engine_urls,
+        local=local,
+        api_key=api_key,
+        timeout=args.timeout,
+        generate_probe=not args.no_generate_probe,
+        long_probe=not args.no_long_probe,
+        probe_timeout=args.probe_timeout,
+    )
     print(report.to_json() if args.json else report.to_table())
     return report.strict_exit_code() if args.strict else report.exit_code
 

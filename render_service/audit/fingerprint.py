@@ -64,8 +64,10 @@ def components(settings: Settings, model: Model) -> dict[str, Any]:
     if preprocessor.is_file():
         # Image processing settings change placeholders and pixels (and the engine-side hashes);
         # text-only models keep their fingerprint.
-        parts["multimodal"] = {"preprocessor_config": _digest(preprocessor.read_bytes()),
-                               "limit_mm_per_prompt": settings.limit_mm_per_prompt}
+        parts["multimodal"] = {
+            "preprocessor_config": _digest(preprocessor.read_bytes()),
+            "limit_mm_per_prompt": settings.limit_mm_per_prompt,
+        }
         if settings.mm_processor_kwargs:  # absent when unset: existing fingerprints stay as they were
             parts["multimodal"]["mm_processor_kwargs"] = settings.mm_processor_kwargs
     return parts
@@ -91,10 +93,15 @@ def fingerprint_conflict(ours: dict[str, Any], claimed: str, claimed_components:
     if claimed_components:
         theirs = dict(part.split("=", 1) for part in claimed_components.split(",") if "=" in part)
         differing = sorted(name for name, digest in ours["components"].items() if theirs.get(name) != digest)
-    detail = (f"differing components: {', '.join(differing)}" if differing else
-              "send X-Render-Fingerprint-Components (from the render response or GET /v1/render/config) "
-              "to see which components differ")
+    detail = (
+        f"differing components: {', '.join(differing)}"
+        if differing
+        else "send X-Render-Fingerprint-Components (from the render response or GET /v1/render/config) "
+        "to see which components differ"
+    )
     return ConflictError(
         f"config fingerprint mismatch: the request was rendered under {claimed[:32]!r} but this replica runs "
         f"{ours['fingerprint']!r}; {detail}. Route it to a matching replica or restart the stream.",
-        code="fingerprint_mismatch", param="X-Render-Fingerprint")
+        code="fingerprint_mismatch",
+        param="X-Render-Fingerprint",
+    )

@@ -96,7 +96,7 @@ def _correct(token_id: int, context: Sequence[int], decoder: Decoder) -> str:
                 break
         prefix = decoder.decode(ctx[:clean_end]) if clean_end > 0 else ""
         if full.startswith(prefix):
-            return full[len(prefix):]
+            return full[len(prefix) :]
         common = 0
         for a, b in zip(prefix, full, strict=False):
             if a != b:
@@ -106,8 +106,9 @@ def _correct(token_id: int, context: Sequence[int], decoder: Decoder) -> str:
     return ""
 
 
-def resolve(logprobs: dict[str, Any], decoder: Decoder, context: Sequence[int] = (),
-            top_limit: int | None = None) -> dict[str, Any]:
+def resolve(
+    logprobs: dict[str, Any], decoder: Decoder, context: Sequence[int] = (), top_limit: int | None = None
+) -> dict[str, Any]:
     """`ChatCompletionLogProbs` for one choice: {"content": [{token, logprob, bytes, top_logprobs}]}."""
     content = logprobs.get("content")
     if content is None:
@@ -130,8 +131,7 @@ def resolve(logprobs: dict[str, Any], decoder: Decoder, context: Sequence[int] =
                 top_token = _correct(top["token_id"], ctx, decoder)
                 top_bytes = list(top_token.encode("utf-8"))
             resolved_tops.append({"token": top_token, "logprob": top["logprob"], "bytes": top_bytes})
-        out.append({"token": token, "logprob": entry["logprob"], "bytes": token_bytes,
-                    "top_logprobs": resolved_tops})
+        out.append({"token": token, "logprob": entry["logprob"], "bytes": token_bytes, "top_logprobs": resolved_tops})
         ctx.append(token_id)
     return {"content": out}
 

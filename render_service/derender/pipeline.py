@@ -18,8 +18,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from render_service.derender import logprobs as lp
 from render_service import parsers
+from render_service.api.protocol import int_list, schema_error, str_list
+from render_service.derender import logprobs as lp
 from render_service.derender.detokenize import (
     DetokState,
     StopParams,
@@ -29,11 +30,10 @@ from render_service.derender.detokenize import (
     drop_stop_token,
     seed_state,
 )
-from render_service.exceptions import BadRequestError, ConflictError, RequestValidationError
-from render_service.server.metrics import Metrics
-from render_service.api.protocol import int_list, schema_error, str_list
-from render_service.render.pipeline import RenderContext, check_model, effective_template_kwargs, validate_chat_request
 from render_service.derender.snapshots import SnapshotStore, snapshot_key
+from render_service.exceptions import BadRequestError, ConflictError, RequestValidationError
+from render_service.render.pipeline import RenderContext, check_model, effective_template_kwargs, validate_chat_request
+from render_service.server.metrics import Metrics
 
 MAX_N_SEQUENCES = 16384  # VLLM_MAX_N_SEQUENCES
 MAX_TOOL_CALL_ID_CHARS = 512  # ours (vLLM: none); its own ids are 46 characters
@@ -69,14 +69,22 @@ class DerenderContext:
         return s.reasoning_parser is not None or (s.enable_auto_tool_choice and s.tool_call_parser is not None)
 
 
-def make_context(render_ctx: RenderContext, fingerprint: str, store: SnapshotStore | None,
-                 metrics: Metrics) -> DerenderContext:
+def make_context(
+    render_ctx: RenderContext, fingerprint: str, store: SnapshotStore | None, metrics: Metrics
+) -> DerenderContext:
     model = render_ctx.model
     eos = set(_generation_eos(model))
     if model.eos_token_id is not None:
         eos.add(model.eos_token_id)
-    return DerenderContext(render_ctx, lp.Decoder(model.hf_tokenizer), frozenset(eos), fingerprint, store,
-                           render_ctx.settings.stream_state_mode == "compact", metrics)
+    return DerenderContext(
+        render_ctx,
+        lp.Decoder(model.hf_tokenizer),
+        frozenset(eos),
+        fingerprint,
+        store,
+        render_ctx.settings.stream_state_mode == "compact",
+        metrics,
+    )
 
 
 def _generation_eos(model: Any) -> list[int]:
@@ -94,6 +102,7 @@ def _generation_eos(model: Any) -> list[int]:
 
 # -- validation -----------------------------------------------------------------------------
 
+
 def _choices(value: Any, param: str, *, stream: bool) -> list[dict[str, Any]]:
     if not isinstance(value, list):
         raise schema_error(param, "Input should be a valid list", value)
@@ -109,8 +118,9 @@ def _choices(value: Any, param: str, *, stream: bool) -> list[dict[str, Any]]:
         if token_ids is not None:
             int_list(token_ids, f"{p}.token_ids")
             if any(t < 0 for t in token_ids):
-                raise schema_error(f"{p}.token_ids", "Value error, token_ids must not contain negative values",
-                                   token_ids)
+                raise schema_error(
+                    f"{p}.token_ids", "Value error, token_ids must not contain negative values", token_ids
+                )
         logprobs = choice.get("logprobs")
         if logprobs is not None:
             _check_logprobs(logprobs, f"{p}.logprobs")
@@ -126,13 +136,17 @@ def _check_logprobs(value: Any, param: str) -> None:
     if not isinstance(content, list):
         raise schema_error(f"{param}.content", "Input should be a valid list", content)
     for index, entry in enumerate(content):
-        if (not isinstance(entry, dict) or not isinstance(entry.get("token_id"), int)
-                or not isinstance(entry.get("logprob"), (int, float))):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("token_id"), int)
+            or not isinstance(entry.get("logprob"), (int, float))
+        ):
             raise schema_error(f"{param}.content.{index}", "Input should be a valid logprob entry", entry)
         tops = entry.get("top_logprobs") or []
         if not isinstance(tops, list) or not all(
-                isinstance(t, dict) and isinstance(t.get("token_id"), int) and isinstance(t.get("logprob"), (int, float))
-                for t in tops):
+            isinstance(t, dict) and isinstance(t.get("token_id"), int) and isinstance(t.get("logprob"), (int, float))
+            for t in tops
+        ):
             raise schema_error(f"{param}.content.{index}.top_logprobs", "Input should be a valid list", tops)
 
 
@@ -178,31 +192,42 @@ def _bounds(ctx: DerenderContext, responses: list[dict[str, Any]]) -> None:
     max_len = ctx.render.model.max_model_len
     max_logprobs = ctx.render.settings.max_logprobs
     if len(responses) > MAX_N_SEQUENCES:
-        raise BadRequestError(f"generate_responses count ({len(responses)}) exceeds server maximum "
-                              f"({MAX_N_SEQUENCES}). Set VLLM_MAX_N_SEQUENCES to increase this limit.")
+        raise BadRequestError(
+            f"generate_responses count ({len(responses)}) exceeds server maximum "
+            f"({MAX_N_SEQUENCES}). Set VLLM_MAX_N_SEQUENCES to increase this limit."
+        )
     for gen in responses:
         if len(gen["choices"]) > MAX_N_SEQUENCES:
-            raise BadRequestError(f"choices count ({len(gen['choices'])}) in response '{gen.get('request_id')}' "
-                                  f"exceeds server maximum ({MAX_N_SEQUENCES}).")
+            raise BadRequestError(
+                f"choices count ({len(gen['choices'])}) in response '{gen.get('request_id')}' "
+                f"exceeds server maximum ({MAX_N_SEQUENCES})."
+            )
         for choice in gen["choices"]:
             ids = choice.get("token_ids")
             if ids and len(ids) > max_len:
-                raise BadRequestError(f"token_ids length ({len(ids)}) in choice {choice['index']} exceeds "
-                                      f"max_model_len ({max_len}).")
+                raise BadRequestError(
+                    f"token_ids length ({len(ids)}) in choice {choice['index']} exceeds max_model_len ({max_len})."
+                )
             content = (choice.get("logprobs") or {}).get("content")
             if content:
                 if len(content) > max_len:
-                    raise BadRequestError(f"logprobs.content length ({len(content)}) in choice {choice['index']} "
-                                          f"exceeds max_model_len ({max_len}).")
+                    raise BadRequestError(
+                        f"logprobs.content length ({len(content)}) in choice {choice['index']} "
+                        f"exceeds max_model_len ({max_len})."
+                    )
                 for entry in content:
                     tops = entry.get("top_logprobs")
                     if max_logprobs >= 0 and tops and len(tops) > max_logprobs:
-                        raise BadRequestError(f"top_logprobs count ({len(tops)}) in choice {choice['index']} "
-                                              f"exceeds max_logprobs ({max_logprobs}).")
+                        raise BadRequestError(
+                            f"top_logprobs count ({len(tops)}) in choice {choice['index']} "
+                            f"exceeds max_logprobs ({max_logprobs})."
+                        )
         prompt_logprobs = gen.get("prompt_logprobs")
         if prompt_logprobs and len(prompt_logprobs) > max_len:
-            raise BadRequestError(f"prompt_logprobs length ({len(prompt_logprobs)}) in response "
-                                  f"'{gen.get('request_id')}' exceeds max_model_len ({max_len}).")
+            raise BadRequestError(
+                f"prompt_logprobs length ({len(prompt_logprobs)}) in response "
+                f"'{gen.get('request_id')}' exceeds max_model_len ({max_len})."
+            )
 
 
 def _check_vocab(ctx: DerenderContext, ids: list[int], param: str = "token_ids") -> None:
@@ -244,9 +269,11 @@ def _state_bounds(ctx: DerenderContext, state: dict[str, Any] | None) -> None:
     ids = state["last_tool_call_ids"]
     max_len = ctx.render.model.max_model_len
     if len(ids) > max_len or any(len(i) > MAX_TOOL_CALL_ID_CHARS for i in ids):
-        raise BadRequestError(f"stream_state.last_tool_call_ids must hold at most max_model_len ({max_len}) ids "
-                              f"of at most {MAX_TOOL_CALL_ID_CHARS} characters.",
-                              param="stream_state.last_tool_call_ids")
+        raise BadRequestError(
+            f"stream_state.last_tool_call_ids must hold at most max_model_len ({max_len}) ids "
+            f"of at most {MAX_TOOL_CALL_ID_CHARS} characters.",
+            param="stream_state.last_tool_call_ids",
+        )
 
 
 def _stop_params(request: dict[str, Any] | None) -> StopParams:
@@ -262,9 +289,13 @@ def _stop_params(request: dict[str, Any] | None) -> StopParams:
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens, "prompt_tokens_details": None,
-            "completion_tokens_details": None}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": None,
+        "completion_tokens_details": None,
+    }
 
 
 def _model_name(ctx: DerenderContext, body: dict[str, Any]) -> str:
@@ -274,9 +305,13 @@ def _model_name(ctx: DerenderContext, body: dict[str, Any]) -> str:
 def _parser_for(ctx: DerenderContext, request: dict[str, Any]) -> tuple[parsers.ChatParser | None, dict[str, Any]]:
     settings = ctx.render.settings
     kwargs = effective_template_kwargs(ctx.render, request)
-    parser = parsers.get_parser(ctx.render.model.hf_tokenizer, settings.reasoning_parser, settings.tool_call_parser,
-                                enable_auto_tools=settings.enable_auto_tool_choice,
-                                thinking_enabled=kwargs.get("enable_thinking", True))
+    parser = parsers.get_parser(
+        ctx.render.model.hf_tokenizer,
+        settings.reasoning_parser,
+        settings.tool_call_parser,
+        enable_auto_tools=settings.enable_auto_tool_choice,
+        thinking_enabled=kwargs.get("enable_thinking", True),
+    )
     return parser, kwargs
 
 
@@ -284,10 +319,17 @@ def _tool_call_wire(call_id: str, call: parsers.FunctionCall) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
 
 
-def _message(content: str | None, reasoning: str | None = None,
-             tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None, "annotations": None,
-                               "audio": None, "function_call": None}
+def _message(
+    content: str | None, reasoning: str | None = None, tool_calls: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": content,
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+    }
     if tool_calls:
         message["tool_calls"] = tool_calls
     message["reasoning"] = reasoning
@@ -295,6 +337,7 @@ def _message(content: str | None, reasoning: str | None = None,
 
 
 # -- batch ----------------------------------------------------------------------------------
+
 
 def derender_chat(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
     gen = _generate_response(body.get("generate_response"), "body.generate_response")
@@ -315,7 +358,8 @@ def derender_chat(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
     skip_special, spaces = decode_params(
         None if chat_request is None else chat_request.get("skip_special_tokens"),
         True if chat_request is None else chat_request.get("spaces_between_special_tokens", True),
-        preserve_special=parser is not None)
+        preserve_special=parser is not None,
+    )
     seed_ids = prompt_ids if prompt_ids is not None else gen.get("prompt_token_ids")
     seed = seed_state(tokenizer, seed_ids, skip_special_tokens=skip_special)
     hide_metadata = parser is not None and not opts.include_reasoning
@@ -328,32 +372,46 @@ def derender_chat(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
         token_ids = choice.get("token_ids")
         if not token_ids:
             raise BadRequestError(f"choice {choice['index']} has empty or null token_ids")
-        resolved = (lp.resolve(choice["logprobs"], ctx.decoder, top_limit=top_limit)
-                    if choice.get("logprobs") is not None and not hide_metadata else None)
+        resolved = (
+            lp.resolve(choice["logprobs"], ctx.decoder, top_limit=top_limit)
+            if choice.get("logprobs") is not None and not hide_metadata
+            else None
+        )
         text, stop_reason = decode_output(
-            tokenizer, token_ids, choice.get("finish_reason"), choice.get("stop_reason"), seed,
-            eos_token_id=model.eos_token_id, model_eos_token_ids=ctx.model_eos_ids, params=stop,
-            skip_special_tokens=skip_special, spaces_between_special_tokens=spaces)
+            tokenizer,
+            token_ids,
+            choice.get("finish_reason"),
+            choice.get("stop_reason"),
+            seed,
+            eos_token_id=model.eos_token_id,
+            model_eos_token_ids=ctx.model_eos_ids,
+            params=stop,
+            skip_special_tokens=skip_special,
+            spaces_between_special_tokens=spaces,
+        )
         if parser is not None:
             reasoning, content, calls = parser.parse(text, opts, gen.get("prompt_token_ids"))
-            reasoning, content, id_calls = parser.assemble(reasoning, content, calls, opts,
-                                                           parsers.tool_ids(request_id, choice["index"]))
+            reasoning, content, id_calls = parser.assemble(
+                reasoning, content, calls, opts, parsers.tool_ids(request_id, choice["index"])
+            )
             wire_calls = [_tool_call_wire(i, c) for i, c in id_calls]
             message = _message(content, reasoning, wire_calls)
             made = bool(wire_calls)
         else:
             message = _message(text)
             made = False
-        choices.append({
-            "index": choice["index"],
-            "message": message,
-            "logprobs": resolved,
-            "finish_reason": parsers.resolve_finish_reason(choice.get("finish_reason"), opts, made),
-            "stop_reason": stop_reason,
-            "token_ids": token_ids if return_token_ids else None,
-            "routed_experts": None,
-            "weight_versions": None,
-        })
+        choices.append(
+            {
+                "index": choice["index"],
+                "message": message,
+                "logprobs": resolved,
+                "finish_reason": parsers.resolve_finish_reason(choice.get("finish_reason"), opts, made),
+                "stop_reason": stop_reason,
+                "token_ids": token_ids if return_token_ids else None,
+                "routed_experts": None,
+                "weight_versions": None,
+            }
+        )
     prompt_tokens = body.get("prompt_tokens") or 0
     completion_tokens = sum(len(c.get("token_ids") or []) for c in gen["choices"])
     return {
@@ -366,7 +424,8 @@ def derender_chat(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
         "system_fingerprint": None,
         "usage": _usage(prompt_tokens, completion_tokens),
         "prompt_logprobs": gen.get("prompt_logprobs"),
-        "prompt_token_ids": gen.get("prompt_token_ids") if chat_request and chat_request.get("return_token_ids")
+        "prompt_token_ids": gen.get("prompt_token_ids")
+        if chat_request and chat_request.get("return_token_ids")
         else None,
         "prompt_text": None,
         "kv_transfer_params": gen.get("kv_transfer_params"),
@@ -388,8 +447,11 @@ def derender_completion(ctx: DerenderContext, body: dict[str, Any]) -> dict[str,
     if prompt_tokens is not None:
         int_list(prompt_tokens, "body.prompt_tokens")
         if len(prompt_tokens) != len(responses):
-            raise schema_error("body", f"Value error, prompt_tokens length ({len(prompt_tokens)}) must equal "
-                               f"generate_responses length ({len(responses)})")
+            raise schema_error(
+                "body",
+                f"Value error, prompt_tokens length ({len(prompt_tokens)}) must equal "
+                f"generate_responses length ({len(responses)})",
+            )
     if prompt_ids is not None:
         if not isinstance(prompt_ids, list):
             raise schema_error("body.prompt_token_ids", "Input should be a valid list", prompt_ids)
@@ -397,8 +459,11 @@ def derender_completion(ctx: DerenderContext, body: dict[str, Any]) -> dict[str,
             if ids is not None:
                 int_list(ids, f"body.prompt_token_ids.{index}", non_negative=True)
         if len(prompt_ids) != len(responses):
-            raise schema_error("body", f"Value error, prompt_token_ids length ({len(prompt_ids)}) must equal "
-                               f"generate_responses length ({len(responses)})")
+            raise schema_error(
+                "body",
+                f"Value error, prompt_token_ids length ({len(prompt_ids)}) must equal "
+                f"generate_responses length ({len(responses)})",
+            )
     request = body.get("completion_request")
     if request is not None and not isinstance(request, dict):
         raise schema_error("body.completion_request", "Input should be a valid dictionary", request)
@@ -416,7 +481,8 @@ def derender_completion(ctx: DerenderContext, body: dict[str, Any]) -> dict[str,
     tokenizer = model.hf_tokenizer
     skip_special, spaces = decode_params(
         None if request is None else request.get("skip_special_tokens"),
-        True if request is None else request.get("spaces_between_special_tokens", True))
+        True if request is None else request.get("spaces_between_special_tokens", True),
+    )
     top_limit = lp.completion_top_limit(request)
     return_token_ids = bool(request and request.get("return_token_ids"))
     stop = _stop_params(request)
@@ -424,33 +490,46 @@ def derender_completion(ctx: DerenderContext, body: dict[str, Any]) -> dict[str,
     total_prompt = total_completion = 0
     index = 0
     for n, gen in enumerate(responses):
-        seed_ids = prompt_ids[n] if prompt_ids is not None and prompt_ids[n] is not None else gen.get("prompt_token_ids")
+        seed_ids = (
+            prompt_ids[n] if prompt_ids is not None and prompt_ids[n] is not None else gen.get("prompt_token_ids")
+        )
         seed = seed_state(tokenizer, seed_ids, skip_special_tokens=skip_special)
         for choice in gen["choices"]:
             token_ids = choice.get("token_ids")
             if not token_ids:
-                raise BadRequestError(f"choice {choice['index']} in response {gen.get('request_id')} has empty or "
-                                      "null token_ids")
+                raise BadRequestError(
+                    f"choice {choice['index']} in response {gen.get('request_id')} has empty or null token_ids"
+                )
             text, stop_reason = decode_output(
-                tokenizer, token_ids, choice.get("finish_reason"), choice.get("stop_reason"), seed,
-                eos_token_id=model.eos_token_id, model_eos_token_ids=ctx.model_eos_ids, params=stop,
-                skip_special_tokens=skip_special, spaces_between_special_tokens=spaces)
+                tokenizer,
+                token_ids,
+                choice.get("finish_reason"),
+                choice.get("stop_reason"),
+                seed,
+                eos_token_id=model.eos_token_id,
+                model_eos_token_ids=ctx.model_eos_ids,
+                params=stop,
+                skip_special_tokens=skip_special,
+                spaces_between_special_tokens=spaces,
+            )
             completion_logprobs = None
             if choice.get("logprobs") is not None:
                 resolved = lp.resolve(choice["logprobs"], ctx.decoder, top_limit=top_limit)
                 completion_logprobs = lp.to_completion(resolved, choice["logprobs"])
-            choices.append({
-                "index": index,
-                "text": text,
-                "logprobs": completion_logprobs,
-                "finish_reason": choice.get("finish_reason"),
-                "stop_reason": stop_reason,
-                "token_ids": token_ids if return_token_ids else None,
-                "prompt_logprobs": None,
-                "prompt_token_ids": gen.get("prompt_token_ids") if return_token_ids else None,
-                "routed_experts": None,
-                "weight_versions": None,
-            })
+            choices.append(
+                {
+                    "index": index,
+                    "text": text,
+                    "logprobs": completion_logprobs,
+                    "finish_reason": choice.get("finish_reason"),
+                    "stop_reason": stop_reason,
+                    "token_ids": token_ids if return_token_ids else None,
+                    "prompt_logprobs": None,
+                    "prompt_token_ids": gen.get("prompt_token_ids") if return_token_ids else None,
+                    "routed_experts": None,
+                    "weight_versions": None,
+                }
+            )
             total_completion += len(token_ids)
             index += 1
         total_prompt += prompt_tokens[n] if prompt_tokens is not None else 0
@@ -475,9 +554,18 @@ def derender_completion(ctx: DerenderContext, body: dict[str, Any]) -> dict[str,
 
 # -- streaming ------------------------------------------------------------------------------
 
-_VLLM_STATE_KEYS = ("prev_tokens", "prefix_offset", "read_offset", "role_sent", "logprob_context_token_ids",
-                    "logprob_text_offset", "output_token_ids", "output_chunk_lens", "tools_streamed",
-                    "last_tool_call_ids")
+_VLLM_STATE_KEYS = (
+    "prev_tokens",
+    "prefix_offset",
+    "read_offset",
+    "role_sent",
+    "logprob_context_token_ids",
+    "logprob_text_offset",
+    "output_token_ids",
+    "output_chunk_lens",
+    "tools_streamed",
+    "last_tool_call_ids",
+)
 
 
 def _stream_state(value: Any) -> dict[str, Any] | None:
@@ -500,24 +588,32 @@ def _stream_state(value: Any) -> dict[str, Any] | None:
     }
     str_list(state["prev_tokens"], "body.stream_state.prev_tokens")
     if len(state["prev_tokens"]) > 1024:
-        raise schema_error("body.stream_state.prev_tokens",
-                           f"Value error, prev_tokens length ({len(state['prev_tokens'])}) exceeds maximum (1024)",
-                           state["prev_tokens"])
+        raise schema_error(
+            "body.stream_state.prev_tokens",
+            f"Value error, prev_tokens length ({len(state['prev_tokens'])}) exceeds maximum (1024)",
+            state["prev_tokens"],
+        )
     for name in ("prefix_offset", "read_offset", "logprob_text_offset"):
         if not isinstance(state[name], int) or isinstance(state[name], bool) or state[name] < 0:
-            raise schema_error(f"body.stream_state.{name}", "Input should be greater than or equal to 0",
-                               state[name])
+            raise schema_error(f"body.stream_state.{name}", "Input should be greater than or equal to 0", state[name])
     if not state["prefix_offset"] <= state["read_offset"] <= len(state["prev_tokens"]):
-        raise schema_error("body.stream_state", "Value error, stream_state offsets must satisfy prefix_offset <= "
-                           f"read_offset <= len(prev_tokens) (got {state['prefix_offset']}, {state['read_offset']}, "
-                           f"{len(state['prev_tokens'])})", None)
+        raise schema_error(
+            "body.stream_state",
+            "Value error, stream_state offsets must satisfy prefix_offset <= "
+            f"read_offset <= len(prev_tokens) (got {state['prefix_offset']}, {state['read_offset']}, "
+            f"{len(state['prev_tokens'])})",
+            None,
+        )
     for name in ("role_sent", "tools_streamed"):
         if not isinstance(state[name], bool):
             raise schema_error(f"body.stream_state.{name}", "Input should be a valid boolean", state[name])
     int_list(state["logprob_context_token_ids"], "body.stream_state.logprob_context_token_ids")
     if len(state["logprob_context_token_ids"]) > 4:
-        raise schema_error("body.stream_state.logprob_context_token_ids",
-                           "List should have at most 4 items after validation", state["logprob_context_token_ids"])
+        raise schema_error(
+            "body.stream_state.logprob_context_token_ids",
+            "List should have at most 4 items after validation",
+            state["logprob_context_token_ids"],
+        )
     # These grow with the stream (full mode): check them in C, and only walk them in Python to
     # name the offending element.
     if not _all_ints(state["output_token_ids"]):
@@ -527,13 +623,16 @@ def _stream_state(value: Any) -> dict[str, Any] | None:
         int_list(state["output_chunk_lens"], "body.stream_state.output_chunk_lens")
         for index, length in enumerate(state["output_chunk_lens"]):
             if length <= 0:
-                raise schema_error(f"body.stream_state.output_chunk_lens.{index}", "Input should be greater than 0",
-                                   length)
+                raise schema_error(
+                    f"body.stream_state.output_chunk_lens.{index}", "Input should be greater than 0", length
+                )
     if sum(state["output_chunk_lens"]) != len(state["output_token_ids"]):
         raise schema_error(
             "body.stream_state",
             f"Value error, output_chunk_lens must sum to len(output_token_ids) (got sum="
-            f"{sum(state['output_chunk_lens'])}, len(output_token_ids)={len(state['output_token_ids'])})", None)
+            f"{sum(state['output_chunk_lens'])}, len(output_token_ids)={len(state['output_token_ids'])})",
+            None,
+        )
     str_list(state["last_tool_call_ids"], "body.stream_state.last_tool_call_ids")
     for key, item in value.items():
         if key.startswith("rs_"):
@@ -565,8 +664,13 @@ def _chunk_usage(chunk: dict[str, Any], prompt_tokens: int | None) -> dict[str, 
     return _usage(pt, usage.get("completion_tokens") or 0)
 
 
-def _chat_chunk(ctx: DerenderContext, body: dict[str, Any], chunk: dict[str, Any],
-                choices: list[dict[str, Any]], prompt_token_ids: list[int] | None) -> dict[str, Any]:
+def _chat_chunk(
+    ctx: DerenderContext,
+    body: dict[str, Any],
+    chunk: dict[str, Any],
+    choices: list[dict[str, Any]],
+    prompt_token_ids: list[int] | None,
+) -> dict[str, Any]:
     return {
         "id": chunk.get("request_id"),
         "object": "chat.completion.chunk",
@@ -614,15 +718,27 @@ class _StreamRequest:
 
     def to_obj(self) -> list[Any]:
         o = self.opts
-        return [o.tool_choice, o.tool_name, o.has_tools, o.parallel_tool_calls, o.include_reasoning,
-                self.thinking, list(self.stop.stop_token_ids), self.stop.ignore_eos,
-                self.stop.include_stop_str_in_output, self.return_token_ids, self.top_limit, self.spaces,
-                self.request_id]
+        return [
+            o.tool_choice,
+            o.tool_name,
+            o.has_tools,
+            o.parallel_tool_calls,
+            o.include_reasoning,
+            self.thinking,
+            list(self.stop.stop_token_ids),
+            self.stop.ignore_eos,
+            self.stop.include_stop_str_in_output,
+            self.return_token_ids,
+            self.top_limit,
+            self.spaces,
+            self.request_id,
+        ]
 
     @classmethod
     def from_obj(cls, obj: list[Any]) -> _StreamRequest:
-        opts = parsers.RequestOptions(tool_choice=obj[0], tool_name=obj[1], has_tools=obj[2],
-                                      parallel_tool_calls=obj[3], include_reasoning=obj[4])
+        opts = parsers.RequestOptions(
+            tool_choice=obj[0], tool_name=obj[1], has_tools=obj[2], parallel_tool_calls=obj[3], include_reasoning=obj[4]
+        )
         stop = StopParams(stop_token_ids=tuple(obj[6]), ignore_eos=obj[7], include_stop_str_in_output=obj[8])
         return cls(opts, obj[5], stop, obj[9], obj[10], obj[11], obj[12])
 
@@ -661,8 +777,10 @@ async def derender_chat_stream(ctx: DerenderContext, body: dict[str, Any]) -> di
     delta_len = sum(len(c.get("token_ids") or []) for c in choices)
     max_len = ctx.render.model.max_model_len
     if not isinstance(prior, int) or prompt_len + prior + delta_len > max_len:
-        raise BadRequestError(f"prompt_token_ids length ({prompt_len}) plus output_token_ids length ({prior}) "
-                              f"plus delta ({delta_len}) exceeds max_model_len ({max_len}).")
+        raise BadRequestError(
+            f"prompt_token_ids length ({prompt_len}) plus output_token_ids length ({prior}) "
+            f"plus delta ({delta_len}) exceeds max_model_len ({max_len})."
+        )
     # vLLM bounds logprobs only in batch derender; a chunk is bounded the same way here.
     _bounds(ctx, [chunk])
     _check_choices_vocab(ctx, choices)
@@ -674,24 +792,37 @@ async def derender_chat_stream(ctx: DerenderContext, body: dict[str, Any]) -> di
     return _plain_chat_stream(ctx, body, chunk, state, chat_request, prompt_ids)
 
 
-def _plain_stream_start(ctx: DerenderContext, request: dict[str, Any] | None, state: dict[str, Any] | None,
-                        prompt_ids: list[int] | None, chunk: dict[str, Any]) -> tuple[bool, bool, dict[str, Any]]:
+def _plain_stream_start(
+    ctx: DerenderContext,
+    request: dict[str, Any] | None,
+    state: dict[str, Any] | None,
+    prompt_ids: list[int] | None,
+    chunk: dict[str, Any],
+) -> tuple[bool, bool, dict[str, Any]]:
     """Decode flags, and on the first chunk a state seeded from the prompt tail (`_seed_stream_state`)."""
     skip_special, spaces = decode_params(
         None if request is None else request.get("skip_special_tokens"),
-        True if request is None else request.get("spaces_between_special_tokens", True))
+        True if request is None else request.get("spaces_between_special_tokens", True),
+    )
     if state is None:
-        seed = seed_state(ctx.render.model.hf_tokenizer,
-                          prompt_ids if prompt_ids is not None else chunk.get("prompt_token_ids"),
-                          skip_special_tokens=skip_special)
+        seed = seed_state(
+            ctx.render.model.hf_tokenizer,
+            prompt_ids if prompt_ids is not None else chunk.get("prompt_token_ids"),
+            skip_special_tokens=skip_special,
+        )
         state = _stream_state({}) or {}
         state.update(prev_tokens=seed.prev_tokens, prefix_offset=seed.prefix_offset, read_offset=seed.read_offset)
     return skip_special, spaces, state
 
 
-def _plain_chat_stream(ctx: DerenderContext, body: dict[str, Any], chunk: dict[str, Any],
-                       state: dict[str, Any] | None, chat_request: dict[str, Any] | None,
-                       prompt_ids: list[int] | None) -> dict[str, Any]:
+def _plain_chat_stream(
+    ctx: DerenderContext,
+    body: dict[str, Any],
+    chunk: dict[str, Any],
+    state: dict[str, Any] | None,
+    chat_request: dict[str, Any] | None,
+    prompt_ids: list[int] | None,
+) -> dict[str, Any]:
     """vLLM's plain path: O(delta) work, O(window) state."""
     model = ctx.render.model
     tokenizer = model.hf_tokenizer
@@ -705,32 +836,48 @@ def _plain_chat_stream(ctx: DerenderContext, body: dict[str, Any], chunk: dict[s
     for choice in chunk["choices"]:
         delta_ids = choice.get("token_ids") or []
         text_ids, stop_reason = drop_stop_token(
-            delta_ids, choice.get("finish_reason"), choice.get("stop_reason"), eos_token_id=model.eos_token_id,
-            model_eos_token_ids=ctx.model_eos_ids, params=stop)
-        text, detok = detokenize_delta(tokenizer, text_ids, detok, skip_special_tokens=skip_special,
-                                       spaces_between_special_tokens=spaces)
-        resolved = (lp.resolve(choice["logprobs"], ctx.decoder, context, top_limit)
-                    if choice.get("logprobs") is not None else None)
+            delta_ids,
+            choice.get("finish_reason"),
+            choice.get("stop_reason"),
+            eos_token_id=model.eos_token_id,
+            model_eos_token_ids=ctx.model_eos_ids,
+            params=stop,
+        )
+        text, detok = detokenize_delta(
+            tokenizer, text_ids, detok, skip_special_tokens=skip_special, spaces_between_special_tokens=spaces
+        )
+        resolved = (
+            lp.resolve(choice["logprobs"], ctx.decoder, context, top_limit)
+            if choice.get("logprobs") is not None
+            else None
+        )
         include_role = not state["role_sent"]
         state["role_sent"] = True
         state["logprob_context_token_ids"] = lp.context_tail(context, delta_ids)
-        out_choices.append({
-            "index": choice["index"],
-            "delta": {"role": "assistant" if include_role else None, "content": text or None, "reasoning": None},
-            "logprobs": resolved,
-            "finish_reason": choice.get("finish_reason"),
-            "stop_reason": stop_reason,
-            "token_ids": choice.get("token_ids") if return_token_ids else None,
-            "weight_versions": None,
-        })
+        out_choices.append(
+            {
+                "index": choice["index"],
+                "delta": {"role": "assistant" if include_role else None, "content": text or None, "reasoning": None},
+                "logprobs": resolved,
+                "finish_reason": choice.get("finish_reason"),
+                "stop_reason": stop_reason,
+                "token_ids": choice.get("token_ids") if return_token_ids else None,
+                "weight_versions": None,
+            }
+        )
     state.update(prev_tokens=detok.prev_tokens, prefix_offset=detok.prefix_offset, read_offset=detok.read_offset)
     prompt_out = chunk.get("prompt_token_ids") if return_token_ids else None
     return {"chunk": _chat_chunk(ctx, body, chunk, out_choices, prompt_out), "stream_state": state}
 
 
-async def _parsed_stream(ctx: DerenderContext, body: dict[str, Any], chunk: dict[str, Any],
-                         state: dict[str, Any] | None, chat_request: dict[str, Any] | None,
-                         prompt_ids: list[int] | None) -> dict[str, Any]:
+async def _parsed_stream(
+    ctx: DerenderContext,
+    body: dict[str, Any],
+    chunk: dict[str, Any],
+    state: dict[str, Any] | None,
+    chat_request: dict[str, Any] | None,
+    prompt_ids: list[int] | None,
+) -> dict[str, Any]:
     """The parser path: resume from a snapshot (O(delta)) or replay once from the carried state."""
     state = state if state is not None else (_stream_state({}) or {})
     metrics = ctx.metrics
@@ -747,26 +894,33 @@ async def _parsed_stream(ctx: DerenderContext, body: dict[str, Any], chunk: dict
     history = None if ctx.compact else _hasher(state["output_token_ids"])
     if sid is not None and ctx.store is not None and isinstance(sid, str) and len(sid) <= 64:
         snapshot = await ctx.store.get(snapshot_key(ctx.fingerprint, sid, position), required=compact_continuation)
-        if snapshot is not None and not _snapshot_matches(ctx, snapshot, sid, position, state, compact_continuation,
-                                                          history):
+        if snapshot is not None and not _snapshot_matches(
+            ctx, snapshot, sid, position, state, compact_continuation, history
+        ):
             metrics.snapshot_rejected.labels("mismatch").inc()
             snapshot = None
 
     if snapshot is not None:
         req = _StreamRequest.from_obj(snapshot["req"])
-        parser = parsers.get_parser(ctx.render.model.hf_tokenizer, ctx.render.settings.reasoning_parser,
-                                    ctx.render.settings.tool_call_parser,
-                                    enable_auto_tools=ctx.render.settings.enable_auto_tool_choice,
-                                    thinking_enabled=req.thinking)
+        parser = parsers.get_parser(
+            ctx.render.model.hf_tokenizer,
+            ctx.render.settings.reasoning_parser,
+            ctx.render.settings.tool_call_parser,
+            enable_auto_tools=ctx.render.settings.enable_auto_tool_choice,
+            thinking_enabled=req.thinking,
+        )
         parsed = parsers.load_parsed_stream(parser, snapshot["ps"])
         carried = snapshot["carry"]
         role_sent, tools_streamed, last_ids, context = carried
         prev_key = snapshot.get("prev")
     else:
         if compact_continuation:
-            raise ConflictError("stream_state handle has no snapshot on this server (expired, evicted or from "
-                                "another deployment); restart the stream or resend the full stream_state.",
-                                code="stream_state_expired", param="stream_state")
+            raise ConflictError(
+                "stream_state handle has no snapshot on this server (expired, evicted or from "
+                "another deployment); restart the stream or resend the full stream_state.",
+                code="stream_state_expired",
+                param="stream_state",
+            )
         assert chat_request is not None
         req = _stream_request(ctx, chat_request, request_id)
         parser, _ = _parser_for(ctx, chat_request)
@@ -775,7 +929,7 @@ async def _parsed_stream(ctx: DerenderContext, body: dict[str, Any], chunk: dict
         tool_id = parsers.tool_ids(request_id, 0)
         start = 0
         for length in state["output_chunk_lens"]:
-            ids = state["output_token_ids"][start:start + length]
+            ids = state["output_token_ids"][start : start + length]
             start += length
             parsers.advance(parser, parsed, ids, ids, None, req.opts, tool_id, spaces_between_special_tokens=req.spaces)
         if state["output_chunk_lens"]:
@@ -797,8 +951,13 @@ async def _parsed_stream(ctx: DerenderContext, body: dict[str, Any], chunk: dict
         delta_ids = choice.get("token_ids") or []
         finish = choice.get("finish_reason")
         text_ids, stop_reason = drop_stop_token(
-            delta_ids, finish, choice.get("stop_reason"), eos_token_id=model.eos_token_id,
-            model_eos_token_ids=ctx.model_eos_ids, params=req.stop)
+            delta_ids,
+            finish,
+            choice.get("stop_reason"),
+            eos_token_id=model.eos_token_id,
+            model_eos_token_ids=ctx.model_eos_ids,
+            params=req.stop,
+        )
 
         def tool_id(index: int) -> str:
             return last_ids[index] if index < len(last_ids) else parsers.id_for(req.request_id, 0, index)
@@ -806,11 +965,15 @@ async def _parsed_stream(ctx: DerenderContext, body: dict[str, Any], chunk: dict
         delta = None
         finish_reason = None
         if delta_ids or finish is not None:
-            delta, finish_reason = parsers.advance(parser, parsed, text_ids, delta_ids, finish, req.opts, tool_id,
-                                                   spaces_between_special_tokens=req.spaces)
+            delta, finish_reason = parsers.advance(
+                parser, parsed, text_ids, delta_ids, finish, req.opts, tool_id, spaces_between_special_tokens=req.spaces
+            )
         hide = not req.opts.include_reasoning
-        resolved = (lp.resolve(choice["logprobs"], ctx.decoder, context, req.top_limit)
-                    if choice.get("logprobs") is not None and not hide else None)
+        resolved = (
+            lp.resolve(choice["logprobs"], ctx.decoder, context, req.top_limit)
+            if choice.get("logprobs") is not None and not hide
+            else None
+        )
         context = lp.context_tail(context, delta_ids)
         if delta is None:
             delta = parsers.Delta()
@@ -819,15 +982,17 @@ async def _parsed_stream(ctx: DerenderContext, body: dict[str, Any], chunk: dict
                 last_ids.append(call.id)
         wire = delta.to_wire("assistant" if not role_sent else None)
         role_sent = True
-        out_choices.append({
-            "index": choice["index"],
-            "delta": wire,
-            "logprobs": resolved,
-            "finish_reason": finish_reason,
-            "stop_reason": stop_reason,
-            "token_ids": choice.get("token_ids") if req.return_token_ids and not hide else None,
-            "weight_versions": None,
-        })
+        out_choices.append(
+            {
+                "index": choice["index"],
+                "delta": wire,
+                "logprobs": resolved,
+                "finish_reason": finish_reason,
+                "stop_reason": stop_reason,
+                "token_ids": choice.get("token_ids") if req.return_token_ids and not hide else None,
+                "weight_versions": None,
+            }
+        )
     tools_streamed = parsed.parser.tools_streamed
     new_position = position + len(delta_ids)
 
@@ -838,8 +1003,12 @@ async def _parsed_stream(ctx: DerenderContext, body: dict[str, Any], chunk: dict
         if delta_ids:
             new_state["output_token_ids"] = [*state["output_token_ids"], *delta_ids]
             new_state["output_chunk_lens"] = [*state["output_chunk_lens"], len(delta_ids)]
-        new_state.update(role_sent=role_sent, tools_streamed=tools_streamed, last_tool_call_ids=last_ids,
-                         logprob_context_token_ids=context)
+        new_state.update(
+            role_sent=role_sent,
+            tools_streamed=tools_streamed,
+            last_tool_call_ids=last_ids,
+            logprob_context_token_ids=context,
+        )
         new_state.update(rs_sid=sid, rs_pos=new_position, rs_fp=ctx.fingerprint[:16])
     if ctx.store is not None and (delta_ids or snapshot is None):
         digest = None
@@ -848,18 +1017,32 @@ async def _parsed_stream(ctx: DerenderContext, body: dict[str, Any], chunk: dict
             digest = history.hexdigest()
         await ctx.store.put(
             snapshot_key(ctx.fingerprint, sid, new_position),
-            {"v": STATE_VERSION, "sid": sid, "pos": new_position, "fp": ctx.fingerprint, "digest": digest,
-             "prev": snapshot_key(ctx.fingerprint, sid, position) if delta_ids else prev_key,
-             "req": req.to_obj(), "ps": parsed.to_obj(),
-             "carry": [role_sent, tools_streamed, last_ids, context]},
+            {
+                "v": STATE_VERSION,
+                "sid": sid,
+                "pos": new_position,
+                "fp": ctx.fingerprint,
+                "digest": digest,
+                "prev": snapshot_key(ctx.fingerprint, sid, position) if delta_ids else prev_key,
+                "req": req.to_obj(),
+                "ps": parsed.to_obj(),
+                "carry": [role_sent, tools_streamed, last_ids, context],
+            },
             stale_key=prev_key if delta_ids else None,
         )
     prompt_out = chunk.get("prompt_token_ids") if req.return_token_ids else None
     return {"chunk": _chat_chunk(ctx, body, chunk, out_choices, prompt_out), "stream_state": new_state}
 
 
-def _snapshot_matches(ctx: DerenderContext, snapshot: dict[str, Any], sid: str, position: int,
-                      state: dict[str, Any], compact: bool, history: Any = None) -> bool:
+def _snapshot_matches(
+    ctx: DerenderContext,
+    snapshot: dict[str, Any],
+    sid: str,
+    position: int,
+    state: dict[str, Any],
+    compact: bool,
+    history: Any = None,
+) -> bool:
     if snapshot.get("v") != STATE_VERSION or snapshot.get("sid") != sid or snapshot.get("pos") != position:
         return False
     if snapshot.get("fp") != ctx.fingerprint:
@@ -901,10 +1084,16 @@ async def derender_completion_stream(ctx: DerenderContext, body: dict[str, Any])
     for choice in chunk["choices"]:
         delta_ids = choice.get("token_ids") or []
         text_ids, stop_reason = drop_stop_token(
-            delta_ids, choice.get("finish_reason"), choice.get("stop_reason"), eos_token_id=model.eos_token_id,
-            model_eos_token_ids=ctx.model_eos_ids, params=stop)
-        text, detok = detokenize_delta(tokenizer, text_ids, detok, skip_special_tokens=skip_special,
-                                       spaces_between_special_tokens=spaces)
+            delta_ids,
+            choice.get("finish_reason"),
+            choice.get("stop_reason"),
+            eos_token_id=model.eos_token_id,
+            model_eos_token_ids=ctx.model_eos_ids,
+            params=stop,
+        )
+        text, detok = detokenize_delta(
+            tokenizer, text_ids, detok, skip_special_tokens=skip_special, spaces_between_special_tokens=spaces
+        )
         completion_logprobs = None
         if choice.get("logprobs") is not None:
             resolved = lp.resolve(choice["logprobs"], ctx.decoder, context, top_limit)
@@ -914,18 +1103,25 @@ async def derender_completion_stream(ctx: DerenderContext, body: dict[str, Any])
             next_offset = completion_logprobs["text_offset"][-1] + len(completion_logprobs["tokens"][-1])
         context = lp.context_tail(context, delta_ids)
         text_offset = next_offset
-        out_choices.append({
-            "index": choice["index"],
-            "text": text,
-            "logprobs": completion_logprobs,
-            "finish_reason": choice.get("finish_reason"),
-            "stop_reason": stop_reason,
-            "prompt_token_ids": chunk.get("prompt_token_ids") if return_token_ids else None,
-            "token_ids": choice.get("token_ids") if return_token_ids else None,
-            "weight_versions": None,
-        })
-    state.update(prev_tokens=detok.prev_tokens, prefix_offset=detok.prefix_offset, read_offset=detok.read_offset,
-                 logprob_context_token_ids=context, logprob_text_offset=text_offset)
+        out_choices.append(
+            {
+                "index": choice["index"],
+                "text": text,
+                "logprobs": completion_logprobs,
+                "finish_reason": choice.get("finish_reason"),
+                "stop_reason": stop_reason,
+                "prompt_token_ids": chunk.get("prompt_token_ids") if return_token_ids else None,
+                "token_ids": choice.get("token_ids") if return_token_ids else None,
+                "weight_versions": None,
+            }
+        )
+    state.update(
+        prev_tokens=detok.prev_tokens,
+        prefix_offset=detok.prefix_offset,
+        read_offset=detok.read_offset,
+        logprob_context_token_ids=context,
+        logprob_text_offset=text_offset,
+    )
     out_chunk = {
         "id": chunk.get("request_id"),
         "object": "text_completion",

@@ -98,12 +98,21 @@ class LocalStore:
 class RedisStore:
     """Redis with short timeouts and a cool-down after failures; never raises to the caller."""
 
-    def __init__(self, url: str, metrics: Metrics, *, timeout: float = 0.05, ttl: int = 600,
-                 cooldown: float = 2.0, required_timeout: float = 0.5) -> None:
+    def __init__(
+        self,
+        url: str,
+        metrics: Metrics,
+        *,
+        timeout: float = 0.05,
+        ttl: int = 600,
+        cooldown: float = 2.0,
+        required_timeout: float = 0.5,
+    ) -> None:
         import redis.asyncio as redis
 
-        self._client = redis.Redis.from_url(url, socket_timeout=required_timeout,
-                                            socket_connect_timeout=required_timeout, retry_on_timeout=False)
+        self._client = redis.Redis.from_url(
+            url, socket_timeout=required_timeout, socket_connect_timeout=required_timeout, retry_on_timeout=False
+        )
         self._timeout = timeout
         self._required_timeout = required_timeout
         self._ttl = ttl
@@ -119,8 +128,9 @@ class RedisStore:
     def _failed(self, op: str, exc: BaseException) -> None:
         self._metrics.redis_errors.labels(op).inc()
         if self.available:
-            logger.warning("redis %s failed (%s: %s); using replay for %.1fs", op, type(exc).__name__, exc,
-                           self._cooldown)
+            logger.warning(
+                "redis %s failed (%s: %s); using replay for %.1fs", op, type(exc).__name__, exc, self._cooldown
+            )
         self._down_until = time.monotonic() + self._cooldown
 
     async def get(self, key: str, required: bool = False) -> bytes | None:
@@ -175,8 +185,14 @@ class RedisStore:
 class SnapshotStore:
     """In-process first, then Redis (when configured); counts hits, misses and rejections."""
 
-    def __init__(self, codec: SnapshotCodec, metrics: Metrics, local: LocalStore | None = None,
-                 redis: RedisStore | None = None, write_wait: float = 0.005) -> None:
+    def __init__(
+        self,
+        codec: SnapshotCodec,
+        metrics: Metrics,
+        local: LocalStore | None = None,
+        redis: RedisStore | None = None,
+        write_wait: float = 0.005,
+    ) -> None:
         self.write_wait = write_wait
         self.codec = codec
         self.local = local

@@ -84,12 +84,17 @@ class TiktokenBackend:
 
     name = "fastokens-tiktoken"
 
-    def __init__(self, ranks_file: str, pattern: str, special_tokens: dict[str, int], nfc: bool,
-                 segment_cache_bytes: int = 16 << 20) -> None:
+    def __init__(
+        self,
+        ranks_file: str,
+        pattern: str,
+        special_tokens: dict[str, int],
+        nfc: bool,
+        segment_cache_bytes: int = 16 << 20,
+    ) -> None:
         import fastokens
 
-        self._tokenizer = fastokens.Tokenizer.from_tiktoken(ranks_file, pattern=pattern,
-                                                           special_tokens=special_tokens)
+        self._tokenizer = fastokens.Tokenizer.from_tiktoken(ranks_file, pattern=pattern, special_tokens=special_tokens)
         if segment_cache_bytes:
             self._tokenizer.enable_segment_cache(segment_cache_bytes)
         self._nfc = nfc
@@ -115,8 +120,14 @@ def tiktoken_equivalent(tokenizer_json: str, directory: str) -> TiktokenBackend 
     if normalizer is not None and normalizer.get("type") != "NFC":
         return None
     steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else None
-    if (not steps or len(steps) != 2 or steps[0].get("type") != "Split" or steps[1].get("type") != "ByteLevel"
-            or "Regex" not in (steps[0].get("pattern") or {}) or steps[1].get("use_regex")):
+    if (
+        not steps
+        or len(steps) != 2
+        or steps[0].get("type") != "Split"
+        or steps[1].get("type") != "ByteLevel"
+        or "Regex" not in (steps[0].get("pattern") or {})
+        or steps[1].get("use_regex")
+    ):
         return None
     byte_of = {ch: byte for byte, ch in _bytes_to_unicode().items()}
     lines = []
@@ -134,8 +145,9 @@ def tiktoken_equivalent(tokenizer_json: str, directory: str) -> TiktokenBackend 
 
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte <-> printable-unicode table used by byte-level BPE vocabularies."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
-        range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars = list(printable)
     extra = 0
     for byte in range(256):
@@ -146,8 +158,9 @@ def _bytes_to_unicode() -> dict[int, str]:
     return dict(zip(printable, map(chr, chars), strict=True))
 
 
-def self_test(candidate: TokenizerBackend, reference: TokenizerBackend,
-              corpus: Sequence[str] = SELF_TEST_CORPUS) -> str | None:
+def self_test(
+    candidate: TokenizerBackend, reference: TokenizerBackend, corpus: Sequence[str] = SELF_TEST_CORPUS
+) -> str | None:
     """None if `candidate` encodes every text exactly as `reference`, else the first mismatch."""
     for text in corpus:
         for add_special in (False, True):
@@ -158,8 +171,9 @@ def self_test(candidate: TokenizerBackend, reference: TokenizerBackend,
     return None
 
 
-def choose_backend(hf_tokenizer: object, tokenizer_json: str | None, preferred: str = "auto",
-                   extra_corpus: Sequence[str] = ()) -> TokenizerBackend:
+def choose_backend(
+    hf_tokenizer: object, tokenizer_json: str | None, preferred: str = "auto", extra_corpus: Sequence[str] = ()
+) -> TokenizerBackend:
     """The fastest backend that passes the self-test; HF `tokenizers` otherwise."""
     reference = HFBackend(hf_tokenizer)
     if preferred == "hf" or tokenizer_json is None:

@@ -22,9 +22,18 @@ QWEN3_ADDED_TOKENS = 26  # the first 26 Qwen3.5 names, ids 151643..151668 in Qwe
 QWEN3_FIRST_ADDED_ID = 151643
 # In Qwen3 these added tokens are not special: they survive skip_special_tokens=True.
 QWEN3_NON_SPECIAL = {
-    "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
-    "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
-    "<think>", "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
 }
 
 GENERATION_CONFIG = {
@@ -93,15 +102,11 @@ def _qwen3_tokenizer_json() -> str:
         def load_tiktoken_bpe(tiktoken_url: str) -> dict[bytes, int]:
             return _load_tiktoken_ranks(Path(tiktoken_url))
 
-    tokenizer = _Converter(
-        vocab_file=str(ranks_file), pattern=qt.PAT_STR, add_prefix_space=False
-    ).converted()
+    tokenizer = _Converter(vocab_file=str(ranks_file), pattern=qt.PAT_STR, add_prefix_space=False).converted()
     tokenizer.normalizer = normalizers.NFC()
     names = [name for _, name in qt.QWEN3_5_SPECIAL_TOKENS[:QWEN3_ADDED_TOKENS]]
     for name in names:
-        tokenizer.add_tokens(
-            [AddedToken(name, normalized=False, special=name not in QWEN3_NON_SPECIAL)]
-        )
+        tokenizer.add_tokens([AddedToken(name, normalized=False, special=name not in QWEN3_NON_SPECIAL)])
     return tokenizer.to_str()
 
 

@@ -13,20 +13,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from render_service.settings import Settings
 from render_service.model.backends import TokenizerBackend, choose_backend
+from render_service.settings import Settings
 
 logger = logging.getLogger("render_service.model.loader")
 
 # vLLM's ModelArchitectureConfig: the smallest of these keys is the derived context length.
 _MAX_LEN_KEYS = (
-    "max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
-    "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len",
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
 )
 # get_diff_sampling_param: the generation_config keys vLLM turns into sampling defaults.
 _SAMPLING_KEYS = (
-    "repetition_penalty", "presence_penalty", "frequency_penalty", "temperature",
-    "top_k", "top_p", "min_p", "max_new_tokens", "skip_special_tokens",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "max_new_tokens",
+    "skip_special_tokens",
 )
 
 
@@ -90,9 +103,7 @@ def load_model(settings: Settings) -> Model:
     from transformers import AutoTokenizer
 
     try:
-        hf_tokenizer = AutoTokenizer.from_pretrained(
-            str(tokenizer_path), trust_remote_code=settings.trust_remote_code
-        )
+        hf_tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path), trust_remote_code=settings.trust_remote_code)
     except Exception as exc:
         raise ModelLoadError(f"cannot load the tokenizer from {tokenizer_path}: {exc}") from exc
     if not getattr(hf_tokenizer, "is_fast", False):
@@ -119,8 +130,14 @@ def load_model(settings: Settings) -> Model:
     logger.info("tokenizer backend: %s", backend.name)
     files = {
         name: (tokenizer_path / name).read_bytes()
-        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                     "chat_template.jinja", "vocab.json", "merges.txt")
+        for name in (
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "special_tokens_map.json",
+            "chat_template.jinja",
+            "vocab.json",
+            "merges.txt",
+        )
         if (tokenizer_path / name).exists()
     }
     model = Model(
@@ -175,8 +192,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def _max_model_len(config: dict[str, Any], tokenizer_config: dict[str, Any], requested: int | None) -> int:
     text_config = config.get("text_config") or config
-    derived = min((text_config[k] for k in _MAX_LEN_KEYS if isinstance(text_config.get(k), int)),
-                  default=None)
+    derived = min((text_config[k] for k in _MAX_LEN_KEYS if isinstance(text_config.get(k), int)), default=None)
     if derived is None:
         derived = 2048 if requested is None else requested
     model_max = tokenizer_config.get("model_max_length")

@@ -47,10 +47,10 @@ import orjson
 from blake3 import blake3
 
 from render_service import __version__
-from render_service.multimodal import media
 from render_service.exceptions import RenderServiceError
-from render_service.server.metrics import Metrics
+from render_service.multimodal import media
 from render_service.multimodal.qwen3_vl import ImageProcessor, ProcessedImage
+from render_service.server.metrics import Metrics
 
 logger = logging.getLogger("render_service.multimodal.imagecache")
 
@@ -78,8 +78,14 @@ def light(item: ProcessedImage) -> ProcessedImage:
     """The light item of a full one (a tensors render also serves later hashes-only renders)."""
     if not item.has_tensors:
         return item
-    return ProcessedImage(mm_hash=item.mm_hash, num_tokens=item.num_tokens, kwargs_data=None, kwargs_json=None,
-                          metadata=item.metadata, nbytes=_item_nbytes(None, item.metadata))
+    return ProcessedImage(
+        mm_hash=item.mm_hash,
+        num_tokens=item.num_tokens,
+        kwargs_data=None,
+        kwargs_json=None,
+        metadata=item.metadata,
+        nbytes=_item_nbytes(None, item.metadata),
+    )
 
 
 class EntryCodec:
@@ -100,16 +106,18 @@ class EntryCodec:
         megabytes of kwargs_data are never copied into a new value."""
         metadata = item.metadata.encode("ascii")
         kind = _TENSORS if item.has_tensors else _LIGHT
-        payload = _HEADER.pack(FORMAT_VERSION, kind, item.num_tokens, len(metadata),
-                               item.mm_hash.encode("ascii")) + metadata
+        payload = (
+            _HEADER.pack(FORMAT_VERSION, kind, item.num_tokens, len(metadata), item.mm_hash.encode("ascii")) + metadata
+        )
         body = item.kwargs_json or b""
         return self._mac(redis_key.encode(), payload, body), payload, body
 
     def encode(self, redis_key: str, item: ProcessedImage) -> bytes:
         return b"".join(self.encode_parts(redis_key, item))
 
-    def decode(self, redis_key: str, blob: bytes | bytearray | memoryview, mm_hash: str, tensors: bool
-               ) -> ProcessedImage:
+    def decode(
+        self, redis_key: str, blob: bytes | bytearray | memoryview, mm_hash: str, tensors: bool
+    ) -> ProcessedImage:
         """The item, or EntryRejected. `blob` may be a view of the reader's buffer: the tensors are
         copied out once, after the MAC is checked."""
         if not isinstance(blob, (bytes, bytearray, memoryview)) or len(blob) < _MAC_SIZE + _HEADER.size:
@@ -124,8 +132,12 @@ class EntryCodec:
         start = _MAC_SIZE + _HEADER.size
         end = start + meta_len
         # Signed by a replica with our key: checked anyway, cheaply, so a bug cannot become wrong tensors.
-        if (kind != (_TENSORS if tensors else _LIGHT) or digest != mm_hash.encode("ascii") or num_tokens <= 0
-                or end > len(view)):
+        if (
+            kind != (_TENSORS if tensors else _LIGHT)
+            or digest != mm_hash.encode("ascii")
+            or num_tokens <= 0
+            or end > len(view)
+        ):
             raise EntryRejected("malformed")
         metadata = bytes(view[start:end]).decode("ascii")
         kwargs_json = None
@@ -135,9 +147,14 @@ class EntryCodec:
             kwargs_json = bytes(view[end:])
         elif len(view) != end:
             raise EntryRejected("malformed")
-        return ProcessedImage(mm_hash=mm_hash, num_tokens=num_tokens,
-                              kwargs_data=orjson.Fragment(kwargs_json) if kwargs_json is not None else None,
-                              kwargs_json=kwargs_json, metadata=metadata, nbytes=_item_nbytes(kwargs_json, metadata))
+        return ProcessedImage(
+            mm_hash=mm_hash,
+            num_tokens=num_tokens,
+            kwargs_data=orjson.Fragment(kwargs_json) if kwargs_json is not None else None,
+            kwargs_json=kwargs_json,
+            metadata=metadata,
+            nbytes=_item_nbytes(kwargs_json, metadata),
+        )
 
 
 def namespace(multimodal_component: str, vision: ImageProcessor) -> str:
@@ -147,8 +164,15 @@ def namespace(multimodal_component: str, vision: ImageProcessor) -> str:
         "format": FORMAT_VERSION,
         "service_version": __version__,
         "multimodal": multimodal_component,
-        "vision": [config.model_id, config.image_token_id, config.patch_size, config.merge_size,
-                   config.temporal_patch_size, config.min_pixels, config.max_pixels],
+        "vision": [
+            config.model_id,
+            config.image_token_id,
+            config.patch_size,
+            config.merge_size,
+            config.temporal_patch_size,
+            config.min_pixels,
+            config.max_pixels,
+        ],
         "bounds": [vision.default_options.min_pixels, vision.default_options.max_pixels],
     }
     return blake3(orjson.dumps(parts)).hexdigest()[:16]
@@ -198,7 +222,7 @@ class _Replies(asyncio.BufferedProtocol):
         self._fail(RedisError(f"connection lost: {exc}"))
 
     def get_buffer(self, sizehint: int) -> memoryview | bytearray:
-        return self._target[self._filled:] if self._target is not None else self._scratch
+        return self._target[self._filled :] if self._target is not None else self._scratch
 
     def buffer_updated(self, nbytes: int) -> None:
         self.progress_at = time.monotonic()
@@ -250,7 +274,7 @@ class _Replies(asyncio.BufferedProtocol):
             if end < 0:
                 return
             kind, line = pending[:1], bytes(pending[1:end])
-            del pending[:end + 2]
+            del pending[: end + 2]
             if kind == b"+":
                 self._value(line.decode("utf-8", "replace"))
             elif kind == b"-":
@@ -288,8 +312,7 @@ class _Replies(asyncio.BufferedProtocol):
             raise RedisError("connection closed")
         waiter = self._waiter = asyncio.get_running_loop().create_future()
         self.progress_at = time.monotonic()
-        self.transport.write(b"".join([b"*%d\r\n" % len(args),
-                                       *(b"$%d\r\n%s\r\n" % (len(arg), arg) for arg in args)]))
+        self.transport.write(b"".join([b"*%d\r\n" % len(args), *(b"$%d\r\n%s\r\n" % (len(arg), arg) for arg in args)]))
         try:
             if idle_timeout is None:
                 return await waiter
@@ -310,8 +333,16 @@ class FastReader:
     """MGET over a few plain-TCP connections of `_Replies` (redis:// URLs; rediss:// and unix
     sockets go through redis-py instead)."""
 
-    def __init__(self, host: str, port: int, db: int = 0, username: str | None = None,
-                 password: str | None = None, max_connections: int = 8, max_value_bytes: int = 512 << 20) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        db: int = 0,
+        username: str | None = None,
+        password: str | None = None,
+        max_connections: int = 8,
+        max_value_bytes: int = 512 << 20,
+    ) -> None:
         self.host, self.port, self.db = host, port, db
         self.max_value_bytes = max_value_bytes
         self.username, self.password = username, password
@@ -325,7 +356,8 @@ class FastReader:
         self._open += 1
         try:
             _, conn = await asyncio.get_running_loop().create_connection(
-                lambda: _Replies(self.max_value_bytes), self.host, self.port)
+                lambda: _Replies(self.max_value_bytes), self.host, self.port
+            )
             if self.password is not None:
                 auth = [self.username.encode(), self.password.encode()] if self.username else [self.password.encode()]
                 await conn.request(b"AUTH", *auth)
@@ -379,13 +411,26 @@ class Writer:
     ~2.7 ms of CPU per 720p image against ~0.5 ms for the kernel's copy here). The entries are also
     signed in that thread (blake3 releases the GIL)."""
 
-    def __init__(self, host: str, port: int, db: int = 0, username: str | None = None,
-                 password: str | None = None, timeout: float = 1.0) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        db: int = 0,
+        username: str | None = None,
+        password: str | None = None,
+        timeout: float = 1.0,
+    ) -> None:
         import socket
         from concurrent.futures import ThreadPoolExecutor
 
         self._socket_module = socket
-        self.address, self.db, self.username, self.password, self.timeout = (host, port), db, username, password, timeout
+        self.address, self.db, self.username, self.password, self.timeout = (
+            (host, port),
+            db,
+            username,
+            password,
+            timeout,
+        )
         self._sock: Any = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="mm-redis-write")
 
@@ -410,8 +455,9 @@ class Writer:
         try:
             setup = []
             if self.password is not None:
-                setup.append(self._command(b"AUTH", *([self.username.encode()] if self.username else []),
-                                           self.password.encode()))
+                setup.append(
+                    self._command(b"AUTH", *([self.username.encode()] if self.username else []), self.password.encode())
+                )
             if self.db:
                 setup.append(self._command(b"SELECT", str(self.db).encode()))
             if setup:
@@ -439,8 +485,9 @@ class Writer:
             for key, item in entries:
                 mac, payload, body = codec.encode_parts(key, item)
                 size = len(mac) + len(payload) + len(body)
-                sock.sendall(b"*5\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s%s" % (
-                    len(key), key.encode(), size, mac, payload))
+                sock.sendall(
+                    b"*5\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s%s" % (len(key), key.encode(), size, mac, payload)
+                )
                 if body:
                     sock.sendall(body)
                 sock.sendall(b"\r\n$2\r\nEX\r\n$%d\r\n%d\r\n" % (len(str(ttl)), ttl))
@@ -459,6 +506,7 @@ class Writer:
             if self._sock is not None:
                 self._sock.close()
                 self._sock = None
+
         self._executor.submit(shut)
         self._executor.shutdown(wait=True)
 
@@ -469,8 +517,13 @@ def _plain_tcp(url: str) -> dict[str, Any] | None:
     parts = parse_url(url)
     if "connection_class" in parts or "path" in parts:  # TLS or a unix socket: redis-py
         return None
-    return {"host": parts.get("host", "localhost"), "port": int(parts.get("port", 6379)), "db": int(parts.get("db", 0)),
-            "username": parts.get("username"), "password": parts.get("password")}
+    return {
+        "host": parts.get("host", "localhost"),
+        "port": int(parts.get("port", 6379)),
+        "db": int(parts.get("db", 0)),
+        "username": parts.get("username"),
+        "password": parts.get("password"),
+    }
 
 
 def _reader(url: str) -> FastReader | None:
@@ -481,15 +534,27 @@ def _reader(url: str) -> FastReader | None:
 class ImageTier:
     """Redis with short timeouts and a cool-down after failures; never raises to the caller."""
 
-    def __init__(self, url: str, secret: bytes, namespace: str, metrics: Metrics, *, ttl: int = 600,
-                 max_entry_bytes: int = 32 << 20, timeout: float = 0.25, cooldown: float = 2.0,
-                 write_wait: float = 0.005, max_pending_bytes: int = 256 << 20) -> None:
+    def __init__(
+        self,
+        url: str,
+        secret: bytes,
+        namespace: str,
+        metrics: Metrics,
+        *,
+        ttl: int = 600,
+        max_entry_bytes: int = 32 << 20,
+        timeout: float = 0.25,
+        cooldown: float = 2.0,
+        write_wait: float = 0.005,
+        max_pending_bytes: int = 256 << 20,
+    ) -> None:
         import redis.asyncio as redis
 
         # The reads carry megabytes (7.2 MB per 720p image with tensors): a longer bound than the
         # snapshot store's 50 ms, still far below processing four such images (~65 ms of CPU).
-        self._client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                            retry_on_timeout=False)
+        self._client = redis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, retry_on_timeout=False
+        )
         self._reader = _reader(url)
         where = _plain_tcp(url)
         self._writer = Writer(**where, timeout=timeout * 4) if where is not None else None
@@ -529,13 +594,25 @@ class ImageTier:
             if self._timeouts_in_a_row < TIMEOUTS_BEFORE_COOLDOWN:
                 return
         if self._available(op):
-            logger.warning("redis %s of processed images failed (%s: %s); not used for %.1fs", op,
-                           type(exc).__name__, exc, self.cooldown)
+            logger.warning(
+                "redis %s of processed images failed (%s: %s); not used for %.1fs",
+                op,
+                type(exc).__name__,
+                exc,
+                self.cooldown,
+            )
         self._down_until[op] = time.monotonic() + self.cooldown
 
-    async def prepare(self, vision: ImageProcessor, urls: list[str], fetched: dict[str, bytes],
-                      processor_kwargs: Any, tensors: bool, limits: media.MediaLimits,
-                      trust_kwargs: bool) -> Prepared | dict[str, bytes]:
+    async def prepare(
+        self,
+        vision: ImageProcessor,
+        urls: list[str],
+        fetched: dict[str, bytes],
+        processor_kwargs: Any,
+        tensors: bool,
+        limits: media.MediaLimits,
+        trust_kwargs: bool,
+    ) -> Prepared | dict[str, bytes]:
         """Decode and hash the request's images (`urls`: all of them, data: included, as
         `media.image_urls(..., include_data=True)` gives them), and fill the local cache from Redis
         with those it lacks. Anything the render would refuse is left to the render (same error,
@@ -623,7 +700,7 @@ class ImageTier:
             item = vision.cache.peek(digest, tensors=False)
             if item is None:  # already evicted (or never cached: larger than the local cache)
                 continue
-            for variant in ((item, light(item)) if item.has_tensors else (item,)):
+            for variant in (item, light(item)) if item.has_tensors else (item,):
                 if variant.nbytes > self.max_entry_bytes:
                     self.metrics.mm_redis_oversized.inc()
                     continue

@@ -42,6 +42,7 @@ try:  # vLLM's own decoder (pybase64, SIMD): ~60x faster than the stdlib on a 72
     def _b64decode(payload: str) -> bytes:
         return pybase64.b64decode(payload, validate=True)
 except ImportError:  # pragma: no cover - a dependency; the stdlib gives the same bytes, slower
+
     def _b64decode(payload: str) -> bytes:
         return binascii.a2b_base64(payload, strict_mode=True)
 
@@ -76,8 +77,9 @@ def check_url(url: str, limits: MediaLimits) -> tuple[str, str]:
     if not host:
         raise media_error("Image URL has no host.")
     if limits.allowed_domains is not None and host not in limits.allowed_domains:
-        raise media_error(f"The URL must be from one of the allowed domains: {list(limits.allowed_domains)}. "
-                          f"Input URL domain: {host}")
+        raise media_error(
+            f"The URL must be from one of the allowed domains: {list(limits.allowed_domains)}. Input URL domain: {host}"
+        )
     return parts.scheme, host
 
 

@@ -61,13 +61,48 @@ except ImportError:
     def _b64encode(data: bytes) -> bytes:
         return binascii.b2a_base64(data, newline=False)
 
+
 SUPPORTED_MODEL_TYPES = ("qwen3_vl",)
 IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"  # Qwen3-VL's get_placeholder_str
 # vLLM's ALLOWED_IMAGE_FORMATS (those this Pillow build registers).
 _VLLM_IMAGE_FORMATS = (
-    "AVIF", "BLP", "BMP", "CUR", "DCX", "DDS", "DIB", "FITS", "FLI", "FTEX", "GBR", "GIF", "ICNS", "ICO",
-    "IM", "IMT", "IPTC", "JPEG", "JPEG2000", "MCIDAS", "MSP", "PCD", "PCX", "PIXAR", "PNG", "PPM", "PSD",
-    "QOI", "SGI", "SPIDER", "SUN", "TGA", "TIFF", "WEBP", "XBM", "XPM", "XVTHUMB",
+    "AVIF",
+    "BLP",
+    "BMP",
+    "CUR",
+    "DCX",
+    "DDS",
+    "DIB",
+    "FITS",
+    "FLI",
+    "FTEX",
+    "GBR",
+    "GIF",
+    "ICNS",
+    "ICO",
+    "IM",
+    "IMT",
+    "IPTC",
+    "JPEG",
+    "JPEG2000",
+    "MCIDAS",
+    "MSP",
+    "PCD",
+    "PCX",
+    "PIXAR",
+    "PNG",
+    "PPM",
+    "PSD",
+    "QOI",
+    "SGI",
+    "SPIDER",
+    "SUN",
+    "TGA",
+    "TIFF",
+    "WEBP",
+    "XBM",
+    "XPM",
+    "XVTHUMB",
 )
 Image.init()
 ALLOWED_IMAGE_FORMATS = tuple(f for f in _VLLM_IMAGE_FORMATS if f in Image.OPEN)
@@ -119,7 +154,8 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
     if max(height, width) / min(height, width) > 200:
         raise BadRequestError(
             f"absolute aspect ratio must be smaller than 200, got {max(height, width) / min(height, width)}",
-            param="messages")
+            param="messages",
+        )
     h_bar = round(height / factor) * factor
     w_bar = round(width / factor) * factor
     if h_bar * w_bar > max_pixels:
@@ -135,6 +171,7 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
 
 # -- loading --------------------------------------------------------------------------------
 
+
 def _has_transparency(image: Image.Image) -> bool:
     return image.mode in ("RGBA", "LA", "PA") or "transparency" in getattr(image, "info", {})
 
@@ -145,13 +182,18 @@ def _open(data: bytes, max_pixels: int) -> Image.Image:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(data), formats=ALLOWED_IMAGE_FORMATS)
         w, h = image.size
-    except (OSError, Image.UnidentifiedImageError, SyntaxError, Image.DecompressionBombWarning,
-            Image.DecompressionBombError) as exc:
+    except (
+        OSError,
+        Image.UnidentifiedImageError,
+        SyntaxError,
+        Image.DecompressionBombWarning,
+        Image.DecompressionBombError,
+    ) as exc:
         raise BadRequestError(f"Failed to load image: {exc}", param="messages") from None
     if max_pixels > 0 and w * h > max_pixels:
         raise BadRequestError(
-            f"Image dimensions {w}x{h} ({w * h} pixels) exceed the maximum of {max_pixels} pixels.",
-            param="messages")
+            f"Image dimensions {w}x{h} ({w * h} pixels) exceed the maximum of {max_pixels} pixels.", param="messages"
+        )
     return image
 
 
@@ -184,6 +226,7 @@ def decode_rgb(image: Image.Image) -> np.ndarray:
 
 # -- hashing --------------------------------------------------------------------------------
 
+
 def _framed(chunk: bytes) -> bytes:
     return len(chunk).to_bytes(8, "little") + chunk
 
@@ -195,8 +238,11 @@ def _hash_value(value: Any) -> bytes:
     if isinstance(value, (list, tuple)):
         return b"\x01" + len(value).to_bytes(8, "little") + b"".join(_hash_value(v) for v in value)
     if isinstance(value, dict):
-        return b"\x02" + len(value).to_bytes(8, "little") + b"".join(
-            _framed(str(k).encode("utf-8")) + _hash_value(v) for k, v in value.items())
+        return (
+            b"\x02"
+            + len(value).to_bytes(8, "little")
+            + b"".join(_framed(str(k).encode("utf-8")) + _hash_value(v) for k, v in value.items())
+        )
     if isinstance(value, str):
         return b"\x03" + _framed(value.encode("utf-8"))
     # bool is an int there too: np.array(True) is one byte, ints int64, floats float64
@@ -230,22 +276,44 @@ def mm_hash(data: bytes, model_id: str, converted: bool, processor_kwargs: dict[
 _OTHER_MODALITY_SCOPES = ("videos_kwargs", "audio_kwargs")  # text_kwargs is shared: it stays in the hash
 # Qwen2VLImageProcessor's valid kwargs (transformers 5.x ImagesKwargs + its own): the flat keys vLLM
 # routes into `images_kwargs`.
-_IMAGE_KWARGS = frozenset((
-    "do_convert_rgb", "do_resize", "size", "crop_size", "resample", "do_rescale", "rescale_factor",
-    "do_normalize", "image_mean", "image_std", "do_pad", "pad_size", "do_center_crop", "data_format",
-    "input_data_format", "device", "return_tensors", "disable_grouping", "image_seq_length",
-    "min_pixels", "max_pixels", "patch_size", "temporal_patch_size", "merge_size",
-))
+_IMAGE_KWARGS = frozenset(
+    (
+        "do_convert_rgb",
+        "do_resize",
+        "size",
+        "crop_size",
+        "resample",
+        "do_rescale",
+        "rescale_factor",
+        "do_normalize",
+        "image_mean",
+        "image_std",
+        "do_pad",
+        "pad_size",
+        "do_center_crop",
+        "data_format",
+        "input_data_format",
+        "device",
+        "return_tensors",
+        "disable_grouping",
+        "image_seq_length",
+        "min_pixels",
+        "max_pixels",
+        "patch_size",
+        "temporal_patch_size",
+        "merge_size",
+    )
+)
 # Of those, what this service implements; do_rescale/do_normalize are forced off by vLLM's
 # mm_device_do_normalize whatever is asked, and return_tensors is always vLLM's.
-_IMAGE_KWARGS_DONE = frozenset(("size", "min_pixels", "max_pixels", "do_rescale", "do_normalize",
-                                "return_tensors"))
+_IMAGE_KWARGS_DONE = frozenset(("size", "min_pixels", "max_pixels", "do_rescale", "do_normalize", "return_tensors"))
 
 
 def _pixels(value: Any, name: str) -> int:
     if type(value) is not int or value <= 0:
-        raise BadRequestError(f"mm_processor_kwargs: {name} must be a positive integer, got {value!r}",
-                              param="mm_processor_kwargs")
+        raise BadRequestError(
+            f"mm_processor_kwargs: {name} must be a positive integer, got {value!r}", param="mm_processor_kwargs"
+        )
     return value
 
 
@@ -255,13 +323,17 @@ def _apply_level(kwargs: dict[str, Any], bounds: tuple[int, int]) -> tuple[int, 
     if unsupported:
         raise BadRequestError(
             f"mm_processor_kwargs {', '.join(unsupported)} not supported by this render service for images "
-            "(supported: size, min_pixels, max_pixels)", param="mm_processor_kwargs")
+            "(supported: size, min_pixels, max_pixels)",
+            param="mm_processor_kwargs",
+        )
     low, high = bounds
     size = kwargs.get("size")
     if size is not None:
         if not isinstance(size, dict) or not set(size) <= {"shortest_edge", "longest_edge"}:
-            raise BadRequestError("mm_processor_kwargs: size must be a mapping of shortest_edge and/or "
-                                  "longest_edge (pixel counts)", param="mm_processor_kwargs")
+            raise BadRequestError(
+                "mm_processor_kwargs: size must be a mapping of shortest_edge and/or longest_edge (pixel counts)",
+                param="mm_processor_kwargs",
+            )
         low = _pixels(size.get("shortest_edge", low), "size.shortest_edge")
         high = _pixels(size.get("longest_edge", high), "size.longest_edge")
     if kwargs.get("min_pixels") is not None:
@@ -276,8 +348,9 @@ def server_bounds(kwargs: dict[str, Any], min_pixels: int, max_pixels: int) -> t
     `max_pixels`: what vLLM builds its processor with and merges under every request's)."""
     extra = sorted(k for k in kwargs if k not in ("size", "min_pixels", "max_pixels"))
     if extra:
-        raise BadRequestError(f"{', '.join(extra)} not supported (supported: size, min_pixels, max_pixels)",
-                              param="mm_processor_kwargs")
+        raise BadRequestError(
+            f"{', '.join(extra)} not supported (supported: size, min_pixels, max_pixels)", param="mm_processor_kwargs"
+        )
     return _apply_level(kwargs, (min_pixels, max_pixels))
 
 
@@ -309,6 +382,7 @@ class ImageOptions:
 
 
 # -- processing -----------------------------------------------------------------------------
+
 
 def patchify(planes: np.ndarray, patch: int, merge: int, temporal: int) -> tuple[np.ndarray, int, int]:
     """(C, H, W) integral values 0..255 (any numeric dtype) -> (gh*gw, C*T*P*P) uint8 rows in the HF
@@ -351,8 +425,9 @@ def _tensor(dtype: str, array: np.ndarray) -> tuple[str, tuple[int, ...], msgspe
 
 def _grid(height: int, width: int, config: VisionConfig, options: ImageOptions | None) -> tuple[int, int]:
     """The resized (height, width) of an image under the processor's bounds."""
-    min_pixels, max_pixels = ((options.min_pixels, options.max_pixels) if options is not None
-                              else (config.min_pixels, config.max_pixels))
+    min_pixels, max_pixels = (
+        (options.min_pixels, options.max_pixels) if options is not None else (config.min_pixels, config.max_pixels)
+    )
     return smart_resize(height, width, config.patch_size * config.merge_size, min_pixels, max_pixels)
 
 
@@ -361,8 +436,9 @@ def _grid_field(gh: int, gw: int) -> dict[str, Any]:
     return {"data": _tensor("int64", grid), "field": ("batched", {"keep_on_cpu": True})}
 
 
-def process(image: np.ndarray, config: VisionConfig, digest: str, options: ImageOptions | None = None
-            ) -> ProcessedImage:
+def process(
+    image: np.ndarray, config: VisionConfig, digest: str, options: ImageOptions | None = None
+) -> ProcessedImage:
     new_h, new_w = _grid(*image.shape[:2], config, options)
     planes = resize_planar(image, new_h, new_w)
     rows, gh, gw = patchify(planes, config.patch_size, config.merge_size, config.temporal_patch_size)
@@ -380,7 +456,7 @@ def process(image: np.ndarray, config: VisionConfig, digest: str, options: Image
     metadata = _b64encode(_encoder.encode({"image_grid_thw": grid_field})).decode("ascii")
     return ProcessedImage(
         mm_hash=digest,
-        num_tokens=gh * gw // (config.merge_size ** 2),
+        num_tokens=gh * gw // (config.merge_size**2),
         kwargs_data=orjson.Fragment(kwargs_data),
         kwargs_json=kwargs_data,
         metadata=metadata,
@@ -388,15 +464,22 @@ def process(image: np.ndarray, config: VisionConfig, digest: str, options: Image
     )
 
 
-def process_light(image: np.ndarray, config: VisionConfig, digest: str, options: ImageOptions | None = None
-                  ) -> ProcessedImage:
+def process_light(
+    image: np.ndarray, config: VisionConfig, digest: str, options: ImageOptions | None = None
+) -> ProcessedImage:
     """What `process` gives minus the tensors: the same grid, token count and metadata, no resize."""
     new_h, new_w = _grid(*image.shape[:2], config, options)
     factor = config.patch_size
     gh, gw = new_h // factor, new_w // factor
     metadata = _b64encode(_encoder.encode({"image_grid_thw": _grid_field(gh, gw)})).decode("ascii")
-    return ProcessedImage(mm_hash=digest, num_tokens=gh * gw // (config.merge_size ** 2), kwargs_data=None,
-                          kwargs_json=None, metadata=metadata, nbytes=len(metadata) + 200)
+    return ProcessedImage(
+        mm_hash=digest,
+        num_tokens=gh * gw // (config.merge_size**2),
+        kwargs_data=None,
+        kwargs_json=None,
+        metadata=metadata,
+        nbytes=len(metadata) + 200,
+    )
 
 
 _SPLIT = orjson.Fragment(b"\x00")  # orjson escapes NUL in strings: a raw one can only be this
@@ -520,8 +603,13 @@ class ProcessedCache:
 class ImageProcessor:
     """Bytes -> ProcessedImage, through the cache."""
 
-    def __init__(self, config: VisionConfig, cache_bytes: int = 512 * 1024 * 1024,
-                 max_image_pixels: int = 178_956_970, processor_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        config: VisionConfig,
+        cache_bytes: int = 512 * 1024 * 1024,
+        max_image_pixels: int = 178_956_970,
+        processor_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.config = config
         self.cache = ProcessedCache(cache_bytes)
         self.max_image_pixels = max_image_pixels
@@ -532,8 +620,7 @@ class ImageProcessor:
     def options(self, request_kwargs: dict[str, Any] | None) -> ImageOptions:
         """A request's kwargs (as vLLM routes them to the image processor) over the server's bounds."""
         request_kwargs = request_kwargs or {}
-        low, high = request_bounds(request_kwargs, (self.default_options.min_pixels,
-                                                    self.default_options.max_pixels))
+        low, high = request_bounds(request_kwargs, (self.default_options.min_pixels, self.default_options.max_pixels))
         return ImageOptions(low, high, hash_factor(request_kwargs))
 
     def identify(self, data: bytes, options: ImageOptions | None = None) -> str:
@@ -546,8 +633,9 @@ class ImageProcessor:
         # and the per-process cache is keyed by the hash.
         return mm_hash(data, self.config.model_id, _needs_conversion(image), options.hash_kwargs), image
 
-    def __call__(self, data: bytes, options: ImageOptions | None = None, tensors: bool = True,
-                 digest: str | None = None) -> ProcessedImage:
+    def __call__(
+        self, data: bytes, options: ImageOptions | None = None, tensors: bool = True, digest: str | None = None
+    ) -> ProcessedImage:
         """`tensors=False` (`mm_payload: "none"`): a light item is enough. `digest`: what `identify`
         already returned for these bytes under these options (the Redis tier's async step), so the
         bytes are not hashed again; the image is then only opened on a cache miss."""
@@ -565,8 +653,14 @@ class ImageProcessor:
         self.cache.put(processed)
         return processed
 
-    def from_data_url(self, url: str, decode: Callable[[str], bytes], options: ImageOptions | None = None,
-                      tensors: bool = True, known: tuple[bytes, str | None] | None = None) -> ProcessedImage:
+    def from_data_url(
+        self,
+        url: str,
+        decode: Callable[[str], bytes],
+        options: ImageOptions | None = None,
+        tensors: bool = True,
+        known: tuple[bytes, str | None] | None = None,
+    ) -> ProcessedImage:
         """`self(decode(url), ...)`, remembered by the URL text when no request kwargs apply: the
         next turn re-sending the image costs an xxh3 of its base64 and one compare. `known`: the
         (bytes, mm_hash) the Redis tier's step already has for this URL."""
@@ -615,8 +709,10 @@ class ImageProcessor:
 
 # -- prompt ---------------------------------------------------------------------------------
 
-def expand_prompt(token_ids: list[int], items: list[ProcessedImage], image_token_id: int
-                  ) -> tuple[list[int], list[dict[str, int]]]:
+
+def expand_prompt(
+    token_ids: list[int], items: list[ProcessedImage], image_token_id: int
+) -> tuple[list[int], list[dict[str, int]]]:
     """Replace the i-th `<|image_pad|>` with items[i].num_tokens copies; the placeholder ranges."""
     out: list[int] = []
     placeholders: list[dict[str, int]] = []
@@ -625,8 +721,8 @@ def expand_prompt(token_ids: list[int], items: list[ProcessedImage], image_token
         if token == image_token_id:
             if index >= len(items):
                 raise BadRequestError(
-                    f"The prompt has more image placeholders than the {len(items)} image(s) given.",
-                    param="messages")
+                    f"The prompt has more image placeholders than the {len(items)} image(s) given.", param="messages"
+                )
             placeholders.append({"offset": len(out), "length": items[index].num_tokens})
             out.extend([image_token_id] * items[index].num_tokens)
             index += 1
@@ -635,7 +731,9 @@ def expand_prompt(token_ids: list[int], items: list[ProcessedImage], image_token
     if index != len(items):
         raise BadRequestError(
             f"Expected {len(items)} image placeholder(s) in the rendered prompt, found {index}: the chat "
-            "template must emit one per image.", param="messages")
+            "template must emit one per image.",
+            param="messages",
+        )
     return out, placeholders
 
 

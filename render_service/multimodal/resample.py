@@ -80,11 +80,13 @@ def _weights(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, int]:
 
 # -- reference: ATen's integer arithmetic, tap by tap ---------------------------------------
 
+
 def _resize_axis_reference(image: np.ndarray, axis: int, out_size: int) -> np.ndarray:
     in_size = image.shape[axis]
     starts, weights, precision = _weights(in_size, out_size)
     acc = np.full(
-        (*image.shape[:axis], out_size, *image.shape[axis + 1:]), 1 << (precision - 1),
+        (*image.shape[:axis], out_size, *image.shape[axis + 1 :]),
+        1 << (precision - 1),
         dtype=np.int32,
     )
     shape = [1] * image.ndim
@@ -111,6 +113,7 @@ def resize_bicubic_aa_reference(image: np.ndarray, height: int, width: int) -> n
 
 # -- fast path: banded BLAS products on floats -----------------------------------------------
 
+
 @lru_cache(maxsize=256)
 def _bound(in_size: int, out_size: int) -> int:
     """The largest |partial sum| (in units of 2^-precision) a pass can reach, bias included."""
@@ -119,15 +122,16 @@ def _bound(in_size: int, out_size: int) -> int:
 
 
 @lru_cache(maxsize=256)
-def _bands(in_size: int, out_size: int, dtype: type, block_size: int
-           ) -> tuple[tuple[int, int, int, int, np.ndarray], ...]:
+def _bands(
+    in_size: int, out_size: int, dtype: type, block_size: int
+) -> tuple[tuple[int, int, int, int, np.ndarray], ...]:
     """Dense blocks of the band of weights scaled by 2^-precision: ((out0, out1, in0, in1, block), ...)."""
     starts, weights, precision = _weights(in_size, out_size)
     nonzero = weights != 0
     # Window length per output: up to its last nonzero tap (the zero tail may run past the edge).
     lengths = np.where(nonzero.any(axis=1), weights.shape[1] - np.argmax(nonzero[:, ::-1], axis=1), 0)
     ends = np.minimum(starts + lengths, in_size)
-    scaled = weights.astype(np.float64) * 2.0 ** -precision
+    scaled = weights.astype(np.float64) * 2.0**-precision
     blocks = []
     for out0 in range(0, out_size, block_size):
         out1 = min(out0 + block_size, out_size)
@@ -136,7 +140,7 @@ def _bands(in_size: int, out_size: int, dtype: type, block_size: int
         block = np.zeros((out1 - out0, in1 - in0), dtype=np.float64)
         for i in range(out0, out1):
             n = int(ends[i] - starts[i])
-            block[i - out0, starts[i] - in0:starts[i] - in0 + n] = scaled[i, :n]
+            block[i - out0, starts[i] - in0 : starts[i] - in0 + n] = scaled[i, :n]
         blocks.append((out0, out1, in0, in1, block.astype(dtype)))
     return tuple(blocks)
 

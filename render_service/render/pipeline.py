@@ -12,12 +12,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from render_service.multimodal import media
-from render_service.multimodal import qwen3_vl as multimodal
 from render_service.api import structured
-from render_service.render import templating
-from render_service.exceptions import BadRequestError, NotFoundError
-from render_service.model.loader import Model
 from render_service.api.protocol import (
     DEFAULT_SAMPLING_FLOATS,
     INT64_MAX,
@@ -44,6 +39,11 @@ from render_service.api.protocol import (
     validate_mm_payload,
     validator_error,
 )
+from render_service.exceptions import BadRequestError, NotFoundError
+from render_service.model.loader import Model
+from render_service.multimodal import media
+from render_service.multimodal import qwen3_vl as multimodal
+from render_service.render import templating
 from render_service.settings import Settings
 
 MAX_COMPLETION_PROMPTS = 1024  # VLLM_MAX_COMPLETION_PROMPTS
@@ -91,10 +91,10 @@ def check_model(ctx: RenderContext, model: Any) -> None:
 
 # -- request validation ---------------------------------------------------------------------
 
+
 def _validate_common(body: dict[str, Any]) -> None:
     """Schema checks shared by chat and completions (types and bounds of sampling fields)."""
-    for name in ("frequency_penalty", "presence_penalty", "temperature", "top_p", "min_p",
-                 "repetition_penalty"):
+    for name in ("frequency_penalty", "presence_penalty", "temperature", "top_p", "min_p", "repetition_penalty"):
         opt_float(body, name)
     opt_int(body, "seed", lo=INT64_MIN, hi=INT64_MAX)
     opt_int(body, "top_k")
@@ -104,9 +104,17 @@ def _validate_common(body: dict[str, Any]) -> None:
     opt_int(body, "truncate_prompt_tokens", lo=-1, hi=INT64_MAX)
     opt_int(body, "stream_interval", lo=1)
     opt_int(body, "thinking_token_budget")
-    for name in ("stream", "ignore_eos", "include_stop_str_in_output", "skip_special_tokens",
-                 "spaces_between_special_tokens", "use_beam_search", "add_special_tokens",
-                 "return_token_ids", "echo"):
+    for name in (
+        "stream",
+        "ignore_eos",
+        "include_stop_str_in_output",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "use_beam_search",
+        "add_special_tokens",
+        "return_token_ids",
+        "echo",
+    ):
         opt_bool(body, name)
     stop = body.get("stop")
     if stop is not None and not isinstance(stop, str):
@@ -119,8 +127,14 @@ def _validate_common(body: dict[str, Any]) -> None:
         int_list(body["allowed_token_ids"], "body.allowed_token_ids")
     if body.get("bad_words") is not None:
         str_list(body["bad_words"], "body.bad_words")
-    for name in ("logit_bias", "kv_transfer_params", "ec_transfer_params", "vllm_xargs",
-                 "structured_outputs", "repetition_detection"):
+    for name in (
+        "logit_bias",
+        "kv_transfer_params",
+        "ec_transfer_params",
+        "vllm_xargs",
+        "structured_outputs",
+        "repetition_detection",
+    ):
         opt_dict(body, name)
     truncation_side = body.get("truncation_side")
     if truncation_side not in (None, "left", "right"):
@@ -144,12 +158,18 @@ def _validate_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
         role = message.get("role")
         if not isinstance(role, str):
             # pydantic reports the first branch of vLLM's message union.
-            raise schema_error(f"{param}.ChatCompletionDeveloperMessageParam.role",
-                               "Field required" if role is None else "Input should be 'developer'", role)
+            raise schema_error(
+                f"{param}.ChatCompletionDeveloperMessageParam.role",
+                "Field required" if role is None else "Input should be 'developer'",
+                role,
+            )
         content = message.get("content")
         if content is None and role != "assistant":
-            raise schema_error(f"{param}.ChatCompletionDeveloperMessageParam.content", "Field required"
-                               if "content" not in message else "Input should be a valid string", content)
+            raise schema_error(
+                f"{param}.ChatCompletionDeveloperMessageParam.content",
+                "Field required" if "content" not in message else "Input should be a valid string",
+                content,
+            )
         if content is not None and not isinstance(content, (str, list)):
             raise schema_error(f"{param}.content", "Input should be a valid string or list", content)
         if role == "assistant":
@@ -164,8 +184,11 @@ def _validate_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
                     raise schema_error(f"{call_param}.function", "Field required", call)
                 if not isinstance(function.get("name"), str) or not isinstance(function.get("arguments"), str):
                     raise schema_error(f"{call_param}.function", "Input should be a valid string", function)
-        if role == "tool" and message.get("tool_call_id") is not None and not isinstance(
-                message.get("tool_call_id"), str):
+        if (
+            role == "tool"
+            and message.get("tool_call_id") is not None
+            and not isinstance(message.get("tool_call_id"), str)
+        ):
             raise schema_error(f"{param}.tool_call_id", "Input should be a valid string", message["tool_call_id"])
         # vLLM renames the deprecated field before validation.
         reasoning_content = message.pop("reasoning_content", None)
@@ -180,8 +203,9 @@ def _validate_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
         return None
     bounded_list(tools, MAX_TOOLS, "tools")
     if tools == []:
-        raise validator_error("`tools` must not be an empty array. Either provide at least one tool "
-                              "or omit the field entirely.", "tools")
+        raise validator_error(
+            "`tools` must not be an empty array. Either provide at least one tool or omit the field entirely.", "tools"
+        )
     for index, tool in enumerate(tools):
         param = f"body.tools.{index}"
         if not isinstance(tool, dict):
@@ -190,16 +214,21 @@ def _validate_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
             raise schema_error(f"{param}.type", "Input should be 'function'", tool.get("type"))
         function = tool.get("function")
         if not isinstance(function, dict):
-            raise schema_error(f"{param}.function", "Field required" if function is None else
-                               "Input should be a valid dictionary", function)
+            raise schema_error(
+                f"{param}.function",
+                "Field required" if function is None else "Input should be a valid dictionary",
+                function,
+            )
         if not isinstance(function.get("name"), str):
             raise schema_error(f"{param}.function.name", "Field required", function.get("name"))
         if function.get("description") is not None and not isinstance(function["description"], str):
-            raise schema_error(f"{param}.function.description", "Input should be a valid string",
-                               function["description"])
+            raise schema_error(
+                f"{param}.function.description", "Input should be a valid string", function["description"]
+            )
         if function.get("parameters") is not None and not isinstance(function["parameters"], dict):
-            raise schema_error(f"{param}.function.parameters", "Input should be a valid dictionary",
-                               function["parameters"])
+            raise schema_error(
+                f"{param}.function.parameters", "Input should be a valid dictionary", function["parameters"]
+            )
     return tools
 
 
@@ -216,32 +245,37 @@ def _validate_tool_choice(body: dict[str, Any]) -> None:
     if tools is None:
         raise validator_error("When using `tool_choice`, `tools` must be set.", "tool_choice")
     if choice not in ("auto", "required") and not isinstance(choice, dict):
-        raise validator_error(f"Invalid value for `tool_choice`: {choice}! Only named tools, \"none\", "
-                              "\"auto\" or \"required\" are supported.", "tool_choice")
+        raise validator_error(
+            f'Invalid value for `tool_choice`: {choice}! Only named tools, "none", "auto" or "required" are supported.',
+            "tool_choice",
+        )
     usage = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
     if isinstance(choice, dict):
         function = choice.get("function")
         if not isinstance(function, dict):
-            raise validator_error(f"Invalid value for `function`: `{function}` in `tool_choice`! {usage}",
-                                  "tool_choice.function")
+            raise validator_error(
+                f"Invalid value for `function`: `{function}` in `tool_choice`! {usage}", "tool_choice.function"
+            )
         if "name" not in function:
-            raise validator_error(f"Expected field `name` in `function` in `tool_choice`! {usage}",
-                                  "tool_choice.function.name")
+            raise validator_error(
+                f"Expected field `name` in `function` in `tool_choice`! {usage}", "tool_choice.function.name"
+            )
         name = function["name"]
         if not isinstance(name, str) or not name:
-            raise validator_error(f"Invalid `name` in `function`: `{name}` in `tool_choice`! {usage}",
-                                  "tool_choice.function.name")
+            raise validator_error(
+                f"Invalid `name` in `function`: `{name}` in `tool_choice`! {usage}", "tool_choice.function.name"
+            )
         if not any(t["function"]["name"] == name for t in tools):
-            raise validator_error("The tool specified in `tool_choice` does not match any of the "
-                                  "specified `tools`", "tool_choice")
+            raise validator_error(
+                "The tool specified in `tool_choice` does not match any of the specified `tools`", "tool_choice"
+            )
 
 
 def _validate_logprobs(body: dict[str, Any]) -> None:
     if body.get("logprob_token_ids") and body.get("use_beam_search"):
         raise validator_error("`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
     if body.get("logprob_token_ids") and not body.get("logprobs"):
-        raise validator_error("when using `logprob_token_ids`, `logprobs` must be set to true.",
-                              "logprob_token_ids")
+        raise validator_error("when using `logprob_token_ids`, `logprobs` must be set to true.", "logprob_token_ids")
     for name in ("prompt_logprobs", "top_logprobs"):
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
@@ -251,8 +285,9 @@ def _validate_logprobs(body: dict[str, Any]) -> None:
         if body.get("stream") and (prompt_logprobs > 0 or prompt_logprobs == -1):
             raise validator_error("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
         if prompt_logprobs < 0 and prompt_logprobs != -1:
-            raise validator_error("`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs",
-                                  prompt_logprobs)
+            raise validator_error(
+                "`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs", prompt_logprobs
+            )
     top_logprobs = body.get("top_logprobs")
     if top_logprobs is not None:
         if top_logprobs < 0 and top_logprobs != -1:
@@ -263,6 +298,7 @@ def _validate_logprobs(body: dict[str, Any]) -> None:
 
 # -- shared steps ---------------------------------------------------------------------------
 
+
 def check_mm_kwargs(ctx: RenderContext, body: dict[str, Any]) -> None:
     """vLLM's `validate_request_mm_kwargs`; trusted, `media_io_kwargs` (not implemented) are refused."""
     for name, what in (("mm_processor_kwargs", "preprocessing"), ("media_io_kwargs", "media loading")):
@@ -271,10 +307,12 @@ def check_mm_kwargs(ctx: RenderContext, body: dict[str, Any]) -> None:
             raise handler_error(
                 f"Per-request {name} are disabled by default because they can change multimodal {what} "
                 "resource usage. Start the server with --trust-request-mm-kwargs only when clients are trusted.",
-                name)
+                name,
+            )
     if body.get("media_io_kwargs"):
-        raise BadRequestError("Per-request media_io_kwargs are not supported by this render service.",
-                              param="media_io_kwargs")
+        raise BadRequestError(
+            "Per-request media_io_kwargs are not supported by this render service.", param="media_io_kwargs"
+        )
 
 
 def reused_prompt_ids(ctx: RenderContext, body: dict[str, Any]) -> list[int] | None:
@@ -285,10 +323,11 @@ def reused_prompt_ids(ctx: RenderContext, body: dict[str, Any]) -> list[int] | N
     ids = kv.pop("prompt_token_ids")
     if body.get("echo") or templating.has_non_text_content(body.get("messages")):
         return None
-    if (not isinstance(ids, list) or not ids
-            or any(type(x) is not int or x < 0 for x in ids)):
-        raise handler_error("`kv_transfer_params['prompt_token_ids']` must be a non-empty list of non-negative "
-                            "integers.", "kv_transfer_params.prompt_token_ids")
+    if not isinstance(ids, list) or not ids or any(type(x) is not int or x < 0 for x in ids):
+        raise handler_error(
+            "`kv_transfer_params['prompt_token_ids']` must be a non-empty list of non-negative integers.",
+            "kv_transfer_params.prompt_token_ids",
+        )
     if max(ids) >= ctx.model.vocab_size:
         raise handler_error(f"Token id {max(ids)} is out of vocabulary", "kv_transfer_params.prompt_token_ids")
     return ids
@@ -301,17 +340,30 @@ def _request_id(prefix: str, body: dict[str, Any], header_id: str | None) -> str
     return f"{prefix}{request_id if request_id is not None else random_uuid()}"
 
 
-def _check_lengths(ctx: RenderContext, token_count: int, max_output: int | None, output_param: str,
-                   truncate: int | None, from_text: bool = False) -> None:
+def _check_lengths(
+    ctx: RenderContext,
+    token_count: int,
+    max_output: int | None,
+    output_param: str,
+    truncate: int | None,
+    from_text: bool = False,
+) -> None:
     """`TokenizeParams.__post_init__` and `_token_len_check`."""
     max_total = ctx.model.max_model_len
     if max_output is not None and max_output > max_total:
-        raise handler_error(f"{output_param}={max_output} cannot be greater than max_model_len={max_total}. "
-                            "Please request fewer output tokens.", output_param, max_output)
+        raise handler_error(
+            f"{output_param}={max_output} cannot be greater than max_model_len={max_total}. "
+            "Please request fewer output tokens.",
+            output_param,
+            max_output,
+        )
     if truncate is not None and truncate > max_total:
-        raise handler_error(f"truncate_prompt_tokens={truncate} cannot be greater than max_model_len "
-                            f"= {max_total}. Please request a smaller truncation size.",
-                            "truncate_prompt_tokens", truncate)
+        raise handler_error(
+            f"truncate_prompt_tokens={truncate} cannot be greater than max_model_len "
+            f"= {max_total}. Please request a smaller truncation size.",
+            "truncate_prompt_tokens",
+            truncate,
+        )
     if token_count > max_total:
         # vLLM's tokenizer truncates text to max_model_len + 1 tokens before this check.
         if from_text and truncate is None:
@@ -320,7 +372,10 @@ def _check_lengths(ctx: RenderContext, token_count: int, max_output: int | None,
         raise handler_error(
             f"This model's maximum context length is {max_total} tokens. However, your prompt contains "
             f"{qualifier}{token_count} input tokens, which exceeds this limit even without any output tokens. "
-            "Please reduce the length of the input prompt.", "input_tokens", token_count)
+            "Please reduce the length of the input prompt.",
+            "input_tokens",
+            token_count,
+        )
 
 
 def _truncate(ids: list[int], truncate: int | None, side: str | None, max_total: int) -> list[int]:
@@ -332,33 +387,37 @@ def _truncate(ids: list[int], truncate: int | None, side: str | None, max_total:
     return ids[-limit:] if (side or "left") == "left" else ids[:limit]
 
 
-def get_max_tokens(ctx: RenderContext, requested: int | None, input_length: int,
-                   truncate: int | None) -> int:
+def get_max_tokens(ctx: RenderContext, requested: int | None, input_length: int, truncate: int | None) -> int:
     """`serve/utils/api_utils.get_max_tokens`."""
     max_model_len = ctx.model.max_model_len
     if truncate is not None:
         input_length = min(input_length, max_model_len if truncate == -1 else truncate)
     if max_model_len < input_length:
-        raise BadRequestError(f"Input length ({input_length}) exceeds model's maximum context length "
-                              f"({max_model_len}).")
+        raise BadRequestError(
+            f"Input length ({input_length}) exceeds model's maximum context length ({max_model_len})."
+        )
     fallback = requested if requested is not None else ctx.model.default_sampling.get("max_tokens")
     candidates = (max_model_len - input_length, fallback, ctx.model.override_max_tokens)
     return min(v for v in candidates if v is not None)
 
 
-def _sampling_values(ctx: RenderContext, body: dict[str, Any], max_tokens: int, *, chat: bool,
-                     skip_special_tokens: bool | None) -> dict[str, Any]:
+def _sampling_values(
+    ctx: RenderContext, body: dict[str, Any], max_tokens: int, *, chat: bool, skip_special_tokens: bool | None
+) -> dict[str, Any]:
     settings = ctx.settings
     structured_outputs = structured.structured_outputs_wire(
-        body, chat=chat, tool_parser=settings.tool_call_parser,
-        enable_auto_tool_choice=settings.enable_auto_tool_choice, reasoning_parser=settings.reasoning_parser)
+        body,
+        chat=chat,
+        tool_parser=settings.tool_call_parser,
+        enable_auto_tool_choice=settings.enable_auto_tool_choice,
+        reasoning_parser=settings.reasoning_parser,
+    )
     defaults = ctx.model.default_sampling
     values: dict[str, Any] = {}
     for name, fallback in DEFAULT_SAMPLING_FLOATS.items():
         value = body.get(name)
         values[name] = value if value is not None else defaults.get(name, fallback)
-    for name in ("presence_penalty", "frequency_penalty", "repetition_penalty", "temperature",
-                 "top_p", "min_p"):
+    for name in ("presence_penalty", "frequency_penalty", "repetition_penalty", "temperature", "top_p", "min_p"):
         values[name] = float(values[name])
     if skip_special_tokens is None:
         skip_special_tokens = defaults.get("skip_special_tokens", True)
@@ -394,8 +453,11 @@ def _sampling_values(ctx: RenderContext, body: dict[str, Any], max_tokens: int, 
             except (TypeError, ValueError):
                 invalid.append(token)
         if invalid:
-            raise handler_error(f"logit_bias contains key(s) that cannot be converted to integer token IDs: "
-                                f"{invalid!r}", "logit_bias", invalid)
+            raise handler_error(
+                f"logit_bias contains key(s) that cannot be converted to integer token IDs: {invalid!r}",
+                "logit_bias",
+                invalid,
+            )
         logit_bias = converted
     values.update(
         n=1 if n is None else n,
@@ -442,6 +504,7 @@ def _hoist_transfer_params(sampling: dict[str, Any]) -> tuple[Any, Any]:
 
 
 # -- chat -----------------------------------------------------------------------------------
+
 
 def tool_dicts(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
     """`ChatCompletionToolsParam.model_dump()`: declared fields only, nulls kept except strict."""
@@ -543,17 +606,31 @@ def validate_chat_request(body: dict[str, Any]) -> None:
     for name in ("chat_template_kwargs",):
         opt_dict(body, name)
     opt_str(body, "chat_template")
-    for name in ("add_generation_prompt", "continue_final_message", "include_reasoning",
-                 "parallel_tool_calls", "logprobs"):
+    for name in (
+        "add_generation_prompt",
+        "continue_final_message",
+        "include_reasoning",
+        "parallel_tool_calls",
+        "logprobs",
+    ):
         opt_bool(body, name)
     documents = body.get("documents")
-    if documents is not None and (not isinstance(documents, list)
-                                  or not all(isinstance(d, dict) for d in documents)):
+    if documents is not None and (not isinstance(documents, list) or not all(isinstance(d, dict) for d in documents)):
         raise schema_error("body.documents", "Input should be a valid list of dictionaries", documents)
     if body.get("reasoning_effort") is not None and body["reasoning_effort"] not in (
-            "none", "minimal", "low", "medium", "high", "xhigh", "max"):
-        raise schema_error("body.reasoning_effort", "Input should be 'none', 'minimal', 'low', 'medium', "
-                           "'high', 'xhigh' or 'max'", body["reasoning_effort"])
+        "none",
+        "minimal",
+        "low",
+        "medium",
+        "high",
+        "xhigh",
+        "max",
+    ):
+        raise schema_error(
+            "body.reasoning_effort",
+            "Input should be 'none', 'minimal', 'low', 'medium', 'high', 'xhigh' or 'max'",
+            body["reasoning_effort"],
+        )
 
 
 def make_context(model: Model, settings: Settings) -> RenderContext:
@@ -570,8 +647,9 @@ def make_context(model: Model, settings: Settings) -> RenderContext:
     )
     vision = None
     if config is not None:
-        vision = multimodal.ImageProcessor(config, settings.mm_cache_bytes, limits.max_image_pixels,
-                                           settings.mm_processor_kwargs)
+        vision = multimodal.ImageProcessor(
+            config, settings.mm_cache_bytes, limits.max_image_pixels, settings.mm_processor_kwargs
+        )
     return RenderContext(model, settings, vision, limits)
 
 
@@ -580,9 +658,13 @@ def _image_limit(limits: dict[str, Any]) -> int:
     return int(value.get("count", 999)) if isinstance(value, dict) else int(value)
 
 
-def _load_images(ctx: RenderContext, urls: list[str], fetched: dict[str, bytes] | None,
-                 processor_kwargs: dict[str, Any] | None = None, tensors: bool = True
-                 ) -> list[multimodal.ProcessedImage]:
+def _load_images(
+    ctx: RenderContext,
+    urls: list[str],
+    fetched: dict[str, bytes] | None,
+    processor_kwargs: dict[str, Any] | None = None,
+    tensors: bool = True,
+) -> list[multimodal.ProcessedImage]:
     assert ctx.vision is not None
     limit = ctx.media_limits.max_images_per_prompt
     if len(urls) > limit:
@@ -607,8 +689,14 @@ def _load_images(ctx: RenderContext, urls: list[str], fetched: dict[str, bytes] 
     return items
 
 
-def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str | None = None,
-                fetched: dict[str, bytes] | None = None, *, converted: bool = False) -> dict[str, Any]:
+def render_chat(
+    ctx: RenderContext,
+    body: dict[str, Any],
+    header_request_id: str | None = None,
+    fetched: dict[str, bytes] | None = None,
+    *,
+    converted: bool = False,
+) -> dict[str, Any]:
     """`fetched`: the bodies of the request's http(s) image URLs (fetched by the caller, async).
     `converted`: the body was built by a converter (Messages), not sent by a client; vLLM assigns
     those fields after the chat request's validators ran, so they are not validated again."""
@@ -622,19 +710,24 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
     tools = body.get("tools")
     if not ctx.has_tool_parser and tool_choice not in (None, "none"):
         if tool_choice == "auto" and not settings.enable_auto_tool_choice:
-            raise BadRequestError('"auto" tool choice requires --enable-auto-tool-choice and '
-                                  "--tool-call-parser to be set")
+            raise BadRequestError(
+                '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+            )
         if tool_choice != "auto":
-            desc = (f'function "{tool_choice["function"]["name"]}"' if isinstance(tool_choice, dict)
-                    else f'"{tool_choice}"')
+            desc = (
+                f'function "{tool_choice["function"]["name"]}"' if isinstance(tool_choice, dict) else f'"{tool_choice}"'
+            )
             raise BadRequestError(f"tool_choice={desc} requires --tool-call-parser to be set")
     dumped_tools = tool_dicts(tools)  # the template's tools and parse_context's (the template cannot mutate them)
     rendered_tools = None if tool_choice == "none" and settings.exclude_tools_when_tool_choice_none else dumped_tools
     user_kwargs = body.get("chat_template_kwargs") or {}
     if not settings.trust_request_chat_template and (
-            body.get("chat_template") is not None or user_kwargs.get("chat_template") is not None):
-        raise BadRequestError("Chat template is passed with request, but --trust-request-chat-template is "
-                              "not set. Refused request with untrusted chat template.")
+        body.get("chat_template") is not None or user_kwargs.get("chat_template") is not None
+    ):
+        raise BadRequestError(
+            "Chat template is passed with request, but --trust-request-chat-template is "
+            "not set. Refused request with untrusted chat template."
+        )
     check_mm_kwargs(ctx, body)
 
     max_completion = body.get("max_completion_tokens")
@@ -645,8 +738,12 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
 
     # ChatParams.chat_template (request, else --chat-template) wins over a template in the kwargs,
     # which wins over the tokenizer's own (resolved last, in safe_apply_chat_template).
-    chat_template = (body.get("chat_template") or ctx.model.flag_chat_template
-                     or user_kwargs.get("chat_template") or ctx.model.chat_template)
+    chat_template = (
+        body.get("chat_template")
+        or ctx.model.flag_chat_template
+        or user_kwargs.get("chat_template")
+        or ctx.model.chat_template
+    )
     template_kwargs = effective_template_kwargs(ctx, body)
     features = None
     reused = reused_prompt_ids(ctx, body)
@@ -655,9 +752,9 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
         token_ids = _truncate(reused, truncate, body.get("truncation_side"), ctx.model.max_model_len)
         _check_lengths(ctx, len(token_ids), max_output, output_param, truncate)
     else:
-        token_ids, offsets, features = render_conversation(ctx, body, chat_template, rendered_tools,
-                                                           template_kwargs, max_output, output_param,
-                                                           truncate, fetched)
+        token_ids, offsets, features = render_conversation(
+            ctx, body, chat_template, rendered_tools, template_kwargs, max_output, output_param, truncate, fetched
+        )
 
     skip_special_tokens = body.get("skip_special_tokens")
     if settings.reasoning_parser is not None or tool_choice != "none":
@@ -673,8 +770,7 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
     sampling = sampling_params_wire(values)
     kv_params, ec_params = _hoist_transfer_params(sampling)
 
-    reasoning_parser_kwargs = ({"chat_template_kwargs": template_kwargs}
-                               if ctx.has_reasoning_parser else None)
+    reasoning_parser_kwargs = {"chat_template_kwargs": template_kwargs} if ctx.has_reasoning_parser else None
     if not body.get("include_reasoning", True):
         reasoning_ended: bool | None = True
     elif ctx.has_reasoning_parser:
@@ -710,55 +806,74 @@ def render_chat(ctx: RenderContext, body: dict[str, Any], header_request_id: str
     )
 
 
-def validate_length_params(ctx: RenderContext, max_output: int | None, output_param: str,
-                           truncate: int | None) -> None:
+def validate_length_params(ctx: RenderContext, max_output: int | None, output_param: str, truncate: int | None) -> None:
     """`TokenizeParams` validates the output and truncation sizes before anything is rendered."""
     _check_lengths(ctx, 0, max_output, output_param, truncate)
 
 
-def render_conversation(ctx: RenderContext, body: dict[str, Any], chat_template: str | None,
-                        rendered_tools: list[dict[str, Any]] | None, template_kwargs: dict[str, Any],
-                        max_output: int | None, output_param: str, truncate: int | None,
-                        fetched: dict[str, bytes] | None = None
-                        ) -> tuple[list[int], list[list[int]] | None, dict[str, Any] | None]:
+def render_conversation(
+    ctx: RenderContext,
+    body: dict[str, Any],
+    chat_template: str | None,
+    rendered_tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any],
+    max_output: int | None,
+    output_param: str,
+    truncate: int | None,
+    fetched: dict[str, bytes] | None = None,
+) -> tuple[list[int], list[list[int]] | None, dict[str, Any] | None]:
     """Template `body["messages"]`, tokenize (expanding image placeholders), truncate and check the
     length against max_model_len: (token ids, offsets, multimodal features)."""
-    token_ids, offsets, features = _render_chat_tokens(ctx, body, chat_template, rendered_tools, template_kwargs,
-                                                       fetched)
+    token_ids, offsets, features = _render_chat_tokens(
+        ctx, body, chat_template, rendered_tools, template_kwargs, fetched
+    )
     token_ids = _truncate(token_ids, truncate, body.get("truncation_side"), ctx.model.max_model_len)
     _check_lengths(ctx, len(token_ids), max_output, output_param, truncate, from_text=True)
     return token_ids, offsets, features
 
 
-def _render_chat_tokens(ctx: RenderContext, body: dict[str, Any], chat_template: str | None,
-                        rendered_tools: list[dict[str, Any]] | None,
-                        template_kwargs: dict[str, Any], fetched: dict[str, bytes] | None = None
-                        ) -> tuple[list[int], list[list[int]] | None, dict[str, Any] | None]:
+def _render_chat_tokens(
+    ctx: RenderContext,
+    body: dict[str, Any],
+    chat_template: str | None,
+    rendered_tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any],
+    fetched: dict[str, bytes] | None = None,
+) -> tuple[list[int], list[list[int]] | None, dict[str, Any] | None]:
     """Template the conversation and tokenize it (the part forwarded prompt ids skip); images are
     processed and their placeholders expanded."""
     if chat_template is None:
-        raise BadRequestError("As of transformers v4.44, default chat template is no longer allowed, so you "
-                              "must provide a chat template if the tokenizer does not define one.")
+        raise BadRequestError(
+            "As of transformers v4.44, default chat template is no longer allowed, so you "
+            "must provide a chat template if the tokenizer does not define one."
+        )
     content_format = ctx.settings.chat_template_content_format
     if content_format == "auto":
         content_format = templating.detect_content_format(chat_template)
     collector = None
     if ctx.vision is not None:
         collector = templating.MediaCollector(ctx.vision.config.placeholder, ctx.settings.served_names[0])
-    conversation = templating.build_conversation(body["messages"], content_format, collector,
-                                                 model_name=ctx.settings.served_names[0])
+    conversation = templating.build_conversation(
+        body["messages"], content_format, collector, model_name=ctx.settings.served_names[0]
+    )
     mm_payload = body.get("mm_payload", "tensors")
-    images = (_load_images(ctx, collector.image_urls, fetched, body.get("mm_processor_kwargs"),
-                           tensors=mm_payload == "tensors")
-              if collector and collector.image_urls else [])
+    images = (
+        _load_images(
+            ctx, collector.image_urls, fetched, body.get("mm_processor_kwargs"), tensors=mm_payload == "tensors"
+        )
+        if collector and collector.image_urls
+        else []
+    )
     render_kwargs = {k: v for k, v in template_kwargs.items() if k not in ("tools", "chat_template", "tokenize")}
-    prompt = templating.render_prompt(ctx.model.hf_tokenizer, chat_template, conversation, rendered_tools,
-                                      render_kwargs)
+    prompt = templating.render_prompt(
+        ctx.model.hf_tokenizer, chat_template, conversation, rendered_tools, render_kwargs
+    )
     add_special = bool(body.get("add_special_tokens", False))
     if images:
         assert ctx.vision is not None
         token_ids, placeholders = multimodal.expand_prompt(
-            ctx.model.encode(prompt, add_special), images, ctx.vision.config.image_token_id)
+            ctx.model.encode(prompt, add_special), images, ctx.vision.config.image_token_id
+        )
         return token_ids, None, multimodal.features(images, placeholders, mm_payload)
     if body.get("return_token_offsets"):
         ids, offsets = ctx.model.encode_with_offsets(prompt, add_special)
@@ -780,11 +895,11 @@ def _history_tool_calls(messages: list[dict[str, Any]]) -> int:
 
 # -- completions ----------------------------------------------------------------------------
 
+
 def _prompts(body: dict[str, Any]) -> list[str | list[int]]:
     prompt = body.get("prompt")
     if body.get("prompt_embeds") is not None:
-        raise BadRequestError("prompt_embeds are not supported by this render tier (no torch).",
-                              param="prompt_embeds")
+        raise BadRequestError("prompt_embeds are not supported by this render tier (no torch).", param="prompt_embeds")
     if prompt == []:
         raise validator_error("You must pass at least one prompt", "prompt")
     if prompt is None or prompt == "":
@@ -805,13 +920,15 @@ def _prompts(body: dict[str, Any]) -> list[str | list[int]]:
         int_list([prompt[bad]], "body.prompt")  # raises pydantic's message for that element
         raise schema_error(f"body.prompt.{bad}", "Input should be a valid integer", prompt[bad])
     if len(prompts) > MAX_COMPLETION_PROMPTS:
-        raise validator_error(f"The number of prompts ({len(prompts)}) exceeds the maximum of "
-                              f"{MAX_COMPLETION_PROMPTS}.", "prompt")
+        raise validator_error(
+            f"The number of prompts ({len(prompts)}) exceeds the maximum of {MAX_COMPLETION_PROMPTS}.", "prompt"
+        )
     return prompts
 
 
-def render_completion(ctx: RenderContext, body: dict[str, Any],
-                      header_request_id: str | None = None) -> list[dict[str, Any]]:
+def render_completion(
+    ctx: RenderContext, body: dict[str, Any], header_request_id: str | None = None
+) -> list[dict[str, Any]]:
     if body.get("max_tokens", 16) is None:
         body["max_tokens"] = 16  # CompletionRequest.normalize_null_max_tokens
     _validate_common(body)
@@ -830,8 +947,7 @@ def render_completion(ctx: RenderContext, body: dict[str, Any],
             raise BadRequestError("suffix is not supported with truncate_prompt_tokens", param="suffix")
         if not (isinstance(body.get("prompt"), str) or all(isinstance(p, str) for p in body.get("prompt") or [])):
             raise BadRequestError("suffix requires text prompt input for FIM completion rendering", param="suffix")
-        raise BadRequestError("suffix is only supported for models with FIM completion rendering",
-                              param="suffix")
+        raise BadRequestError("suffix is only supported for models with FIM completion rendering", param="suffix")
     check_mm_kwargs(ctx, body)
     max_tokens_requested = body.get("max_tokens", 16)
     truncate = body.get("truncate_prompt_tokens")
@@ -848,28 +964,32 @@ def render_completion(ctx: RenderContext, body: dict[str, Any],
         else:
             token_ids = list(prompt)
         token_ids = _truncate(token_ids, truncate, body.get("truncation_side"), ctx.model.max_model_len)
-        _check_lengths(ctx, len(token_ids), max_tokens_requested or 0, "max_tokens", truncate,
-                       from_text=isinstance(prompt, str))
+        _check_lengths(
+            ctx, len(token_ids), max_tokens_requested or 0, "max_tokens", truncate, from_text=isinstance(prompt, str)
+        )
         if not token_ids:
             raise BadRequestError("No token_ids rendered")
         max_tokens = get_max_tokens(ctx, max_tokens_requested, len(token_ids), truncate)
-        values = _sampling_values(ctx, body, max_tokens, chat=False,
-                                  skip_special_tokens=body.get("skip_special_tokens"))
+        values = _sampling_values(
+            ctx, body, max_tokens, chat=False, skip_special_tokens=body.get("skip_special_tokens")
+        )
         sampling = sampling_params_wire(values)
         kv_params, ec_params = _hoist_transfer_params(sampling)
         stream = bool(body.get("stream"))
-        out.append(generate_request(
-            request_id=base if len(prompts) == 1 else f"{base}-{index}",
-            token_ids=token_ids,
-            sampling_params=sampling,
-            model=body.get("model"),
-            return_token_ids=body.get("return_token_ids"),
-            stream=stream,
-            stream_options=stream_options_wire(body.get("stream_options")) if stream else None,
-            cache_salt=body.get("cache_salt"),
-            priority=body.get("priority", 0),
-            kv_transfer_params=kv_params,
-            ec_transfer_params=ec_params,
-            token_offsets=offsets,
-        ))
+        out.append(
+            generate_request(
+                request_id=base if len(prompts) == 1 else f"{base}-{index}",
+                token_ids=token_ids,
+                sampling_params=sampling,
+                model=body.get("model"),
+                return_token_ids=body.get("return_token_ids"),
+                stream=stream,
+                stream_options=stream_options_wire(body.get("stream_options")) if stream else None,
+                cache_salt=body.get("cache_salt"),
+                priority=body.get("priority", 0),
+                kv_transfer_params=kv_params,
+                ec_transfer_params=ec_params,
+                token_offsets=offsets,
+            )
+        )
     return out

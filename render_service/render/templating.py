@@ -26,29 +26,70 @@ import jinja2.meta
 import jinja2.nodes
 import jinja2.sandbox
 
-from render_service.exceptions import BadRequestError, TemplateTimeoutError
 from render_service.api.protocol import handler_error
+from render_service.exceptions import BadRequestError, TemplateTimeoutError
 
 logger = logging.getLogger("render_service.render.templating")
 
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text", "refusal", "thinking"})
-_TEXT_KEY = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal",
-             "thinking": "thinking"}
+_TEXT_KEY = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal", "thinking": "thinking"}
 # Fields of the OpenAI content-part TypedDicts; anything else rides along in "openai" format.
-_KNOWN_PART_FIELDS = frozenset({
-    "type", "text", "refusal", "thinking", "image_url", "input_audio", "audio_url", "video_url",
-    "image_embeds", "audio_embeds", "video_embeds", "image_pil", "uuid", "data", "name",
-    "detail", "file_id", "signature",
-})
-_MEDIA_TYPES = frozenset({"image_url", "input_image", "image_embeds", "audio_embeds", "video_embeds",
-                          "image_pil", "audio_url", "input_audio", "video_url", "prompt_embeds"})
+_KNOWN_PART_FIELDS = frozenset(
+    {
+        "type",
+        "text",
+        "refusal",
+        "thinking",
+        "image_url",
+        "input_audio",
+        "audio_url",
+        "video_url",
+        "image_embeds",
+        "audio_embeds",
+        "video_embeds",
+        "image_pil",
+        "uuid",
+        "data",
+        "name",
+        "detail",
+        "file_id",
+        "signature",
+    }
+)
+_MEDIA_TYPES = frozenset(
+    {
+        "image_url",
+        "input_image",
+        "image_embeds",
+        "audio_embeds",
+        "video_embeds",
+        "image_pil",
+        "audio_url",
+        "input_audio",
+        "video_url",
+        "prompt_embeds",
+    }
+)
 # The parameters of HF's `apply_chat_template`: always accepted as template kwargs.
-_HF_BASE_PARAMS = frozenset({
-    "conversation", "tools", "documents", "chat_template", "add_generation_prompt",
-    "continue_final_message", "tokenize", "sanitize_control_tokens", "padding", "truncation",
-    "max_length", "return_tensors", "return_dict", "return_assistant_tokens_mask",
-    "tokenizer_kwargs",
-})
+_HF_BASE_PARAMS = frozenset(
+    {
+        "conversation",
+        "tools",
+        "documents",
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+        "sanitize_control_tokens",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+    }
+)
 _UNEXPECTED_KWARGS = frozenset({"chat_template", "tokenize"})
 _CLAUDE_CODE_BILLING_HEADER = "x-anthropic-billing-header"
 
@@ -58,6 +99,7 @@ class UnsupportedContentError(BadRequestError):
 
 
 # -- content format detection (a port of vLLM renderers/hf.py, Apache-2.0) -------------------
+
 
 def _is_var_access(node: jinja2.nodes.Node, varname: str) -> bool:
     if isinstance(node, jinja2.nodes.Name):
@@ -70,8 +112,7 @@ def _is_var_access(node: jinja2.nodes.Node, varname: str) -> bool:
 
 def _is_attr_access(node: jinja2.nodes.Node, varname: str, key: str) -> bool:
     if isinstance(node, jinja2.nodes.Getitem):
-        return (_is_var_access(node.node, varname) and isinstance(node.arg, jinja2.nodes.Const)
-                and node.arg.value == key)
+        return _is_var_access(node.node, varname) and isinstance(node.arg, jinja2.nodes.Const) and node.arg.value == key
     if isinstance(node, jinja2.nodes.Getattr):
         return _is_var_access(node.node, varname) and node.attr == key
     return False
@@ -114,12 +155,14 @@ def _iter_assign_var_or_elems(root: jinja2.nodes.Node, varname: str):
                     seen.add(lhs.name)
                     related.append(lhs.name)
             aliases: list[str] = []
-            if (isinstance(lhs, jinja2.nodes.Name) and isinstance(rhs, jinja2.nodes.Call)
-                    and isinstance(rhs.node, jinja2.nodes.Name) and rhs.node.name == "namespace"):
-                aliases = [f"{lhs.name}.{kw.key}" for kw in rhs.kwargs
-                           if _is_var_or_elems_access(kw.value, name)]
-            elif (isinstance(lhs, (jinja2.nodes.Getattr, jinja2.nodes.NSRef))
-                  and _is_var_or_elems_access(rhs, name)):
+            if (
+                isinstance(lhs, jinja2.nodes.Name)
+                and isinstance(rhs, jinja2.nodes.Call)
+                and isinstance(rhs.node, jinja2.nodes.Name)
+                and rhs.node.name == "namespace"
+            ):
+                aliases = [f"{lhs.name}.{kw.key}" for kw in rhs.kwargs if _is_var_or_elems_access(kw.value, name)]
+            elif isinstance(lhs, (jinja2.nodes.Getattr, jinja2.nodes.NSRef)) and _is_var_or_elems_access(rhs, name):
                 dotted = _attr_dotted_name(lhs)
                 aliases = [dotted] if dotted is not None else []
             for alias in aliases:
@@ -148,12 +191,12 @@ def _iter_assign_content_item(root: jinja2.nodes.Node):
         for call in root.find_all(jinja2.nodes.Call):
             if isinstance(call.node, jinja2.nodes.Name) and call.node.name == macro.name:
                 for i, arg in enumerate(call.args):
-                    if i < len(macro.args) and any(
-                            _is_var_or_elems_access(arg, n, "content") for n in message_names):
+                    if i < len(macro.args) and any(_is_var_or_elems_access(arg, n, "content") for n in message_names):
                         content_params.add(macro.args[i].name)
                 for kw in call.kwargs:
                     if kw.key in param_names and any(
-                            _is_var_or_elems_access(kw.value, n, "content") for n in message_names):
+                        _is_var_or_elems_access(kw.value, n, "content") for n in message_names
+                    ):
                         content_params.add(kw.key)
         for loop in macro.find_all(jinja2.nodes.For):
             loops_in_macros.add(id(loop))
@@ -167,8 +210,7 @@ def _iter_assign_content_item(root: jinja2.nodes.Node):
         if isinstance(loop.iter, jinja2.nodes.Name) and params is not None and loop.iter.name in params:
             yield loop, loop.target.name
             continue
-        if (id(loop) not in loops_in_macros and isinstance(loop.iter, jinja2.nodes.Name)
-                and loop.iter.name == "content"):
+        if id(loop) not in loops_in_macros and isinstance(loop.iter, jinja2.nodes.Name) and loop.iter.name == "content":
             yield loop, loop.target.name
 
 
@@ -218,6 +260,7 @@ def supports_developer_role(chat_template: str) -> bool:
 
 # -- conversation ---------------------------------------------------------------------------
 
+
 def has_non_text_content(messages: Any) -> bool:
     """Whether any message carries media (then forwarded prompt ids are ignored)."""
     if not isinstance(messages, list):
@@ -241,8 +284,18 @@ def _part_text(part: Any) -> tuple[str, Any]:
     if isinstance(part_type, str) and part_type in _TEXT_KEY and part.get("uuid") is None:
         return part_type, part.get(_TEXT_KEY[part_type])
     if part_type is None or part.get("uuid") is not None:
-        for key in ("image_url", "image_pil", "image_embeds", "audio_embeds", "video_embeds",
-                    "prompt_embeds", "audio_url", "input_audio", "video_url", "tool_reference"):
+        for key in (
+            "image_url",
+            "image_pil",
+            "image_embeds",
+            "audio_embeds",
+            "video_embeds",
+            "prompt_embeds",
+            "audio_url",
+            "input_audio",
+            "video_url",
+            "tool_reference",
+        ):
             if key in part:
                 return key, None
         raise handler_error("Missing 'type' field in multimodal part.", "type")
@@ -270,7 +323,9 @@ class MediaCollector:
         if part_type not in ("image_url", "input_image"):
             raise UnsupportedContentError(
                 f"{part_type} content is not supported by this render tier for {self.model_name} "
-                "(image_url images only).", param="messages")
+                "(image_url images only).",
+                param="messages",
+            )
         value = part.get("image_url")
         if isinstance(value, dict):
             value = value.get("url")
@@ -279,8 +334,9 @@ class MediaCollector:
         self.image_urls.append(value)
 
 
-def _parse_content(content: Any, role: str, wrap_dicts: bool, media: MediaCollector | None = None,
-                   model_name: str = "model") -> Any:
+def _parse_content(
+    content: Any, role: str, wrap_dicts: bool, media: MediaCollector | None = None, model_name: str = "model"
+) -> Any:
     if content is None:
         parts: list[Any] = []
     elif isinstance(content, str):
@@ -319,8 +375,10 @@ def _parse_content(content: Any, role: str, wrap_dicts: bool, media: MediaCollec
         else:
             supported = sorted(_MEDIA_TYPES | TEXT_PART_TYPES | {"tool_reference"})
             raise handler_error(
-                f"Unsupported chat content part type: {part_type!r}. "
-                f"Supported types: {', '.join(supported)}.", "type", part_type)
+                f"Unsupported chat content part type: {part_type!r}. Supported types: {', '.join(supported)}.",
+                "type",
+                part_type,
+            )
     if wrap_dicts:
         return out
     text = "\n".join(out)
@@ -328,8 +386,9 @@ def _parse_content(content: Any, role: str, wrap_dicts: bool, media: MediaCollec
         # vLLM's get_full_multimodal_text_prompt: placeholders the text lacks go in front.
         missing = images - text.count(media.placeholder)
         if missing < 0:
-            raise handler_error("Found more image placeholders in input prompt than actual multimodal data "
-                                "items.", "messages")
+            raise handler_error(
+                "Found more image placeholders in input prompt than actual multimodal data items.", "messages"
+            )
         return "\n".join([media.placeholder] * missing + [text])
     return text
 
@@ -337,8 +396,13 @@ def _parse_content(content: Any, role: str, wrap_dicts: bool, media: MediaCollec
 def _strip_billing_header(parts: list[Any]) -> list[Any]:
     out = []
     for part in parts:
-        text = part if isinstance(part, str) else part.get("text") if (
-            isinstance(part, dict) and part.get("type") == "text") else None
+        text = (
+            part
+            if isinstance(part, str)
+            else part.get("text")
+            if (isinstance(part, dict) and part.get("type") == "text")
+            else None
+        )
         if not (isinstance(text, str) and text.startswith(_CLAUDE_CODE_BILLING_HEADER)):
             out.append(part)
             continue
@@ -348,15 +412,23 @@ def _strip_billing_header(parts: list[Any]) -> list[Any]:
     return out
 
 
-def build_conversation(messages: list[dict[str, Any]], content_format: str,
-                       media: MediaCollector | None = None, *, model_name: str = "model") -> list[dict[str, Any]]:
+def build_conversation(
+    messages: list[dict[str, Any]],
+    content_format: str,
+    media: MediaCollector | None = None,
+    *,
+    model_name: str = "model",
+) -> list[dict[str, Any]]:
     """vLLM's `parse_chat_messages` + `_postprocess_messages`; media parts go to `media`; without one
     (a text-only model) they are a 400 naming `model_name` (the first served name), as in vLLM."""
     wrap = content_format == "openai"
     conversation = []
     for message in messages:
         role = message["role"]
-        entry: dict[str, Any] = {"role": role, "content": _parse_content(message.get("content"), role, wrap, media, model_name)}
+        entry: dict[str, Any] = {
+            "role": role,
+            "content": _parse_content(message.get("content"), role, wrap, media, model_name),
+        }
         if role == "assistant":
             tool_calls = message.get("tool_calls")
             if tool_calls is not None:
@@ -404,8 +476,9 @@ def _postprocess_tool_calls(conversation: list[dict[str, Any]]) -> None:
                 raise handler_error("assistant tool_calls entries must be objects.", "tool_calls")
             function = item.get("function")
             if item.get("type", "function") != "function" or not isinstance(function, dict):
-                raise handler_error("chat completions only support assistant tool_calls of type 'function'.",
-                                    "tool_calls")
+                raise handler_error(
+                    "chat completions only support assistant tool_calls of type 'function'.", "tool_calls"
+                )
             function = dict(function)
             item["function"] = function
             tool_calls[index] = item
@@ -420,8 +493,10 @@ def _postprocess_tool_calls(conversation: list[dict[str, Any]]) -> None:
                 try:
                     parsed = json.loads(arguments)
                 except ValueError:
-                    logger.warning("Tool call has arguments that are not valid JSON (%d chars); "
-                                   "coercing to an empty object.", len(arguments))
+                    logger.warning(
+                        "Tool call has arguments that are not valid JSON (%d chars); coercing to an empty object.",
+                        len(arguments),
+                    )
             else:
                 parsed = arguments
             function["arguments"] = parsed if isinstance(parsed, dict) else {}
@@ -443,8 +518,11 @@ def _convert_developer(conversation: list[dict[str, Any]]) -> list[dict[str, Any
                 needs = True
             content = msg.get("content", "")
             if isinstance(content, list):
-                content = "\n".join(p["text"] if isinstance(p, dict) else p for p in content
-                                    if isinstance(p, str) or (isinstance(p, dict) and "text" in p))
+                content = "\n".join(
+                    p["text"] if isinstance(p, dict) else p
+                    for p in content
+                    if isinstance(p, str) or (isinstance(p, dict) and "text" in p)
+                )
             if content:
                 system_contents.append(content)
         else:
@@ -500,8 +578,13 @@ def _render_prompt(
     return _reference_render(hf_tokenizer, chat_template, conversation, tools, resolved)
 
 
-def _reference_render(hf_tokenizer: Any, chat_template: str, conversation: list[dict[str, Any]],
-                      tools: list[dict[str, Any]] | None, resolved: dict[str, Any]) -> str:
+def _reference_render(
+    hf_tokenizer: Any,
+    chat_template: str,
+    conversation: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    resolved: dict[str, Any],
+) -> str:
     try:
         return hf_tokenizer.apply_chat_template(
             conversation, tools=tools, chat_template=chat_template, tokenize=False, **resolved
@@ -563,7 +646,8 @@ class RenderWatchdog:
             logger.warning("chat template render stopped after %.1fs (VLLM_CHAT_TEMPLATE_RENDER_TIMEOUT)", timeout)
             raise TemplateTimeoutError(
                 f"Chat template rendering timed out after {timeout}s. This may indicate a malicious or "
-                "excessively complex template. Adjust VLLM_CHAT_TEMPLATE_RENDER_TIMEOUT to override.") from None
+                "excessively complex template. Adjust VLLM_CHAT_TEMPLATE_RENDER_TIMEOUT to override."
+            ) from None
 
     def _disarm(self, ident: int, entry: list[Any]) -> None:
         with self._lock:
@@ -582,8 +666,9 @@ class RenderWatchdog:
                     # Fire at the deadline, and again each second if the first one was swallowed.
                     if now >= entry[0] and now - entry[1] >= 1.0:
                         entry[1] = now
-                        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
-                                                                   ctypes.py_object(_RenderDeadline))
+                        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                            ctypes.c_ulong(ident), ctypes.py_object(_RenderDeadline)
+                        )
 
 
 def _render_timeout() -> float:
@@ -626,19 +711,25 @@ class FastTemplate:
         self._env = env
         self._special = dict(special_tokens)
 
-    def render(self, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-               kwargs: dict[str, Any]) -> str:
+    def render(
+        self, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None, kwargs: dict[str, Any]
+    ) -> str:
         # What transformers' render_jinja_template passes: special tokens, kwargs, and the
         # conversation; `continue_final_message` is consumed there, never a template variable.
         variables = {**self._special, **kwargs}
         variables.pop("continue_final_message", None)
-        variables.update(messages=conversation, tools=tools, documents=kwargs.get("documents"),
-                         add_generation_prompt=kwargs.get("add_generation_prompt", False))
+        variables.update(
+            messages=conversation,
+            tools=tools,
+            documents=kwargs.get("documents"),
+            add_generation_prompt=kwargs.get("add_generation_prompt", False),
+        )
         return self._env.render_template("chat", **variables)
 
 
-def _hf_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-               sort_keys: bool = False) -> str:
+def _hf_tojson(
+    value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
+) -> str:
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
@@ -652,24 +743,56 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
-_PROBE_TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather <for> a city & 'place'",
-                                                  "parameters": {"type": "object", "properties": {
-                                                      "city": {"type": "string", "description": "Paris, 东京"},
-                                                      "days": {"type": "integer"}}, "required": ["city"]}}}]
+_PROBE_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather <for> a city & 'place'",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "description": "Paris, 东京"}, "days": {"type": "integer"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
 _PROBES: tuple[tuple[list[dict[str, Any]], list[dict[str, Any]] | None, dict[str, Any]], ...] = (
     ([{"role": "user", "content": "Hello!"}], None, {"add_generation_prompt": True}),
-    ([{"role": "system", "content": "Be brief.\n"}, {"role": "user", "content": "  spaced  \n\n"}], None,
-     {"add_generation_prompt": True, "enable_thinking": False}),
-    ([{"role": "system", "content": "sys"}, {"role": "user", "content": "Weather? 🌦️"},
-      {"role": "assistant", "content": "", "reasoning": "think\nmore",
-       "tool_calls": [{"id": "c1", "type": "function",
-                       "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}}]},
-      {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
-      {"role": "tool", "tool_call_id": "c2", "content": "{\"t\": 21}"},
-      {"role": "assistant", "content": "<think>\nold\n</think>\n\nIt is sunny."},
-      {"role": "user", "content": "And tomorrow?"}], _PROBE_TOOLS, {"add_generation_prompt": True}),
-    ([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], _PROBE_TOOLS,
-     {"add_generation_prompt": False}),
+    (
+        [{"role": "system", "content": "Be brief.\n"}, {"role": "user", "content": "  spaced  \n\n"}],
+        None,
+        {"add_generation_prompt": True, "enable_thinking": False},
+    ),
+    (
+        [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "Weather? 🌦️"},
+            {
+                "role": "assistant",
+                "content": "",
+                "reasoning": "think\nmore",
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+            {"role": "tool", "tool_call_id": "c2", "content": '{"t": 21}'},
+            {"role": "assistant", "content": "<think>\nold\n</think>\n\nIt is sunny."},
+            {"role": "user", "content": "And tomorrow?"},
+        ],
+        _PROBE_TOOLS,
+        {"add_generation_prompt": True},
+    ),
+    (
+        [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}],
+        _PROBE_TOOLS,
+        {"add_generation_prompt": False},
+    ),
 )
 
 
@@ -687,8 +810,12 @@ def fast_template(chat_template: str, special_tokens: tuple[tuple[str, Any], ...
     for conversation, tools, kwargs in _PROBES:
         kwargs = {k: v for k, v in kwargs.items() if k in variables or k in _HF_BASE_PARAMS}
         try:
-            expected = render_jinja_template(conversations=[conversation], tools=tools, chat_template=chat_template,
-                                             **{**dict(special_tokens), **kwargs})[0][0]
+            expected = render_jinja_template(
+                conversations=[conversation],
+                tools=tools,
+                chat_template=chat_template,
+                **{**dict(special_tokens), **kwargs},
+            )[0][0]
         except Exception:
             continue  # the template rejects this probe; nothing to compare
         try:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from render_service.api.protocol import int_list, opt_bool, schema_error
+from render_service.exceptions import BadRequestError
 from render_service.render import pipeline as render
 from render_service.render import templating
-from render_service.exceptions import BadRequestError
-from render_service.api.protocol import int_list, opt_bool, schema_error
 
 
 def tokenize(ctx: render.RenderContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -20,29 +20,35 @@ def tokenize(ctx: render.RenderContext, body: dict[str, Any]) -> dict[str, Any]:
             render._validate_tools(body)
         user_kwargs = body.get("chat_template_kwargs") or {}
         if not ctx.settings.trust_request_chat_template and (
-                body.get("chat_template") is not None or user_kwargs.get("chat_template") is not None):
-            raise BadRequestError("Chat template is passed with request, but --trust-request-chat-template "
-                                  "is not set. Refused request with untrusted chat template.")
+            body.get("chat_template") is not None or user_kwargs.get("chat_template") is not None
+        ):
+            raise BadRequestError(
+                "Chat template is passed with request, but --trust-request-chat-template "
+                "is not set. Refused request with untrusted chat template."
+            )
         template = body.get("chat_template") or model.chat_template
         if template is None:
             raise BadRequestError("The model has no chat template.")
         fmt = ctx.settings.chat_template_content_format
         if fmt == "auto":
             fmt = templating.detect_content_format(template)
-        conversation = templating.build_conversation(body["messages"], fmt,
-                                                     model_name=ctx.settings.served_names[0])
+        conversation = templating.build_conversation(body["messages"], fmt, model_name=ctx.settings.served_names[0])
         kwargs = dict(user_kwargs)
-        kwargs.update(add_generation_prompt=body.get("add_generation_prompt", True),
-                      continue_final_message=body.get("continue_final_message", False))
+        kwargs.update(
+            add_generation_prompt=body.get("add_generation_prompt", True),
+            continue_final_message=body.get("continue_final_message", False),
+        )
         kwargs = render._merge_kwargs(ctx.settings.default_template_kwargs, kwargs)
-        text = templating.render_prompt(model.hf_tokenizer, template, conversation,
-                                        render.tool_dicts(body.get("tools")), kwargs)
+        text = templating.render_prompt(
+            model.hf_tokenizer, template, conversation, render.tool_dicts(body.get("tools")), kwargs
+        )
         ids = model.encode(text, bool(opt_bool(body, "add_special_tokens", False)))
     else:
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
-            raise schema_error("body.prompt", "Field required" if prompt is None else
-                               "Input should be a valid string", prompt)
+            raise schema_error(
+                "body.prompt", "Field required" if prompt is None else "Input should be a valid string", prompt
+            )
         ids = model.encode(prompt, bool(opt_bool(body, "add_special_tokens", True)))
     token_strs = model.hf_tokenizer.convert_ids_to_tokens(ids) if body.get("return_token_strs") else None
     return {"count": len(ids), "max_model_len": model.max_model_len, "tokens": ids, "token_strs": token_strs}

@@ -29,12 +29,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from render_service import __version__
+from render_service.api import messages, responses
+from render_service.audit.fingerprint import components_header, fingerprint, fingerprint_conflict
 from render_service.derender import pipeline as derender
-from render_service.multimodal import imagecache
-from render_service.multimodal import media
-from render_service.api import messages
-from render_service.render import pipeline as render
-from render_service.api import responses
+from render_service.derender.snapshots import LocalStore, RedisStore, SnapshotCodec, SnapshotStore
 from render_service.exceptions import (
     BadRequestError,
     OverloadedError,
@@ -43,11 +41,11 @@ from render_service.exceptions import (
     RequestValidationError,
     UnauthorizedError,
 )
-from render_service.audit.fingerprint import components_header, fingerprint, fingerprint_conflict
-from render_service.server.metrics import Metrics
 from render_service.model.loader import Model, load_model, release_freed_memory
+from render_service.multimodal import imagecache, media
+from render_service.render import pipeline as render
+from render_service.server.metrics import Metrics
 from render_service.settings import Settings
-from render_service.derender.snapshots import LocalStore, RedisStore, SnapshotCodec, SnapshotStore
 
 logger = logging.getLogger("render_service.server.app")
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
@@ -169,22 +167,29 @@ def build_store(settings: Settings, metrics: Metrics) -> SnapshotStore:
     return SnapshotStore(SnapshotCodec(key), metrics, local=local, redis=redis)
 
 
-def build_image_tier(settings: Settings, context: render.RenderContext, print_: dict[str, Any],
-                     metrics: Metrics) -> imagecache.ImageTier | None:
+def build_image_tier(
+    settings: Settings, context: render.RenderContext, print_: dict[str, Any], metrics: Metrics
+) -> imagecache.ImageTier | None:
     """The Redis tier of the processed-image cache: only when asked for and the model has images."""
     if not settings.mm_cache_redis or context.vision is None or not settings.redis_url:
         return None
     space = imagecache.namespace(print_["components"].get("multimodal", ""), context.vision)
-    return imagecache.ImageTier(settings.redis_url, (settings.snapshot_key or "").encode(), space, metrics,
-                                ttl=settings.mm_cache_redis_ttl_seconds,
-                                max_entry_bytes=settings.mm_cache_redis_max_entry_bytes)
+    return imagecache.ImageTier(
+        settings.redis_url,
+        (settings.snapshot_key or "").encode(),
+        space,
+        metrics,
+        ttl=settings.mm_cache_redis_ttl_seconds,
+        max_entry_bytes=settings.mm_cache_redis_max_entry_bytes,
+    )
 
 
 async def read_json(request: Request, limit: int) -> Any:
     content_type = request.headers.get("content-type", "").lower().split(";", 1)[0].strip()
     if content_type != "application/json":
         raise RequestValidationError(
-            "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed")
+            "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed"
+        )
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLargeError(f"Request body of {declared} bytes exceeds the limit of {limit} bytes.")
@@ -217,8 +222,13 @@ def _json_error(raw: bytes, parse_error: orjson.JSONDecodeError) -> RequestValid
             reason, position = "Invalid UTF-8", 0
         except (RecursionError, ValueError):  # e.g. an integer of more than 4300 digits
             reason, position = parse_error.msg, parse_error.pos
-    detail = {"type": "json_invalid", "loc": f"body.{position}", "msg": "JSON decode error",
-              "input": "<dict of 0 items>", "ctx": {"error": reason}}
+    detail = {
+        "type": "json_invalid",
+        "loc": f"body.{position}",
+        "msg": "JSON decode error",
+        "input": "<dict of 0 items>",
+        "ctx": {"error": reason},
+    }
     return RequestValidationError(f"1 validation error:\n  {detail}", param=f"body.{position}")
 
 
@@ -226,7 +236,9 @@ def _object_body(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise RequestValidationError(
             "1 validation error:\n  {'type': 'model_attributes_type', 'loc': 'body', "
-            "'msg': 'Input should be a valid dictionary or object to extract fields from'}", param="body")
+            "'msg': 'Input should be a valid dictionary or object to extract fields from'}",
+            param="body",
+        )
     return body
 
 
@@ -255,7 +267,9 @@ def _batch_only(body: dict[str, Any]) -> None:
     if stream not in (False, None):
         raise RequestValidationError(
             f"1 validation error:\n  {{'type': 'literal_error', 'loc': 'body.stream', 'msg': "
-            f"\"Input should be False\", 'input': {stream!r}}}", param="body.stream")
+            f"\"Input should be False\", 'input': {stream!r}}}",
+            param="body.stream",
+        )
 
 
 def runqueue_wait_seconds() -> float | None:
@@ -292,8 +306,11 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
                     raise OverloadedError("The model is still loading.", retry_after=5)
                 if state.inflight > settings.max_inflight:
                     metrics.rejected.inc()
-                    raise OverloadedError(f"Server busy: {state.inflight - 1} requests in flight on this worker; "
-                                          "retry shortly or on another replica.", retry_after=1)
+                    raise OverloadedError(
+                        f"Server busy: {state.inflight - 1} requests in flight on this worker; "
+                        "retry shortly or on another replica.",
+                        retry_after=1,
+                    )
                 body = await read_json(request, limit)
                 with metrics.measure(name):
                     result = handler(request, body)
@@ -317,6 +334,7 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
                 metrics.inflight.set(state.inflight)
             metrics.requests.labels(name, str(response.status_code)).inc()
             return response
+
         return run
 
     def chat_render(request: Request, body: Any) -> Any:
@@ -326,8 +344,9 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
 
     def messages_render(request: Request, body: Any) -> Any:
         chat = messages.convert(state.context, _object_body(body))
-        render_one = partial(render.render_chat, state.context, chat, request.headers.get("x-request-id"),
-                             converted=True)
+        render_one = partial(
+            render.render_chat, state.context, chat, request.headers.get("x-request-id"), converted=True
+        )
         return with_images(chat["messages"], render_one, chat)
 
     def responses_render(request: Request, body: Any) -> Any:
@@ -339,8 +358,9 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
             conversation = responses.input_messages(body)
         return with_images(conversation, partial(responses.render_responses, context, body), body)
 
-    def with_images(conversation: Any, render_one: Callable[..., dict[str, Any]],
-                    body: dict[str, Any] | None = None) -> Any:
+    def with_images(
+        conversation: Any, render_one: Callable[..., dict[str, Any]], body: dict[str, Any] | None = None
+    ) -> Any:
         """Render, after fetching the conversation's http(s) image URLs (off the loop's CPU path).
         `body`: where the render reads `mm_payload` and `mm_processor_kwargs` (the Redis tier's step)."""
         if state.context.vision is None:
@@ -366,8 +386,15 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
         fetched = await media.fetch_all(remote, context.media_limits) if remote else {}
         # render validates mm_payload later; `return_mm_kwargs: false` already means "none" here
         payload = body.get("mm_payload", "none" if body.get("return_mm_kwargs") is False else "tensors")
-        prepared = await tier.prepare(vision, urls, fetched, body.get("mm_processor_kwargs"),
-                                      payload != "none", context.media_limits, settings.trust_request_mm_kwargs)
+        prepared = await tier.prepare(
+            vision,
+            urls,
+            fetched,
+            body.get("mm_processor_kwargs"),
+            payload != "none",
+            context.media_limits,
+            settings.trust_request_mm_kwargs,
+        )
         response = finish_render(render_one(prepared))
         await tier.store(vision, prepared)
         return response
@@ -422,10 +449,12 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
 
     def tokenize(request: Request, body: Any) -> Any:
         from render_service.render.tokenize import tokenize as run_tokenize
+
         return run_tokenize(state.context, _object_body(body))
 
     def detokenize(request: Request, body: Any) -> Any:
         from render_service.render.tokenize import detokenize as run_detokenize
+
         return run_detokenize(state.context, _object_body(body))
 
     async def health(request: Request) -> Response:
@@ -433,44 +462,51 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
         return Response(status_code=200 if healthy else 503)
 
     async def version(request: Request) -> Response:
-        return JSONResponse({"version": VLLM_COMPAT_VERSION},
-                            headers={"X-Render-Service-Version": __version__})
+        return JSONResponse({"version": VLLM_COMPAT_VERSION}, headers={"X-Render-Service-Version": __version__})
 
     async def models(request: Request) -> Response:
         max_model_len = state.model.max_model_len if state.model else None
-        cards = [{
-            "id": name,
-            "object": "model",
-            "created": state.started,
-            "owned_by": "vllm",
-            "root": settings.model,
-            "parent": None,
-            "max_model_len": max_model_len,
-            "permission": [{
-                "id": f"modelperm-{render.random_uuid()}",
-                "object": "model_permission",
+        cards = [
+            {
+                "id": name,
+                "object": "model",
                 "created": state.started,
-                "allow_create_engine": False,
-                "allow_sampling": True,
-                "allow_logprobs": True,
-                "allow_search_indices": False,
-                "allow_view": True,
-                "allow_fine_tuning": False,
-                "organization": "*",
-                "group": None,
-                "is_blocking": False,
-            }],
-        } for name in settings.served_names]
+                "owned_by": "vllm",
+                "root": settings.model,
+                "parent": None,
+                "max_model_len": max_model_len,
+                "permission": [
+                    {
+                        "id": f"modelperm-{render.random_uuid()}",
+                        "object": "model_permission",
+                        "created": state.started,
+                        "allow_create_engine": False,
+                        "allow_sampling": True,
+                        "allow_logprobs": True,
+                        "allow_search_indices": False,
+                        "allow_view": True,
+                        "allow_fine_tuning": False,
+                        "organization": "*",
+                        "group": None,
+                        "is_blocking": False,
+                    }
+                ],
+            }
+            for name in settings.served_names
+        ]
         return JSONResponse({"object": "list", "data": cards})
 
     async def metrics_endpoint(request: Request) -> Response:
         return Response(state.metrics.export(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def render_config(request: Request) -> Response:
-        return JSONResponse({**state.fingerprint, "vllm_parity_version": VLLM_COMPAT_VERSION,
-                             "service_version": __version__},
-                            headers={"X-Render-Fingerprint": state.fingerprint["fingerprint"],
-                                     "X-Render-Fingerprint-Components": components_header(state.fingerprint)})
+        return JSONResponse(
+            {**state.fingerprint, "vllm_parity_version": VLLM_COMPAT_VERSION, "service_version": __version__},
+            headers={
+                "X-Render-Fingerprint": state.fingerprint["fingerprint"],
+                "X-Render-Fingerprint-Components": components_header(state.fingerprint),
+            },
+        )
 
     async def load(request: Request) -> Response:
         return JSONResponse({"server_load": 0})
@@ -519,12 +555,21 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
         if settings.audit_engine or settings.audit_render:
             from render_service.audit.audit import ContinuousAudit
 
-            state.audit = ContinuousAudit(settings.audit_render, settings.audit_engine, local=(settings, state.model),
-                                          registry=state.metrics.registry, interval=settings.audit_interval,
-                                          api_key=settings.api_key).start()
-        logger.info("ready: %s (max_model_len=%d, tokenizer backend %s, fingerprint %s)",
-                    settings.served_names[0], state.model.max_model_len, state.model.backend.name,
-                    state.fingerprint["fingerprint"])
+            state.audit = ContinuousAudit(
+                settings.audit_render,
+                settings.audit_engine,
+                local=(settings, state.model),
+                registry=state.metrics.registry,
+                interval=settings.audit_interval,
+                api_key=settings.api_key,
+            ).start()
+        logger.info(
+            "ready: %s (max_model_len=%d, tokenizer backend %s, fingerprint %s)",
+            settings.served_names[0],
+            state.model.max_model_len,
+            state.model.backend.name,
+            state.fingerprint["fingerprint"],
+        )
         yield
         lag_task.cancel()
         if state.audit is not None:
@@ -539,8 +584,7 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
     async def method_not_allowed(request: Request, exc: Exception) -> Response:
         return JSONResponse({"detail": "Method Not Allowed"}, status_code=405)
 
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={404: not_found, 405: method_not_allowed})
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: method_not_allowed})
     app.state.render = state
     if settings.api_key:
         app.add_middleware(AuthMiddleware, api_key=settings.api_key)

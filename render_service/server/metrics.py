@@ -17,39 +17,50 @@ class Metrics:
         r = self.registry
         # process_cpu_seconds_total, resident memory, ...: what sizing reads from every worker.
         ProcessCollector(registry=r)
-        self.requests = Counter("render_requests", "Requests by endpoint and status", ["endpoint", "status"],
-                                registry=r)
-        self.latency = Histogram("render_request_seconds", "Wall time per request", ["endpoint"],
-                                 buckets=_LATENCY_BUCKETS, registry=r)
-        self.cpu_seconds = Counter("render_cpu_seconds", "Thread CPU time spent per endpoint", ["endpoint"],
-                                   registry=r)
+        self.requests = Counter(
+            "render_requests", "Requests by endpoint and status", ["endpoint", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "render_request_seconds", "Wall time per request", ["endpoint"], buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.cpu_seconds = Counter("render_cpu_seconds", "Thread CPU time spent per endpoint", ["endpoint"], registry=r)
         self.prompt_tokens = Counter("render_prompt_tokens", "Prompt tokens rendered", registry=r)
-        self.tokenizer_backend = Gauge("render_tokenizer_backend_info", "Tokenizer backend in use (1)",
-                                       ["backend"], registry=r)
+        self.tokenizer_backend = Gauge(
+            "render_tokenizer_backend_info", "Tokenizer backend in use (1)", ["backend"], registry=r
+        )
         # Multimodal: processed images served from the content-hash cache vs processed.
-        self.mm_cache_hits = Counter("render_mm_cache_hits", "Images served from the processed-image cache",
-                                     registry=r)
+        self.mm_cache_hits = Counter("render_mm_cache_hits", "Images served from the processed-image cache", registry=r)
         self.mm_cache_misses = Counter("render_mm_cache_misses", "Images decoded and processed", registry=r)
-        self.mm_cache_bytes = Gauge("render_mm_cache_bytes", "Bytes held by the processed-image cache",
-                                    registry=r)
+        self.mm_cache_bytes = Gauge("render_mm_cache_bytes", "Bytes held by the processed-image cache", registry=r)
         # The optional Redis tier of that cache (--mm-cache-redis): asked for the local misses.
-        self.mm_redis_hits = Counter("render_mm_cache_redis_hits", "Images served from Redis (not processed here)",
-                                     registry=r)
-        self.mm_redis_misses = Counter("render_mm_cache_redis_misses",
-                                       "Local cache misses Redis did not serve (absent, rejected, Redis down)",
-                                       registry=r)
-        self.mm_redis_rejected = Counter("render_mm_cache_redis_rejected",
-                                         "Redis entries refused (bad MAC, malformed, other format version)",
-                                         ["reason"], registry=r)
-        self.mm_redis_errors = Counter("render_mm_cache_redis_errors", "Redis failures (images processed here)",
-                                       ["op"], registry=r)
-        self.mm_redis_fetched_bytes = Counter("render_mm_cache_redis_fetched_bytes",
-                                              "Bytes of processed images read from Redis", registry=r)
-        self.mm_redis_stored = Counter("render_mm_cache_redis_stored", "Processed images written to Redis",
-                                       ["kind"], registry=r)
-        self.mm_redis_oversized = Counter("render_mm_cache_redis_oversized",
-                                          "Processed images not stored: above --mm-cache-redis-max-entry-bytes",
-                                          registry=r)
+        self.mm_redis_hits = Counter(
+            "render_mm_cache_redis_hits", "Images served from Redis (not processed here)", registry=r
+        )
+        self.mm_redis_misses = Counter(
+            "render_mm_cache_redis_misses",
+            "Local cache misses Redis did not serve (absent, rejected, Redis down)",
+            registry=r,
+        )
+        self.mm_redis_rejected = Counter(
+            "render_mm_cache_redis_rejected",
+            "Redis entries refused (bad MAC, malformed, other format version)",
+            ["reason"],
+            registry=r,
+        )
+        self.mm_redis_errors = Counter(
+            "render_mm_cache_redis_errors", "Redis failures (images processed here)", ["op"], registry=r
+        )
+        self.mm_redis_fetched_bytes = Counter(
+            "render_mm_cache_redis_fetched_bytes", "Bytes of processed images read from Redis", registry=r
+        )
+        self.mm_redis_stored = Counter(
+            "render_mm_cache_redis_stored", "Processed images written to Redis", ["kind"], registry=r
+        )
+        self.mm_redis_oversized = Counter(
+            "render_mm_cache_redis_oversized",
+            "Processed images not stored: above --mm-cache-redis-max-entry-bytes",
+            registry=r,
+        )
         self.model_info = Gauge("render_model_info", "Loaded model (1)", ["model", "max_model_len"], registry=r)
         # Snapshot store and derender (issue: derender).
         self.snapshot_hits = Counter("render_snapshot_hits", "Parser snapshots found", ["tier"], registry=r)
@@ -57,29 +68,41 @@ class Metrics:
         self.snapshot_rejected = Counter("render_snapshot_rejected", "Snapshots rejected", ["reason"], registry=r)
         self.replays = Counter("render_stream_replays", "Streaming chunks served by replay", registry=r)
         self.replayed_tokens = Counter("render_stream_replayed_tokens", "Tokens replayed", registry=r)
-        self.snapshot_bytes = Histogram("render_snapshot_bytes", "Encoded snapshot size", registry=r,
-                                        buckets=(64, 128, 256, 512, 1024, 2048, 4096, 16384, 65536))
-        self.redis_latency = Histogram("render_redis_seconds", "Redis round trips", ["op"],
-                                       buckets=_LATENCY_BUCKETS, registry=r)
-        self.redis_errors = Counter("render_redis_errors", "Redis failures (served by replay)", ["op"],
-                                    registry=r)
+        self.snapshot_bytes = Histogram(
+            "render_snapshot_bytes",
+            "Encoded snapshot size",
+            registry=r,
+            buckets=(64, 128, 256, 512, 1024, 2048, 4096, 16384, 65536),
+        )
+        self.redis_latency = Histogram(
+            "render_redis_seconds", "Redis round trips", ["op"], buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.redis_errors = Counter("render_redis_errors", "Redis failures (served by replay)", ["op"], registry=r)
 
         # Worker pool (one registry per worker process).
         self.worker_info = Gauge("render_worker_info", "This worker's index (1)", ["worker"], registry=r)
-        self.inflight = Gauge("render_inflight_requests", "Requests in flight in this worker (the queue)",
-                              registry=r)
-        self.rejected = Counter("render_overload_rejections", "Requests refused with 503 (back-pressure)",
-                                registry=r)
+        self.inflight = Gauge("render_inflight_requests", "Requests in flight in this worker (the queue)", registry=r)
+        self.rejected = Counter("render_overload_rejections", "Requests refused with 503 (back-pressure)", registry=r)
         lag_buckets = (0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.5)
-        self.loop_lag = Histogram("render_event_loop_lag_seconds", "How late a 50 ms timer fires on the event loop",
-                                  buckets=lag_buckets, registry=r)
+        self.loop_lag = Histogram(
+            "render_event_loop_lag_seconds",
+            "How late a 50 ms timer fires on the event loop",
+            buckets=lag_buckets,
+            registry=r,
+        )
         # Lag minus the time the loop thread sat runnable in the kernel's run queue (Linux schedstat):
         # what this process's own work held the loop, apart from CPU starvation by other processes.
-        self.loop_held = Histogram("render_event_loop_held_seconds",
-                                   "Event-loop lag not explained by waiting for a CPU (the loop's own work)",
-                                   buckets=lag_buckets, registry=r)
-        self.loop_runqueue = Counter("render_event_loop_runqueue_wait_seconds",
-                                     "Time the event-loop thread waited for a CPU while runnable", registry=r)
+        self.loop_held = Histogram(
+            "render_event_loop_held_seconds",
+            "Event-loop lag not explained by waiting for a CPU (the loop's own work)",
+            buckets=lag_buckets,
+            registry=r,
+        )
+        self.loop_runqueue = Counter(
+            "render_event_loop_runqueue_wait_seconds",
+            "Time the event-loop thread waited for a CPU while runnable",
+            registry=r,
+        )
 
     def export(self) -> bytes:
         return generate_latest(self.registry)

@@ -71,8 +71,15 @@ def _run_worker(app: Any, sock: socket.socket, log_level: str, index: int) -> No
     import uvicorn
 
     os.environ["RENDER_WORKER_ID"] = str(index)
-    config = uvicorn.Config(app, log_level=log_level, loop="uvloop", http="httptools", access_log=False,
-                            timeout_graceful_shutdown=30, lifespan="on")
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        timeout_graceful_shutdown=30,
+        lifespan="on",
+    )
     server = uvicorn.Server(config)
     server.run(sockets=[sock])
 

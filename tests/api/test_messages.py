@@ -33,11 +33,20 @@ def test_inline_system_merge_detection(qwen3_model_dir: Path) -> None:
 
 
 def test_inline_system_messages_merged_into_the_leading_one() -> None:
-    body = request(system="Top. ", messages=[
-        {"role": "user", "content": "Hi"}, {"role": "system", "content": "Late."}, {"role": "user", "content": "Bye"}])
+    body = request(
+        system="Top. ",
+        messages=[
+            {"role": "user", "content": "Hi"},
+            {"role": "system", "content": "Late."},
+            {"role": "user", "content": "Bye"},
+        ],
+    )
     merged = messages.to_chat_request(body, messages.MessagesDefaults(True, "none"))["messages"]
-    assert merged == [{"role": "system", "content": "Top. Late."}, {"role": "user", "content": "Hi"},
-                      {"role": "user", "content": "Bye"}]
+    assert merged == [
+        {"role": "system", "content": "Top. Late."},
+        {"role": "user", "content": "Hi"},
+        {"role": "user", "content": "Bye"},
+    ]
     kept = messages.to_chat_request(body, DEFAULTS)["messages"]
     assert [m["role"] for m in kept] == ["system", "user", "system", "user"]
 
@@ -45,9 +54,11 @@ def test_inline_system_messages_merged_into_the_leading_one() -> None:
 def test_tool_use_arguments_are_python_json_and_schema_type_appended() -> None:
     body = request(
         tools=[{"name": "t", "input_schema": {"properties": {"a": {"type": "string"}}}}],
-        messages=[{"role": "user", "content": "Hi"},
-                  {"role": "assistant", "content": [{"type": "tool_use", "id": "x", "name": "t",
-                                                     "input": {"a": "Oslö"}}]}])
+        messages=[
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "x", "name": "t", "input": {"a": "Oslö"}}]},
+        ],
+    )
     chat = messages.to_chat_request(body, DEFAULTS)
     call = chat["messages"][1]["tool_calls"][0]
     assert call["function"]["arguments"] == '{"a": "Osl\\u00f6"}'  # json.dumps: ASCII escapes, ": " separators
@@ -57,30 +68,50 @@ def test_tool_use_arguments_are_python_json_and_schema_type_appended() -> None:
 
 def test_tool_additions_and_removals_resolve_in_order() -> None:
     weather = {"name": "weather", "input_schema": {"type": "object"}, "defer_loading": True}
-    change = {"role": "system", "content": [
-        {"type": "tool_addition", "tool": {"type": "tool_reference", "name": "weather"}},
-        {"type": "tool_addition", "tool": {"type": "tool_definition",
-                                           "definition": {"name": "ping", "input_schema": {"type": "object"}}}},
-        {"type": "tool_removal", "tool": {"type": "tool_reference", "name": "ping"}}]}
+    change = {
+        "role": "system",
+        "content": [
+            {"type": "tool_addition", "tool": {"type": "tool_reference", "name": "weather"}},
+            {
+                "type": "tool_addition",
+                "tool": {"type": "tool_definition", "definition": {"name": "ping", "input_schema": {"type": "object"}}},
+            },
+            {"type": "tool_removal", "tool": {"type": "tool_reference", "name": "ping"}},
+        ],
+    }
     body = request(tools=[weather], messages=[change, {"role": "user", "content": "Hi"}])
     tools = messages.to_chat_request(body, DEFAULTS)["tools"]
     assert [t["function"]["name"] for t in tools] == ["weather"]
     assert tools[0]["function"]["defer_loading"] is None
-    body = request(tools=[weather], messages=[
-        {"role": "system", "content": [{"type": "tool_removal", "tool": {"type": "tool_reference", "name": "nope"}}]}])
+    body = request(
+        tools=[weather],
+        messages=[
+            {
+                "role": "system",
+                "content": [{"type": "tool_removal", "tool": {"type": "tool_reference", "name": "nope"}}],
+            }
+        ],
+    )
     with pytest.raises(BadRequestError, match="not declared in tools"):
         messages.to_chat_request(body, DEFAULTS)
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"messages": []}, "body.model"),
-    ({"model": "m", "messages": [], "max_tokens": 0}, "body.max_tokens"),
-    ({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [{"type": "video"}]}]},
-     "body.messages.0.content"),
-    ({"model": "m", "max_tokens": 1, "messages": [], "thinking": {"type": "enabled", "budget_tokens": 10}},
-     "body.thinking.enabled.budget_tokens"),
-    ({"model": "m", "max_tokens": 1, "messages": [], "tool_choice": {"type": "tool"}}, "body.tool_choice"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"messages": []}, "body.model"),
+        ({"model": "m", "messages": [], "max_tokens": 0}, "body.max_tokens"),
+        (
+            {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [{"type": "video"}]}]},
+            "body.messages.0.content",
+        ),
+        (
+            {"model": "m", "max_tokens": 1, "messages": [], "thinking": {"type": "enabled", "budget_tokens": 10}},
+            "body.thinking.enabled.budget_tokens",
+        ),
+        ({"model": "m", "max_tokens": 1, "messages": [], "tool_choice": {"type": "tool"}}, "body.tool_choice"),
+    ],
+)
 def test_schema_errors_name_pydantics_location(body: dict, param: str) -> None:
     with pytest.raises(RequestValidationError) as info:
         messages.validate_messages_request(body)
@@ -100,11 +131,26 @@ def test_disabled_thinking_effort_probe(qwen3_model_dir: Path, tmp_path: Path) -
 
 
 def test_odd_tool_result_items_are_skipped_not_500() -> None:
-    body = request(messages=[
-        {"role": "user", "content": "Hi"},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "x", "name": "t", "input": {}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": [
-            {"type": "image", "source": "not-a-dict"}, {"type": "text", "text": "ok"}, {"no_type": 1}]}]}])
+    body = request(
+        messages=[
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "x", "name": "t", "input": {}}]},
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "x",
+                        "content": [
+                            {"type": "image", "source": "not-a-dict"},
+                            {"type": "text", "text": "ok"},
+                            {"no_type": 1},
+                        ],
+                    }
+                ],
+            },
+        ]
+    )
     chat = messages.to_chat_request(body, DEFAULTS)
     assert chat["messages"][2] == {"role": "tool", "tool_call_id": "x", "content": "ok"}
     assert chat["messages"][3]["content"][0]["image_url"]["url"] == "data:image/jpeg;base64,"

@@ -35,32 +35,48 @@ def _ours(check: Any) -> tuple[str, str]:
     return detail["type"], detail["msg"]
 
 
-@pytest.mark.parametrize(("body", "check"), [
-    ({"text": 3}, lambda b: protocol.check_type(b, "text", (str,))),
-    ({"mapping": "x"}, lambda b: protocol.opt_dict(b, "mapping")),
-    ({"mapping": [1]}, lambda b: protocol.check_type(b, "mapping", (dict,))),
-    ({"items": 3}, lambda b: protocol.check_type(b, "items", (list,))),
-    ({"count": -1}, lambda b: protocol.opt_int(b, "count", lo=0, hi=10)),
-    ({"count": 11}, lambda b: protocol.opt_int(b, "count", lo=0, hi=10)),
-    ({"count": "ten"}, lambda b: protocol.opt_int(b, "count", lo=0, hi=10)),
-    ({"count": 1.5}, lambda b: protocol.opt_int(b, "count", lo=0, hi=10)),
-    ({"payload": "all"}, lambda b: protocol.validate_mm_payload(b)),
-], ids=["str", "dict-from-opt_dict", "dict", "list", "below-ge", "above-le", "int-parsing", "int-from-float",
-        "literal"])
+@pytest.mark.parametrize(
+    ("body", "check"),
+    [
+        ({"text": 3}, lambda b: protocol.check_type(b, "text", (str,))),
+        ({"mapping": "x"}, lambda b: protocol.opt_dict(b, "mapping")),
+        ({"mapping": [1]}, lambda b: protocol.check_type(b, "mapping", (dict,))),
+        ({"items": 3}, lambda b: protocol.check_type(b, "items", (list,))),
+        ({"count": -1}, lambda b: protocol.opt_int(b, "count", lo=0, hi=10)),
+        ({"count": 11}, lambda b: protocol.opt_int(b, "count", lo=0, hi=10)),
+        ({"count": "ten"}, lambda b: protocol.opt_int(b, "count", lo=0, hi=10)),
+        ({"count": 1.5}, lambda b: protocol.opt_int(b, "count", lo=0, hi=10)),
+        ({"payload": "all"}, lambda b: protocol.validate_mm_payload(b)),
+    ],
+    ids=[
+        "str",
+        "dict-from-opt_dict",
+        "dict",
+        "list",
+        "below-ge",
+        "above-le",
+        "int-parsing",
+        "int-from-float",
+        "literal",
+    ],
+)
 def test_schema_errors_match_pydantic(body: dict[str, Any], check: Any) -> None:
     key = next(iter(body))
     renamed = {"mm_payload": body[key]} if key == "payload" else body
     assert _ours(lambda: check(dict(renamed))) == _pydantic(body)
 
 
-@pytest.mark.parametrize(("message", "kind"), [
-    ("Input should be 'auto' or 'disabled'", "literal_error"),
-    ("Input should be False", "literal_error"),
-    ("Input should be a valid string", "string_type"),
-    ("Input should be a valid dictionary or object to extract fields from", "model_attributes_type"),
-    ("Input should be greater than or equal to 1", "greater_than_equal"),
-    ("Input should be a nice value", "value_error"),
-    ("Value error, max_tokens must be positive", "value_error"),
-])
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        ("Input should be 'auto' or 'disabled'", "literal_error"),
+        ("Input should be False", "literal_error"),
+        ("Input should be a valid string", "string_type"),
+        ("Input should be a valid dictionary or object to extract fields from", "model_attributes_type"),
+        ("Input should be greater than or equal to 1", "greater_than_equal"),
+        ("Input should be a nice value", "value_error"),
+        ("Value error, max_tokens must be positive", "value_error"),
+    ],
+)
 def test_error_type_follows_the_message(message: str, kind: str) -> None:
     assert protocol._error_type(message) == kind

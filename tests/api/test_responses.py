@@ -9,13 +9,17 @@ from render_service.exceptions import BadRequestError, RequestValidationError
 
 
 def test_reasoning_and_calls_merge_into_one_assistant_message() -> None:
-    body = {"instructions": "Sys.", "input": [
-        {"role": "user", "content": "Weather?"},
-        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "two"}]},
-        {"type": "function_call", "call_id": "a", "name": "w", "arguments": "{}"},
-        {"type": "function_call", "call_id": "b", "name": "w", "arguments": "{}", "namespace": "ns"},
-        {"type": "function_call_output", "call_id": "a", "output": "1"},
-        {"type": "custom_tool_call", "call_id": "c", "name": "sh", "input": "ls é"}]}
+    body = {
+        "instructions": "Sys.",
+        "input": [
+            {"role": "user", "content": "Weather?"},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "two"}]},
+            {"type": "function_call", "call_id": "a", "name": "w", "arguments": "{}"},
+            {"type": "function_call", "call_id": "b", "name": "w", "arguments": "{}", "namespace": "ns"},
+            {"type": "function_call_output", "call_id": "a", "output": "1"},
+            {"type": "custom_tool_call", "call_id": "c", "name": "sh", "input": "ls é"},
+        ],
+    }
     out = responses.input_messages(body)
     assert out[0] == {"role": "system", "content": "Sys."}
     assistant = out[2]
@@ -26,21 +30,33 @@ def test_reasoning_and_calls_merge_into_one_assistant_message() -> None:
 
 
 def test_partial_assistant_message_is_continued() -> None:
-    assert responses._continue_final([{"role": "user", "content": "x"},
-                                      {"type": "message", "role": "assistant", "status": "in_progress",
-                                       "content": [{"type": "output_text", "text": "Hi"}]}])
+    assert responses._continue_final(
+        [
+            {"role": "user", "content": "x"},
+            {
+                "type": "message",
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [{"type": "output_text", "text": "Hi"}],
+            },
+        ]
+    )
     assert not responses._continue_final("text")
-    assert not responses._continue_final([{"type": "function_call_output", "call_id": "a", "output": "",
-                                           "status": "incomplete"}])
+    assert not responses._continue_final(
+        [{"type": "function_call_output", "call_id": "a", "output": "", "status": "incomplete"}]
+    )
 
 
-@pytest.mark.parametrize("body, error, param", [
-    ({"input": None}, RequestValidationError, "body.input"),
-    ({"input": [{"type": "web_search_call", "id": "w"}]}, RequestValidationError, "body.input"),
-    ({"input": "x", "prompt": {"id": "p"}}, BadRequestError, "prompt"),
-    ({"input": "x", "background": True, "store": False}, BadRequestError, "background"),
-    ({"input": "x", "presence_penalty": -3}, RequestValidationError, "body.presence_penalty"),
-])
+@pytest.mark.parametrize(
+    "body, error, param",
+    [
+        ({"input": None}, RequestValidationError, "body.input"),
+        ({"input": [{"type": "web_search_call", "id": "w"}]}, RequestValidationError, "body.input"),
+        ({"input": "x", "prompt": {"id": "p"}}, BadRequestError, "prompt"),
+        ({"input": "x", "background": True, "store": False}, BadRequestError, "background"),
+        ({"input": "x", "presence_penalty": -3}, RequestValidationError, "body.presence_penalty"),
+    ],
+)
 def test_request_checks(body: dict, error: type, param: str) -> None:
     with pytest.raises(error) as info:
         responses.validate_responses_request(body)
@@ -52,13 +68,16 @@ def test_encrypted_reasoning_refused() -> None:
         responses.input_messages({"input": [{"type": "reasoning", "summary": [], "encrypted_content": "x"}]})
 
 
-@pytest.mark.parametrize("item", [
-    {"type": "reasoning", "summary": ["not a part"]},
-    {"type": "reasoning", "summary": [], "content": [1]},
-    {"type": "message", "role": "assistant", "content": []},
-    {"type": "function_call", "call_id": "a", "name": "w"},
-    {"role": "user", "content": [1]},
-])
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"type": "reasoning", "summary": ["not a part"]},
+        {"type": "reasoning", "summary": [], "content": [1]},
+        {"type": "message", "role": "assistant", "content": []},
+        {"type": "function_call", "call_id": "a", "name": "w"},
+        {"role": "user", "content": [1]},
+    ],
+)
 def test_malformed_items_fail_the_input_union(item: dict) -> None:
     with pytest.raises(RequestValidationError) as info:
         responses.validate_responses_request({"input": [item]})

@@ -21,7 +21,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from render_service.server.app import create_app
 from render_service.audit.audit import (
     AuditReport,
     ContinuousAudit,
@@ -32,15 +31,30 @@ from render_service.audit.audit import (
     run_audit,
 )
 from render_service.model.loader import Model, load_model
+from render_service.server.app import create_app
 from render_service.settings import Settings
 from tests.integration.engine_fixture import app_server, free_port
 
 pytestmark = pytest.mark.timeout(300)
 
-BASE: dict[str, Any] = {"served_model_name": ["tinyqwen3"], "reasoning_parser": "qwen3", "tool_call_parser": "hermes",
-                        "enable_auto_tool_choice": True, "max_model_len": 8192}
-BASE_FLAGS = ["--served-model-name", "tinyqwen3", "--reasoning-parser", "qwen3", "--tool-call-parser", "hermes",
-              "--enable-auto-tool-choice", "--max-model-len", "8192"]
+BASE: dict[str, Any] = {
+    "served_model_name": ["tinyqwen3"],
+    "reasoning_parser": "qwen3",
+    "tool_call_parser": "hermes",
+    "enable_auto_tool_choice": True,
+    "max_model_len": 8192,
+}
+BASE_FLAGS = [
+    "--served-model-name",
+    "tinyqwen3",
+    "--reasoning-parser",
+    "qwen3",
+    "--tool-call-parser",
+    "hermes",
+    "--enable-auto-tool-choice",
+    "--max-model-len",
+    "8192",
+]
 
 
 def settings_for(model_dir: Path, **overrides: Any) -> Settings:
@@ -85,6 +99,7 @@ def variant_template(qwen3_model_dir: Path, tmp_path_factory: pytest.TempPathFac
 
 # -- render replicas -------------------------------------------------------------------------------
 
+
 def test_matching_replicas_agree(qwen3_model_dir: Path, base_replica: str, local: tuple[Settings, Model]) -> None:
     with replica(qwen3_model_dir) as twin:
         report = run_audit([base_replica, twin], [], local=None)
@@ -92,8 +107,17 @@ def test_matching_replicas_agree(qwen3_model_dir: Path, base_replica: str, local
         assert not report.warnings
         assert report.reference == f"render replica {base_replica}"
         checked = {f.component for f in report.findings if f.peer == twin and f.severity == "ok"}
-        assert {"fingerprint", "chat_template", "max_model_len", "parsers", "generation_defaults",
-                "default_chat_template_kwargs", "served_model_names", "tokenizer_files", "vllm_version"} <= checked
+        assert {
+            "fingerprint",
+            "chat_template",
+            "max_model_len",
+            "parsers",
+            "generation_defaults",
+            "default_chat_template_kwargs",
+            "served_model_names",
+            "tokenizer_files",
+            "vllm_version",
+        } <= checked
 
         report = run_audit([base_replica, twin], [], local=local)
         assert report.exit_code == 0, report.to_table()
@@ -106,8 +130,7 @@ PLANTED = {
     "max_model_len": ({"max_model_len": 4096}, {"max_model_len"}),
     "reasoning_parser": ({"reasoning_parser": None}, {"parsers"}),
     "tool_parser": ({"tool_call_parser": None, "enable_auto_tool_choice": False}, {"parsers"}),
-    "template_kwargs": ({"default_chat_template_kwargs": {"enable_thinking": False}},
-                        {"default_chat_template_kwargs"}),
+    "template_kwargs": ({"default_chat_template_kwargs": {"enable_thinking": False}}, {"default_chat_template_kwargs"}),
     "generation": ({"override_generation_config": {"temperature": 0.2}}, {"generation_defaults"}),
     "served_name": ({"served_model_name": ["other-name"]}, {"served_model_names"}),
     "max_logprobs": ({"max_logprobs": 5}, {"max_logprobs"}),
@@ -115,8 +138,9 @@ PLANTED = {
 
 
 @pytest.mark.parametrize("case", list(PLANTED))
-def test_planted_replica_mismatch(case: str, qwen3_model_dir: Path, base_replica: str, variant_template: str,
-                                  local: tuple[Settings, Model]) -> None:
+def test_planted_replica_mismatch(
+    case: str, qwen3_model_dir: Path, base_replica: str, variant_template: str, local: tuple[Settings, Model]
+) -> None:
     overrides, components = PLANTED[case]
     overrides = {k: (variant_template if v == "VARIANT" else v) for k, v in overrides.items()}
     expected = {*components, "fingerprint"}
@@ -142,7 +166,8 @@ def test_fingerprint_rows_show_the_differing_values(qwen3_model_dir: Path, base_
 
 
 def test_render_replica_path_only_difference_is_a_warning_against_local(
-        qwen3_model_dir: Path, base_replica: str, tmp_path: Path) -> None:
+    qwen3_model_dir: Path, base_replica: str, tmp_path: Path
+) -> None:
     """The same model folder elsewhere: a warning against the local configuration (replicas compared with
     each other would refuse each other's derender calls, so there it is an error)."""
     copy_dir = tmp_path / qwen3_model_dir.name
@@ -152,8 +177,7 @@ def test_render_replica_path_only_difference_is_a_warning_against_local(
     settings = settings_for(copy_dir)
     report = run_audit([base_replica], [], local=(settings, load_model(settings)))
     assert report.exit_code == 0, report.to_table()
-    assert {(f.component, f.severity) for f in report.warnings} >= {("model", "warning"),
-                                                                   ("fingerprint", "warning")}
+    assert {(f.component, f.severity) for f in report.warnings} >= {("model", "warning"), ("fingerprint", "warning")}
     assert report.strict_exit_code() == 1
     with replica(copy_dir) as other:
         report = run_audit([base_replica, other], [], local=None)
@@ -170,27 +194,48 @@ def test_api_key(qwen3_model_dir: Path, local: tuple[Settings, Model], root: str
 
 # -- fake engines ------------------------------------------------------------------------------------
 
-def fake_engine(root: str, *, version: str = "0.33.0", served: tuple[str, ...] = ("tinyqwen3",),
-                max_model_len: int = 8192, token: int = 42, generate_status: int | None = None,
-                seen: list[dict[str, Any]] | None = None) -> Starlette:
+
+def fake_engine(
+    root: str,
+    *,
+    version: str = "0.33.0",
+    served: tuple[str, ...] = ("tinyqwen3",),
+    max_model_len: int = 8192,
+    token: int = 42,
+    generate_status: int | None = None,
+    seen: list[dict[str, Any]] | None = None,
+) -> Starlette:
     """Answers like vLLM 0.33 `vllm serve --tokens-only` (no tokenizer, no /server_info)."""
-    no_tokenizer = {"error": {"message": "Tokenizer not available when `skip_tokenizer_init=True`",
-                              "type": "BadRequestError", "param": None, "code": 400}}
+    no_tokenizer = {
+        "error": {
+            "message": "Tokenizer not available when `skip_tokenizer_init=True`",
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        }
+    }
 
     async def version_route(request: Request) -> JSONResponse:
         return JSONResponse({"version": version})
 
     async def models(request: Request) -> JSONResponse:
-        return JSONResponse({"object": "list", "data": [
-            {"id": name, "object": "model", "root": root, "parent": None, "max_model_len": max_model_len}
-            for name in served]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {"id": name, "object": "model", "root": root, "parent": None, "max_model_len": max_model_len}
+                    for name in served
+                ],
+            }
+        )
 
     async def tokenizer_routes(request: Request) -> JSONResponse:
         return JSONResponse(no_tokenizer, status_code=400)
 
     def error(status: int, kind: str, message: str) -> JSONResponse:
-        return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}},
-                            status_code=status)
+        return JSONResponse(
+            {"error": {"message": message, "type": kind, "param": None, "code": status}}, status_code=status
+        )
 
     async def generate(request: Request) -> JSONResponse:
         body = await request.json()
@@ -205,20 +250,34 @@ def fake_engine(root: str, *, version: str = "0.33.0", served: tuple[str, ...] =
             return error(400, "BadRequestError", "stop strings need a tokenizer")
         count = len(body["token_ids"])
         if count + sampling.get("max_tokens", 1) > max_model_len:
-            return error(400, "BadRequestError", f"The decoder prompt (length {count}) plus the number of requested "
-                                                 f"output tokens (at least 1) is longer than the maximum model length "
-                                                 f"of {max_model_len}.")
-        return JSONResponse({"request_id": "generate-tokens-" + body["request_id"], "model": body.get("model"),
-                             "usage": {"prompt_tokens": count, "completion_tokens": 1, "total_tokens": count + 1},
-                             "output_mode": "tokens", "choices": [
-                                 {"index": 0, "finish_reason": "length", "stop_reason": None, "token_ids": [token],
-                                  "logprobs": None}]})
+            return error(
+                400,
+                "BadRequestError",
+                f"The decoder prompt (length {count}) plus the number of requested "
+                f"output tokens (at least 1) is longer than the maximum model length "
+                f"of {max_model_len}.",
+            )
+        return JSONResponse(
+            {
+                "request_id": "generate-tokens-" + body["request_id"],
+                "model": body.get("model"),
+                "usage": {"prompt_tokens": count, "completion_tokens": 1, "total_tokens": count + 1},
+                "output_mode": "tokens",
+                "choices": [
+                    {"index": 0, "finish_reason": "length", "stop_reason": None, "token_ids": [token], "logprobs": None}
+                ],
+            }
+        )
 
-    return Starlette(routes=[
-        Route("/version", version_route), Route("/v1/models", models),
-        Route("/tokenizer_info", tokenizer_routes), Route("/tokenize", tokenizer_routes, methods=["POST"]),
-        Route("/inference/v1/generate", generate, methods=["POST"]),
-    ])
+    return Starlette(
+        routes=[
+            Route("/version", version_route),
+            Route("/v1/models", models),
+            Route("/tokenizer_info", tokenizer_routes),
+            Route("/tokenize", tokenizer_routes, methods=["POST"]),
+            Route("/inference/v1/generate", generate, methods=["POST"]),
+        ]
+    )
 
 
 def test_matching_engine_is_probed_for_real(local: tuple[Settings, Model], root: str) -> None:
@@ -238,8 +297,9 @@ def test_matching_engine_is_probed_for_real(local: tuple[Settings, Model], root:
     assert max(long["token_ids"]) < local[1].vocab_size
 
 
-@pytest.mark.parametrize("version, severity", [("0.33.0", "ok"), ("0.32.0", "info"), ("0.33.1", "info"),
-                                               ("0.30.1", "warning")])
+@pytest.mark.parametrize(
+    "version, severity", [("0.33.0", "ok"), ("0.32.0", "info"), ("0.33.1", "info"), ("0.30.1", "warning")]
+)
 def test_engine_versions(version: str, severity: str, local: tuple[Settings, Model], root: str) -> None:
     with app_server(fake_engine(root, version=version)) as engine:
         report = run_audit([], [engine], local=local, long_probe=False)
@@ -249,12 +309,17 @@ def test_engine_versions(version: str, severity: str, local: tuple[Settings, Mod
     assert report.strict_exit_code() == (1 if severity == "warning" else 0)
 
 
-@pytest.mark.parametrize("kwargs, components", [
-    ({"max_model_len": 4096}, {"max_model_len", "long_prompt_probe"}),
-    ({"served": ("other",)}, {"served_model_names"}),
-    ({"generate_status": 403}, {"generate_endpoint"}),
-])
-def test_engine_mismatches(kwargs: dict[str, Any], components: set[str], local: tuple[Settings, Model], root: str) -> None:
+@pytest.mark.parametrize(
+    "kwargs, components",
+    [
+        ({"max_model_len": 4096}, {"max_model_len", "long_prompt_probe"}),
+        ({"served": ("other",)}, {"served_model_names"}),
+        ({"generate_status": 403}, {"generate_endpoint"}),
+    ],
+)
+def test_engine_mismatches(
+    kwargs: dict[str, Any], components: set[str], local: tuple[Settings, Model], root: str
+) -> None:
     with app_server(fake_engine(root, **kwargs)) as engine:
         report = run_audit([], [engine], local=local)
     assert report.exit_code == 1
@@ -273,8 +338,11 @@ def test_shorter_engine_found_by_the_long_probe_alone(local: tuple[Settings, Mod
 
 
 def test_engines_compared_with_each_other(local: tuple[Settings, Model], root: str) -> None:
-    with app_server(fake_engine(root, token=42)) as one, app_server(fake_engine(root, token=42)) as two, \
-            app_server(fake_engine(root, token=7)) as three:
+    with (
+        app_server(fake_engine(root, token=42)) as one,
+        app_server(fake_engine(root, token=42)) as two,
+        app_server(fake_engine(root, token=7)) as three,
+    ):
         report = run_audit([], [one, two, three], local=local, long_probe=False)
     assert errors(report) == {(three, "greedy_token")}, report.to_table()
     row = next(f for f in report.findings if f.component == "greedy_token" and f.peer == three)
@@ -309,11 +377,16 @@ def test_unreachable(local: tuple[Settings, Model], root: str) -> None:
 
 # -- report formats ----------------------------------------------------------------------------------
 
+
 def test_table_and_json() -> None:
-    report = AuditReport(reference="local (m)", findings=[
-        Finding("http://a", "max_model_len", "8192", "4096", "error", "lengths differ"),
-        Finding("http://a", "vllm_version", "0.33.0", "0.33.0", "ok"),
-    ], peers={"http://a": {"role": "engine"}})
+    report = AuditReport(
+        reference="local (m)",
+        findings=[
+            Finding("http://a", "max_model_len", "8192", "4096", "error", "lengths differ"),
+            Finding("http://a", "vllm_version", "0.33.0", "0.33.0", "ok"),
+        ],
+        peers={"http://a": {"role": "engine"}},
+    )
     table = report.to_table()
     lines = table.splitlines()
     assert lines[0] == "render-service audit: reference = local (m)"
@@ -323,19 +396,28 @@ def test_table_and_json() -> None:
     assert table.endswith("-> exit code 1")
     data = json.loads(report.to_json())
     assert data["exit_code"] == 1 and data["summary"]["error"] == 1
-    assert data["findings"][0] == {"peer": "http://a", "component": "max_model_len", "ours": "8192",
-                                   "theirs": "4096", "severity": "error", "detail": "lengths differ"}
+    assert data["findings"][0] == {
+        "peer": "http://a",
+        "component": "max_model_len",
+        "ours": "8192",
+        "theirs": "4096",
+        "severity": "error",
+        "detail": "lengths differ",
+    }
 
 
 # -- endpoints files ---------------------------------------------------------------------------------
+
 
 def test_endpoints_json_and_yaml(tmp_path: Path) -> None:
     path = tmp_path / "e.json"
     path.write_text(json.dumps({"render": ["http://r1:8000/", "r2:8000"], "engines": ["http://e1:8000"]}))
     assert load_endpoints(path) == (["http://r1:8000", "http://r2:8000"], ["http://e1:8000"])
     path = tmp_path / "e.yaml"
-    path.write_text("render:\n  - http://r1:8000\nengines:\n  - http://e1:8000\n  - http://e2:8000\n"
-                    "---\n- url: http://r3:8000\n  role: render\n")
+    path.write_text(
+        "render:\n  - http://r1:8000\nengines:\n  - http://e1:8000\n  - http://e2:8000\n"
+        "---\n- url: http://r3:8000\n  role: render\n"
+    )
     assert load_endpoints(path) == (["http://r1:8000", "http://r3:8000"], ["http://e1:8000", "http://e2:8000"])
 
 
@@ -377,8 +459,15 @@ items:
     assert engines == ["https://[fd00::1]:8443"]
 
 
-@pytest.mark.parametrize("text", ['["http://x:1"]', "render: [{kind: Endpoints, subsets: [{addresses: []}]}]",
-                                  '{"url": "http://x", "role": "router"}', "42"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '["http://x:1"]',
+        "render: [{kind: Endpoints, subsets: [{addresses: []}]}]",
+        '{"url": "http://x", "role": "router"}',
+        "42",
+    ],
+)
 def test_endpoints_errors(tmp_path: Path, text: str) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(text)
@@ -388,12 +477,14 @@ def test_endpoints_errors(tmp_path: Path, text: str) -> None:
 
 # -- continuous audit ---------------------------------------------------------------------------------
 
+
 def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
     return registry.get_sample_value(name, labels)
 
 
-def test_continuous_audit_gauges_and_health(qwen3_model_dir: Path, base_replica: str,
-                                            local: tuple[Settings, Model]) -> None:
+def test_continuous_audit_gauges_and_health(
+    qwen3_model_dir: Path, base_replica: str, local: tuple[Settings, Model]
+) -> None:
     registry = CollectorRegistry()
     with replica(qwen3_model_dir, max_model_len=4096) as short:
         audit = ContinuousAudit([short], [], local=local, registry=registry, interval=3600, unhealthy_after=2)
@@ -418,8 +509,9 @@ def test_continuous_audit_thread(local: tuple[Settings, Model], root: str) -> No
     registry = CollectorRegistry()
     reports: list[AuditReport] = []
     with app_server(fake_engine(root, max_model_len=4096)) as engine:
-        with ContinuousAudit([], [engine], local=local, registry=registry, interval=0.2,
-                             on_report=reports.append) as audit:
+        with ContinuousAudit(
+            [], [engine], local=local, registry=registry, interval=0.2, on_report=reports.append
+        ) as audit:
             deadline = time.monotonic() + 60
             while len(reports) < 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -432,7 +524,10 @@ def test_continuous_audit_thread(local: tuple[Settings, Model], root: str) -> No
 
 # -- CLI ---------------------------------------------------------------------------------------------
 
-def test_cli(qwen3_model_dir: Path, base_replica: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], root: str) -> None:
+
+def test_cli(
+    qwen3_model_dir: Path, base_replica: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], root: str
+) -> None:
     assert main_audit([]) == 3
     assert main_audit(["--endpoints", str(tmp_path / "missing.json")]) == 3
     with ExitStack() as stack:
@@ -443,7 +538,9 @@ def test_cli(qwen3_model_dir: Path, base_replica: str, tmp_path: Path, capsys: p
         data = json.loads(capsys.readouterr().out)
         assert data["exit_code"] == 1
         assert {(f["peer"], f["component"]) for f in data["findings"] if f["severity"] == "error"} == {
-            (short, "max_model_len"), (short, "fingerprint")}
+            (short, "max_model_len"),
+            (short, "fingerprint"),
+        }
         endpoints = tmp_path / "endpoints.json"
         endpoints.write_text(json.dumps({"render": [base_replica], "engines": [engine]}))
         code = main_audit(["--endpoints", str(endpoints), str(qwen3_model_dir), *BASE_FLAGS])

@@ -16,8 +16,14 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}]}
 
 
 def make(model_dir: Path, **overrides) -> TestClient:
-    values = dict(model=str(model_dir), served_model_name=["tinyqwen3"], reasoning_parser="qwen3",
-                  tool_call_parser="hermes", enable_auto_tool_choice=True, max_model_len=8192)
+    values = dict(
+        model=str(model_dir),
+        served_model_name=["tinyqwen3"],
+        reasoning_parser="qwen3",
+        tool_call_parser="hermes",
+        enable_auto_tool_choice=True,
+        max_model_len=8192,
+    )
     values.update(overrides)
     return TestClient(create_app(Settings(**values).validate()))
 
@@ -26,8 +32,15 @@ def test_config_endpoint_and_headers(qwen3_model_dir: Path) -> None:
     with make(qwen3_model_dir) as client:
         config = client.get("/v1/render/config").json()
         assert len(config["fingerprint"]) == 32
-        assert {"tokenizer_files", "chat_template", "parsers", "max_model_len", "generation_defaults",
-                "served_model_names", "service_version"} <= set(config["components"])
+        assert {
+            "tokenizer_files",
+            "chat_template",
+            "parsers",
+            "max_model_len",
+            "generation_defaults",
+            "served_model_names",
+            "service_version",
+        } <= set(config["components"])
         assert config["vllm_parity_version"] == "0.33.0"
         rendered = client.post("/v1/chat/completions/render", json=CHAT)
         assert rendered.headers["X-Render-Fingerprint"] == config["fingerprint"]
@@ -35,18 +48,22 @@ def test_config_endpoint_and_headers(qwen3_model_dir: Path) -> None:
 
 
 def test_fingerprint_names_what_differs(qwen3_model_dir: Path) -> None:
-    with make(qwen3_model_dir) as a, make(qwen3_model_dir, max_model_len=4096) as b, \
-            make(qwen3_model_dir) as same:
+    with make(qwen3_model_dir) as a, make(qwen3_model_dir, max_model_len=4096) as b, make(qwen3_model_dir) as same:
         fa, fb = a.get("/v1/render/config").json(), b.get("/v1/render/config").json()
         assert fa["fingerprint"] == same.get("/v1/render/config").json()["fingerprint"]
         assert fa["fingerprint"] != fb["fingerprint"]
         assert [k for k in fa["components"] if fa["components"][k] != fb["components"][k]] == ["max_model_len"]
 
         rendered = a.post("/v1/chat/completions/render", json=CHAT)
-        headers = {"X-Render-Fingerprint": rendered.headers["X-Render-Fingerprint"],
-                   "X-Render-Fingerprint-Components": rendered.headers["X-Render-Fingerprint-Components"]}
-        body = {"chat_request": CHAT, "prompt_token_ids": rendered.json()["token_ids"],
-                "generate_response": {"request_id": "r", "choices": [{"index": 0, "token_ids": [9707]}]}}
+        headers = {
+            "X-Render-Fingerprint": rendered.headers["X-Render-Fingerprint"],
+            "X-Render-Fingerprint-Components": rendered.headers["X-Render-Fingerprint-Components"],
+        }
+        body = {
+            "chat_request": CHAT,
+            "prompt_token_ids": rendered.json()["token_ids"],
+            "generate_response": {"request_id": "r", "choices": [{"index": 0, "token_ids": [9707]}]},
+        }
         assert a.post("/v1/chat/completions/derender", json=body, headers=headers).status_code == 200
         refused = b.post("/v1/chat/completions/derender", json=body, headers=headers)
         assert refused.status_code == 409
@@ -58,8 +75,12 @@ def test_fingerprint_names_what_differs(qwen3_model_dir: Path) -> None:
 def test_stream_state_from_another_fingerprint_is_refused(qwen3_model_dir: Path) -> None:
     with make(qwen3_model_dir) as a, make(qwen3_model_dir, default_chat_template_kwargs={"x": 1}) as b:
         rendered = a.post("/v1/chat/completions/render", json=CHAT).json()
-        body = {"stream": True, "chat_request": CHAT, "prompt_token_ids": rendered["token_ids"],
-                "generate_chunk": {"request_id": "r", "choices": [{"index": 0, "token_ids": [151667]}]}}
+        body = {
+            "stream": True,
+            "chat_request": CHAT,
+            "prompt_token_ids": rendered["token_ids"],
+            "generate_chunk": {"request_id": "r", "choices": [{"index": 0, "token_ids": [151667]}]},
+        }
         state = a.post("/v1/chat/completions/derender", json=body).json()["stream_state"]
         assert state["rs_fp"]
         body["stream_state"] = state
@@ -71,10 +92,27 @@ def test_stream_state_from_another_fingerprint_is_refused(qwen3_model_dir: Path)
 
 
 def test_fingerprint_cli_matches_the_server(qwen3_model_dir: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "render_service.cli", "fingerprint", str(qwen3_model_dir),
-                             "--served-model-name", "tinyqwen3", "--reasoning-parser", "qwen3",
-                             "--tool-call-parser", "hermes", "--enable-auto-tool-choice", "--max-model-len", "8192"],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "render_service.cli",
+            "fingerprint",
+            str(qwen3_model_dir),
+            "--served-model-name",
+            "tinyqwen3",
+            "--reasoning-parser",
+            "qwen3",
+            "--tool-call-parser",
+            "hermes",
+            "--enable-auto-tool-choice",
+            "--max-model-len",
+            "8192",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     printed = json.loads(result.stdout)
     with make(qwen3_model_dir) as client:
@@ -86,8 +124,18 @@ def test_continuous_audit_exports_mismatches_and_gates_readiness(qwen3_model_dir
 
     from tests.helpers import metric, service
 
-    with service(qwen3_model_dir, "--served-model-name", "tinyqwen3", "--reasoning-parser", "qwen3",
-                 "--tool-call-parser", "hermes", "--enable-auto-tool-choice", "--max-model-len", "4096") as peer:
+    with service(
+        qwen3_model_dir,
+        "--served-model-name",
+        "tinyqwen3",
+        "--reasoning-parser",
+        "qwen3",
+        "--tool-call-parser",
+        "hermes",
+        "--enable-auto-tool-choice",
+        "--max-model-len",
+        "4096",
+    ) as peer:
         with make(qwen3_model_dir, audit_render=[peer], audit_interval=3600, audit_gates_readiness=True) as client:
             deadline = time.monotonic() + 120
             text = ""
@@ -101,8 +149,8 @@ def test_continuous_audit_exports_mismatches_and_gates_readiness(qwen3_model_dir
 
 
 def test_image_processing_settings_are_a_component(qwen3_model_dir: Path, tmp_path: Path) -> None:
-    from render_service.model.example import build_example_model
     from render_service.audit.fingerprint import fingerprint
+    from render_service.model.example import build_example_model
     from render_service.model.loader import load_model
 
     vl_dir = build_example_model(tmp_path / "vl", "qwen3-vl")

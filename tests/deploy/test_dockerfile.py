@@ -105,8 +105,10 @@ def test_build_stage_needs_no_compiler_and_installs_no_torch(parsed):
     for package in FORBIDDEN_PACKAGES:
         assert package not in runs.replace("render-service", "")
     dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    names = [dep.split(";")[0].split("[")[0].split("=")[0].split(">")[0].split("<")[0].strip().lower()
-             for dep in dependencies]
+    names = [
+        dep.split(";")[0].split("[")[0].split("=")[0].split(">")[0].split("<")[0].strip().lower()
+        for dep in dependencies
+    ]
     assert not set(names) & set(FORBIDDEN_PACKAGES), names
 
 
@@ -162,8 +164,11 @@ def test_healthcheck_command_against_a_local_server(final_stage, status, healthy
 
 
 def test_dockerignore_sends_only_what_the_build_copies():
-    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     assert patterns[0] == "*"
     assert {p for p in patterns if p.startswith("!")} == {"!pyproject.toml", "!README.md", "!render_service/"}
     copied = set()

@@ -83,13 +83,19 @@ CASES: dict[str, dict[str, Any]] = {
     "api-key-and-audit": {
         **MODEL,
         "apiKey": {"existingSecret": "render-api-key", "key": "token"},
-        "audit": {"enabled": True, "engines": ["http://qwen3-engine-a:8000", "http://qwen3-engine-b:8000"],
-                  "extraArgs": ["--strict"]},
+        "audit": {
+            "enabled": True,
+            "engines": ["http://qwen3-engine-a:8000", "http://qwen3-engine-b:8000"],
+            "extraArgs": ["--strict"],
+        },
         "podAntiAffinity": {"type": "soft"},
     },
     "local-model-every-flag": {
-        "model": {"name": "/models/qwen3", "offline": True,
-                  "volume": {"persistentVolumeClaim": {"claimName": "qwen3-files", "readOnly": True}}},
+        "model": {
+            "name": "/models/qwen3",
+            "offline": True,
+            "volume": {"persistentVolumeClaim": {"claimName": "qwen3-files", "readOnly": True}},
+        },
         "config": {
             "servedModelName": ["qwen3", "Qwen/Qwen3-8B"],
             "tokenizer": "/models/qwen3",
@@ -257,7 +263,12 @@ def test_every_object_is_labelled_and_named_for_the_release(rendered):
 
 def test_defaults_render_the_core_objects(rendered):
     assert kinds(rendered["defaults"]) == [
-        "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Service", "ServiceAccount"]
+        "Deployment",
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+        "Service",
+        "ServiceAccount",
+    ]
 
 
 def test_defaults_container_env_probes_and_security(rendered):
@@ -311,13 +322,15 @@ def test_defaults_service_hpa_pdb_and_spread_select_the_render_pods(rendered):
     service = one(objects, "Service")
     assert service["spec"]["selector"] == selector
     assert service["spec"]["ports"] == [
-        {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP", "appProtocol": "http"}]
+        {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP", "appProtocol": "http"}
+    ]
 
     hpa = one(objects, "HorizontalPodAutoscaler")
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": FULLNAME}
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 10)
-    assert hpa["spec"]["metrics"] == [{"type": "Resource", "resource": {
-        "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}]
+    assert hpa["spec"]["metrics"] == [
+        {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}
+    ]
     assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
 
     pdb = one(objects, "PodDisruptionBudget")
@@ -331,9 +344,13 @@ def test_defaults_service_hpa_pdb_and_spread_select_the_render_pods(rendered):
 
 # Serve flags the chart sets from other values than `config.<flag>`.
 FLAGS_SET_ELSEWHERE = {
-    "model": ("model", "name"), "host": None, "port": ("containerPort",),
-    "api_key": ("apiKey", "existingSecret"), "snapshot_key": ("snapshotKey", "existingSecret"),
-    "redis_url": ("redis", "external", "url"), "chat_template": ("chatTemplate", "override"),
+    "model": ("model", "name"),
+    "host": None,
+    "port": ("containerPort",),
+    "api_key": ("apiKey", "existingSecret"),
+    "snapshot_key": ("snapshotKey", "existingSecret"),
+    "redis_url": ("redis", "external", "url"),
+    "chat_template": ("chatTemplate", "override"),
     "default_chat_template_kwargs": ("defaultChatTemplateKwargs",),
 }
 
@@ -376,8 +393,11 @@ def test_every_serve_flag_can_be_set_from_values(chart):
     objects = render(chart, {**MODEL, "config": config})
     container = render_container(objects)
     args = serve_parser(resolved_env(container)).parse_args(container.get("args", []))
-    wrong = {a.dest: (getattr(args, a.dest), config[camel(a.dest)]) for a in flags
-             if getattr(args, a.dest) != config[camel(a.dest)]}
+    wrong = {
+        a.dest: (getattr(args, a.dest), config[camel(a.dest)])
+        for a in flags
+        if getattr(args, a.dest) != config[camel(a.dest)]
+    }
     assert not wrong, f"flags that do not reach the service as set: {wrong}"
 
 
@@ -385,9 +405,14 @@ def test_values_document_the_serve_flags():
     text = (CHART / "values.yaml").read_text()
     values = yaml.safe_load(text)
     for key in values["config"]:
-        assert re.search(rf"\n  # -- [^\n]*\n(?:  # [^\n]*\n)*  {key}:", text), f"config.{key} is not documented in values.yaml"
-    undocumented = [f"--{a.dest.replace('_', '-')} (config.{camel(a.dest)})" for a in serve_flags()
-                    if a.dest not in FLAGS_SET_ELSEWHERE and camel(a.dest) not in values["config"]]
+        assert re.search(rf"\n  # -- [^\n]*\n(?:  # [^\n]*\n)*  {key}:", text), (
+            f"config.{key} is not documented in values.yaml"
+        )
+    undocumented = [
+        f"--{a.dest.replace('_', '-')} (config.{camel(a.dest)})"
+        for a in serve_flags()
+        if a.dest not in FLAGS_SET_ELSEWHERE and camel(a.dest) not in values["config"]
+    ]
     if undocumented:
         # Settable already (the chart maps any config key), but values.yaml should say so.
         warnings.warn(f"serve flags not yet documented in values.yaml: {undocumented}", stacklevel=1)
@@ -411,9 +436,16 @@ def test_every_flag_reaches_the_service_as_configured(rendered):
     assert env["RENDER_REDIS_URL"] == "redis://snapshots.cache.svc:6379/2"
     # Repeatable flags go on the command line, one flag per item, before extraArgs.
     assert "RENDER_AUDIT_ENGINE" not in env and "RENDER_AUDIT_RENDER" not in env
-    assert container["args"] == ["--audit-engine", "http://qwen3-engine-a:8000",
-                                 "--audit-engine", "http://qwen3-engine-b:8000",
-                                 "--audit-render", "http://vllm-render:8000", "--log-level", "info"]
+    assert container["args"] == [
+        "--audit-engine",
+        "http://qwen3-engine-a:8000",
+        "--audit-engine",
+        "http://qwen3-engine-b:8000",
+        "--audit-render",
+        "http://vllm-render:8000",
+        "--log-level",
+        "info",
+    ]
     # /health is 503 on an audit mismatch when it gates readiness: liveness must not use it.
     assert container["readinessProbe"]["httpGet"]["path"] == "/health"
     assert container["livenessProbe"]["httpGet"]["path"] == "/version"
@@ -421,8 +453,10 @@ def test_every_flag_reaches_the_service_as_configured(rendered):
     assert container["lifecycle"]["preStop"] == {"sleep": {"seconds": 15}}
 
     configmap = one(objects, "ConfigMap")
-    secrets = {f"{FULLNAME}/default_chat_template_kwargs.json": configmap["data"]["default_chat_template_kwargs.json"],
-               "render-snapshot-key/snapshot-key": "k" * 64}
+    secrets = {
+        f"{FULLNAME}/default_chat_template_kwargs.json": configmap["data"]["default_chat_template_kwargs.json"],
+        "render-snapshot-key/snapshot-key": "k" * 64,
+    }
     settings = settings_for(container, secrets)
     assert settings.model == "/models/qwen3" and settings.tokenizer == "/models/qwen3"
     assert settings.served_model_name == ["qwen3", "Qwen/Qwen3-8B"]
@@ -516,7 +550,8 @@ def test_servicemonitor(rendered):
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
     assert monitor["spec"]["endpoints"] == [
-        {"port": "http", "path": "/metrics", "scheme": "http", "interval": "15s", "scrapeTimeout": "10s"}]
+        {"port": "http", "path": "/metrics", "scheme": "http", "interval": "15s", "scrapeTimeout": "10s"}
+    ]
     service = one(objects, "Service")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert any(p["name"] == "http" for p in service["spec"]["ports"])
@@ -534,14 +569,20 @@ def test_chat_template_override_and_default_kwargs(chart, rendered):
     env = env_of(container)
     assert env["RENDER_CHAT_TEMPLATE"] == "/etc/render-service/chat-template/chat_template.jinja"
     assert env["RENDER_DEFAULT_CHAT_TEMPLATE_KWARGS"] == {
-        "configMapKeyRef": {"name": FULLNAME, "key": "default_chat_template_kwargs.json"}}
+        "configMapKeyRef": {"name": FULLNAME, "key": "default_chat_template_kwargs.json"}
+    }
     volume = next(v for v in pod["volumes"] if v["name"] == "chat-template")
-    assert volume["configMap"] == {"name": FULLNAME, "items": [{"key": "chat_template.jinja", "path": "chat_template.jinja"}]}
+    assert volume["configMap"] == {
+        "name": FULLNAME,
+        "items": [{"key": "chat_template.jinja", "path": "chat_template.jinja"}],
+    }
     mount = next(m for m in container["volumeMounts"] if m["name"] == "chat-template")
     assert mount == {"name": "chat-template", "mountPath": "/etc/render-service/chat-template", "readOnly": True}
 
-    settings = settings_for(container, {f"{FULLNAME}/default_chat_template_kwargs.json":
-                                        configmap["data"]["default_chat_template_kwargs.json"]})
+    settings = settings_for(
+        container,
+        {f"{FULLNAME}/default_chat_template_kwargs.json": configmap["data"]["default_chat_template_kwargs.json"]},
+    )
     assert settings.chat_template == "/etc/render-service/chat-template/chat_template.jinja"
     assert settings.default_chat_template_kwargs == {"enable_thinking": False}
 
@@ -554,13 +595,17 @@ def test_chat_template_override_and_default_kwargs(chart, rendered):
 
 
 def test_chat_template_from_an_existing_configmap(chart):
-    objects = render(chart, {**MODEL, "chatTemplate": {"existingConfigMap": "qwen3-templates",
-                                                       "existingConfigMapKey": "tool_use.jinja"}})
+    objects = render(
+        chart,
+        {**MODEL, "chatTemplate": {"existingConfigMap": "qwen3-templates", "existingConfigMapKey": "tool_use.jinja"}},
+    )
     assert "ConfigMap" not in kinds(objects)
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
     volume = next(v for v in pod["volumes"] if v["name"] == "chat-template")
-    assert volume["configMap"] == {"name": "qwen3-templates",
-                                   "items": [{"key": "tool_use.jinja", "path": "chat_template.jinja"}]}
+    assert volume["configMap"] == {
+        "name": "qwen3-templates",
+        "items": [{"key": "tool_use.jinja", "path": "chat_template.jinja"}],
+    }
     assert env_of(render_container(objects))["RENDER_CHAT_TEMPLATE"].endswith("/chat_template.jinja")
 
 
@@ -574,9 +619,15 @@ def test_api_key_secret_and_audit_cronjob(rendered):
     job_pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     audit = job_pod["containers"][0]
     assert audit["command"] == ["/usr/bin/tini", "--", "render-service", "audit"]
-    assert audit["args"] == ["--render", f"http://{FULLNAME}:8000",
-                             "--engine", "http://qwen3-engine-a:8000", "--engine", "http://qwen3-engine-b:8000",
-                             "--strict"]
+    assert audit["args"] == [
+        "--render",
+        f"http://{FULLNAME}:8000",
+        "--engine",
+        "http://qwen3-engine-a:8000",
+        "--engine",
+        "http://qwen3-engine-b:8000",
+        "--strict",
+    ]
     assert env_of(audit)["VLLM_API_KEY"] == {"secretKeyRef": {"name": "render-api-key", "key": "token"}}
     assert job_pod["restartPolicy"] == "Never" and cronjob["spec"]["concurrencyPolicy"] == "Forbid"
     assert audit["securityContext"]["readOnlyRootFilesystem"] is True
@@ -586,18 +637,29 @@ def test_api_key_secret_and_audit_cronjob(rendered):
     assert not service["spec"]["selector"].items() <= audit_labels.items()
 
 
-@pytest.mark.parametrize(("values", "message"), [
-    ({}, "model.name is required"),
-    ({**MODEL, "redis": {"inCluster": {"enabled": True}}}, "snapshotKey.existingSecret"),
-    ({**MODEL, "redis": {"inCluster": {"enabled": True}, "external": {"url": "redis://x:6379"}},
-      "snapshotKey": {"existingSecret": "k"}}, "not both"),
-    ({**MODEL, "chatTemplate": {"override": "x", "path": "/t.jinja"}}, "at most one of chatTemplate"),
-    ({**MODEL, "config": {"enableAutoToolChoice": True}}, "needs config.toolCallParser"),
-    ({**MODEL, "shutdown": {"preStopSleepSeconds": 10, "terminationGracePeriodSeconds": 30}},
-     "terminationGracePeriodSeconds must be at least"),
-    ({**MODEL, "audit": {"enabled": True}}, "at least one engine"),
-    ({**MODEL, "podAntiAffinity": {"type": "sometimes"}}, "podAntiAffinity.type"),
-])
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({}, "model.name is required"),
+        ({**MODEL, "redis": {"inCluster": {"enabled": True}}}, "snapshotKey.existingSecret"),
+        (
+            {
+                **MODEL,
+                "redis": {"inCluster": {"enabled": True}, "external": {"url": "redis://x:6379"}},
+                "snapshotKey": {"existingSecret": "k"},
+            },
+            "not both",
+        ),
+        ({**MODEL, "chatTemplate": {"override": "x", "path": "/t.jinja"}}, "at most one of chatTemplate"),
+        ({**MODEL, "config": {"enableAutoToolChoice": True}}, "needs config.toolCallParser"),
+        (
+            {**MODEL, "shutdown": {"preStopSleepSeconds": 10, "terminationGracePeriodSeconds": 30}},
+            "terminationGracePeriodSeconds must be at least",
+        ),
+        ({**MODEL, "audit": {"enabled": True}}, "at least one engine"),
+        ({**MODEL, "podAntiAffinity": {"type": "sometimes"}}, "podAntiAffinity.type"),
+    ],
+)
 def test_invalid_values_fail_the_render_with_a_message(chart, values, message):
     with pytest.raises(helm.HelmError, match=re.escape(message)):
         chart.render(values, name=RELEASE, namespace=NAMESPACE)
@@ -606,8 +668,10 @@ def test_invalid_values_fail_the_render_with_a_message(chart, values, message):
 def test_readme_values_examples_render_and_validate(chart):
     """The values files the chart's README shows install as written."""
     readme = (CHART / "README.md").read_text()
-    blocks = {m.group(1): yaml.safe_load(m.group(2))
-              for m in re.finditer(r"```yaml\n# (\S+\.yaml)[^\n]*\n(.*?)```", readme, re.S)}
+    blocks = {
+        m.group(1): yaml.safe_load(m.group(2))
+        for m in re.finditer(r"```yaml\n# (\S+\.yaml)[^\n]*\n(.*?)```", readme, re.S)
+    }
     assert set(blocks) >= {"qwen3-render.yaml", "audit.yaml"}
     values = {**blocks["qwen3-render.yaml"], **blocks["audit.yaml"]}
     objects = render(chart, values)

@@ -17,21 +17,40 @@ from render_service.settings import Settings
 from tests.helpers import chunk_body, drive_stream, metric
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
-                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
-    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
-                                                                         "properties": {"tz": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    },
+    {
+        "type": "function",
+        "function": {"name": "get_time", "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}},
+    },
 ]
-CHAT_REQUEST = {"model": "tinyqwen3", "messages": [{"role": "user", "content": "Weather and time in Paris?"}],
-                "tools": TOOLS}
-OUTPUT_TEXT = ("<think>\nThe user wants weather. 天气 🌦️ data.\n</think>\n\nLet me check.\n<tool_call>\n"
-               '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n<tool_call>\n'
-               '{"name": "get_time", "arguments": {"tz": "CET"}}\n</tool_call><|im_end|>')
+CHAT_REQUEST = {
+    "model": "tinyqwen3",
+    "messages": [{"role": "user", "content": "Weather and time in Paris?"}],
+    "tools": TOOLS,
+}
+OUTPUT_TEXT = (
+    "<think>\nThe user wants weather. 天气 🌦️ data.\n</think>\n\nLet me check.\n<tool_call>\n"
+    '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n<tool_call>\n'
+    '{"name": "get_time", "arguments": {"tz": "CET"}}\n</tool_call><|im_end|>'
+)
 
 
 def make_app(model_dir: Path, **overrides: Any):
-    values = dict(model=str(model_dir), served_model_name=["tinyqwen3"], reasoning_parser="qwen3",
-                  tool_call_parser="hermes", enable_auto_tool_choice=True, max_model_len=16384)
+    values = dict(
+        model=str(model_dir),
+        served_model_name=["tinyqwen3"],
+        reasoning_parser="qwen3",
+        tool_call_parser="hermes",
+        enable_auto_tool_choice=True,
+        max_model_len=16384,
+    )
     values.update(overrides)
     return create_app(Settings(**values).validate())
 
@@ -46,15 +65,24 @@ def client(qwen3_model_dir: Path):
 def case(client: TestClient) -> dict[str, Any]:
     rendered = client.post("/v1/chat/completions/render", json=CHAT_REQUEST).json()
     output = client.post("/tokenize", json={"prompt": OUTPUT_TEXT, "add_special_tokens": False}).json()["tokens"]
-    base = {"model": "tinyqwen3", "chat_request": CHAT_REQUEST, "prompt_token_ids": rendered["token_ids"],
-            "prompt_tokens": len(rendered["token_ids"])}
+    base = {
+        "model": "tinyqwen3",
+        "chat_request": CHAT_REQUEST,
+        "prompt_token_ids": rendered["token_ids"],
+        "prompt_tokens": len(rendered["token_ids"]),
+    }
     return {"base": base, "output": output, "prompt": rendered["token_ids"]}
 
 
 def batch(client: TestClient, case: dict[str, Any]) -> dict[str, Any]:
-    body = {**case["base"], "generate_response": {
-        "request_id": "generate-tokens-chatcmpl-test", "output_mode": "tokens",
-        "choices": [{"index": 0, "finish_reason": "stop", "stop_reason": None, "token_ids": case["output"]}]}}
+    body = {
+        **case["base"],
+        "generate_response": {
+            "request_id": "generate-tokens-chatcmpl-test",
+            "output_mode": "tokens",
+            "choices": [{"index": 0, "finish_reason": "stop", "stop_reason": None, "token_ids": case["output"]}],
+        },
+    }
     response = client.post("/v1/chat/completions/derender", json=body)
     assert response.status_code == 200, response.text
     return response.json()
@@ -89,7 +117,8 @@ def test_stream_one_token_per_chunk_equals_batch(client: TestClient, case: dict[
     assert got["reasoning"] == expected["reasoning"]
     assert got["content"] == expected["content"]
     assert [(c["id"], c["name"], c["arguments"]) for c in got["tool_calls"]] == [
-        (c["id"], c["function"]["name"], c["function"]["arguments"]) for c in expected["tool_calls"]]
+        (c["id"], c["function"]["name"], c["function"]["arguments"]) for c in expected["tool_calls"]
+    ]
     assert got["finish_reason"] == "tool_calls"
     state = got["state"]
     assert state["output_token_ids"] == case["output"] and state["tools_streamed"] is True
@@ -108,7 +137,8 @@ def test_stream_any_chunking_equals_batch(client: TestClient, case: dict[str, An
     got = stream(client, case, lens)
     assert (got["reasoning"], got["content"]) == (expected["reasoning"], expected["content"])
     assert [(c["name"], c["arguments"]) for c in got["tool_calls"]] == [
-        (c["function"]["name"], c["function"]["arguments"]) for c in expected["tool_calls"]]
+        (c["function"]["name"], c["function"]["arguments"]) for c in expected["tool_calls"]
+    ]
 
 
 def test_snapshots_hit_and_replay_is_equivalent(qwen3_model_dir: Path, case: dict[str, Any]) -> None:
@@ -143,7 +173,10 @@ def test_vllm_state_without_our_keys_is_continued(client: TestClient, case: dict
 
     got = drive_stream(post, case["base"], case["output"], lens)
     assert (got["content"], got["reasoning"], got["tool_calls"]) == (
-        expected["content"], expected["reasoning"], expected["tool_calls"])
+        expected["content"],
+        expected["reasoning"],
+        expected["tool_calls"],
+    )
 
 
 def test_retried_chunk_gives_the_same_answer(client: TestClient, case: dict[str, Any]) -> None:
@@ -156,7 +189,8 @@ def test_retried_chunk_gives_the_same_answer(client: TestClient, case: dict[str,
             response["chunk"].pop("created")
         assert first["chunk"] == again["chunk"]
         assert {k: v for k, v in first["stream_state"].items() if k != "rs_sid"} == {
-            k: v for k, v in again["stream_state"].items() if k != "rs_sid"}
+            k: v for k, v in again["stream_state"].items() if k != "rs_sid"
+        }
         state = first["stream_state"]
 
 
@@ -182,8 +216,9 @@ def test_tampered_snapshot_is_rejected_and_replayed(qwen3_model_dir: Path, case:
 
 def test_snapshot_size_does_not_grow_with_the_stream(client: TestClient, case: dict[str, Any]) -> None:
     """Per-chunk work is O(delta): the resumed state is bounded, whatever the stream length."""
-    long_reasoning = client.post("/tokenize", json={"prompt": "<think>" + "step by step, " * 800,
-                                                    "add_special_tokens": False}).json()["tokens"]
+    long_reasoning = client.post(
+        "/tokenize", json={"prompt": "<think>" + "step by step, " * 800, "add_special_tokens": False}
+    ).json()["tokens"]
     store = client.app.state.render.store
     sizes = []
     state = None
@@ -191,8 +226,14 @@ def test_snapshot_size_does_not_grow_with_the_stream(client: TestClient, case: d
         body = chunk_body(case["base"], [token], None, state)
         state = client.post("/v1/chat/completions/derender", json=body).json()["stream_state"]
         if index in (20, len(long_reasoning) - 1):
-            sizes.append(len(store.local.get(f"rs:snap:{client.app.state.render.fingerprint['fingerprint'][:16]}:"
-                                             f"{state['rs_sid']}:{state['rs_pos']}")))
+            sizes.append(
+                len(
+                    store.local.get(
+                        f"rs:snap:{client.app.state.render.fingerprint['fingerprint'][:16]}:"
+                        f"{state['rs_sid']}:{state['rs_pos']}"
+                    )
+                )
+            )
     assert len(long_reasoning) > 1000
     assert sizes[1] <= sizes[0] * 1.5
 
@@ -204,7 +245,7 @@ def test_compact_mode(qwen3_model_dir: Path, case: dict[str, Any]) -> None:
         content = []
         start = 0
         for index, length in enumerate(lens):
-            ids = case["output"][start:start + length]
+            ids = case["output"][start : start + length]
             start += length
             body = chunk_body(case["base"], ids, "stop" if start >= len(case["output"]) else None, state)
             if index > 0:  # after the first chunk the client sends neither prompt ids nor the chat request
@@ -223,16 +264,21 @@ def test_compact_mode(qwen3_model_dir: Path, case: dict[str, Any]) -> None:
         assert response.json()["error"]["code"] == "stream_state_expired"
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda b: b["chat_request"].update(stop=["x"]), "stop strings are not supported"),
-    (lambda b: b.pop("chat_request"), "chat_request is required"),
-    (lambda b: b.pop("prompt_token_ids"), "prompt_token_ids is required"),
-    (lambda b: b["generate_chunk"]["choices"].append(dict(b["generate_chunk"]["choices"][0], index=1)),
-     "at most one choice"),
-    (lambda b: b.update(stream_state={"output_token_ids": [1, 2], "output_chunk_lens": [1]}), "must sum"),
-    (lambda b: b.update(stream_state={"prev_tokens": ["a"] * 1025}), "exceeds maximum"),
-    (lambda b: b["generate_chunk"]["choices"][0].update(token_ids=[10 ** 8]), "out of the vocabulary"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda b: b["chat_request"].update(stop=["x"]), "stop strings are not supported"),
+        (lambda b: b.pop("chat_request"), "chat_request is required"),
+        (lambda b: b.pop("prompt_token_ids"), "prompt_token_ids is required"),
+        (
+            lambda b: b["generate_chunk"]["choices"].append(dict(b["generate_chunk"]["choices"][0], index=1)),
+            "at most one choice",
+        ),
+        (lambda b: b.update(stream_state={"output_token_ids": [1, 2], "output_chunk_lens": [1]}), "must sum"),
+        (lambda b: b.update(stream_state={"prev_tokens": ["a"] * 1025}), "exceeds maximum"),
+        (lambda b: b["generate_chunk"]["choices"][0].update(token_ids=[10**8]), "out of the vocabulary"),
+    ],
+)
 def test_stream_errors_are_400(client: TestClient, case: dict[str, Any], mutate: Any, message: str) -> None:
     body = chunk_body(case["base"], case["output"][:2], None, None)
     body["chat_request"] = dict(body["chat_request"])
@@ -243,14 +289,14 @@ def test_stream_errors_are_400(client: TestClient, case: dict[str, Any], mutate:
 
 
 def test_plain_and_completion_streams_detokenize_multibyte(qwen3_model_dir: Path) -> None:
-    with TestClient(make_app(qwen3_model_dir, reasoning_parser=None, tool_call_parser=None,
-                             enable_auto_tool_choice=False)) as plain:
+    with TestClient(
+        make_app(qwen3_model_dir, reasoning_parser=None, tool_call_parser=None, enable_auto_tool_choice=False)
+    ) as plain:
         ids = plain.post("/tokenize", json={"prompt": "naïve 天气 🌦️ ok", "add_special_tokens": False}).json()["tokens"]
         for path, field in (("/v1/chat/completions/derender", "delta"), ("/v1/completions/derender", "text")):
             state, pieces = None, []
             for index, token in enumerate(ids):
-                body = chunk_body({"model": "tinyqwen3"}, [token], "length" if index == len(ids) - 1 else None,
-                                  state)
+                body = chunk_body({"model": "tinyqwen3"}, [token], "length" if index == len(ids) - 1 else None, state)
                 out = plain.post(path, json=body).json()
                 state = out["stream_state"]
                 choice = out["chunk"]["choices"][0]

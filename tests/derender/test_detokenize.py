@@ -136,7 +136,7 @@ def test_skip_special_and_spaces(tok) -> None:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    text=hs.lists(hs.sampled_from([*"ab \n<>{}\"é😀中👩\u200d", "<think>", "<|im_end|>"]), max_size=40).map("".join),
+    text=hs.lists(hs.sampled_from([*'ab \n<>{}"é😀中👩\u200d', "<think>", "<|im_end|>"]), max_size=40).map("".join),
     cuts=hs.lists(hs.integers(min_value=1, max_value=5), max_size=60),
     resume_at=hs.integers(min_value=0, max_value=60),
 )
@@ -240,9 +240,12 @@ def test_decode_output_stop_strings_and_min_tokens(tok, prompt) -> None:
     p = dt.StopParams(stop=("world",), min_tokens=n_hello - 1)
     assert dt.decode_output(tok, ids, "stop", None, seed, params=p, **kw) == ("Hello ", "world")
     # length: nothing is cut
-    assert dt.decode_output(tok, ids, "length", None, seed, params=dt.StopParams(stop=("STOP",)), **kw)[0].endswith(
-        "<|im_end|>"
-    ) is False
+    assert (
+        dt.decode_output(tok, ids, "length", None, seed, params=dt.StopParams(stop=("STOP",)), **kw)[0].endswith(
+            "<|im_end|>"
+        )
+        is False
+    )
     assert dt.StopParams.stop_strings("x") == ("x",)
     assert dt.StopParams.stop_strings(["a", "", "b"]) == ("a", "b")
     assert dt.StopParams.stop_strings(None) == ()

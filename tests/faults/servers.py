@@ -61,9 +61,11 @@ class FaultProxy:
 
     def drop_connections(self) -> None:
         """Close every open connection (as a Redis restart would)."""
+
         def close() -> None:
             for writer in list(self._writers):
                 writer.close()
+
         self._loop.call_soon_threadsafe(close)
 
     def _run(self) -> None:
@@ -135,12 +137,23 @@ class Service:
 
 
 @contextmanager
-def service_process(model_dir: Path, log: Path, *args: str, env: dict[str, str] | None = None,
-                    timeout: float = 120) -> Iterator[Service]:
+def service_process(
+    model_dir: Path, log: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> Iterator[Service]:
     """`render-service serve` as a real process logging to `log`; waits for /health."""
     port = free_port()
-    command = [sys.executable, "-m", "render_service.cli", "serve", str(model_dir), "--host", "127.0.0.1",
-               "--port", str(port), *args]
+    command = [
+        sys.executable,
+        "-m",
+        "render_service.cli",
+        "serve",
+        str(model_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *args,
+    ]
     handle = log.open("wb")
     process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=handle, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

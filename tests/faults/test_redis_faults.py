@@ -21,14 +21,33 @@ from render_service.derender.snapshots import SnapshotCodec
 from tests.faults.servers import FaultProxy, fake_redis, service_process
 from tests.helpers import chunk_body, drive_stream, metric, redis_server
 
-TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {
-    "type": "object", "properties": {"q": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}},
+    }
+]
 CHAT_REQUEST = {"model": "tinyqwen3", "messages": [{"role": "user", "content": "Find it."}], "tools": TOOLS}
-OUTPUT_TEXT = ("<think>\nSearch first, then answer with ümlauts and 中文.\n</think>\n\nSearching.\n<tool_call>\n"
-               '{"name": "lookup", "arguments": {"q": "render tier"}}\n</tool_call><|im_end|>')
+OUTPUT_TEXT = (
+    "<think>\nSearch first, then answer with ümlauts and 中文.\n</think>\n\nSearching.\n<tool_call>\n"
+    '{"name": "lookup", "arguments": {"q": "render tier"}}\n</tool_call><|im_end|>'
+)
 SNAPSHOT_KEY = "faults-secret"
-FLAGS = ("--served-model-name", "tinyqwen3", "--reasoning-parser", "qwen3", "--tool-call-parser", "hermes",
-         "--enable-auto-tool-choice", "--max-model-len", "8192", "--snapshot-key", SNAPSHOT_KEY, "--workers", "1")
+FLAGS = (
+    "--served-model-name",
+    "tinyqwen3",
+    "--reasoning-parser",
+    "qwen3",
+    "--tool-call-parser",
+    "hermes",
+    "--enable-auto-tool-choice",
+    "--max-model-len",
+    "8192",
+    "--snapshot-key",
+    SNAPSHOT_KEY,
+    "--workers",
+    "1",
+)
 COOLDOWN = 2.0  # RedisStore's skip after a failure
 GET_TIMEOUT = 0.05  # RedisStore's get timeout; a write is awaited at most 5 ms
 
@@ -72,32 +91,52 @@ def report(fault: str, latencies: list[float], baseline: float | None = None) ->
     path = os.environ.get("RENDER_FAULTS_REPORT")
     if path:
         with open(path, "a") as handle:
-            handle.write(json.dumps({"fault": fault, "chunks": len(latencies), "median_ms": statistics.median(
-                latencies) * 1e3, "max_ms": max(latencies) * 1e3, "baseline_median_ms": (
-                baseline * 1e3 if baseline is not None else None)}) + "\n")
+            handle.write(
+                json.dumps(
+                    {
+                        "fault": fault,
+                        "chunks": len(latencies),
+                        "median_ms": statistics.median(latencies) * 1e3,
+                        "max_ms": max(latencies) * 1e3,
+                        "baseline_median_ms": (baseline * 1e3 if baseline is not None else None),
+                    }
+                )
+                + "\n"
+            )
 
 
 def assert_matches_batch(got: dict[str, Any], expected: dict[str, Any]) -> None:
     assert got["reasoning"] == expected["reasoning"]
     assert got["content"] == expected["content"]
     assert [(c["id"], c["name"], c["arguments"]) for c in got["tool_calls"]] == [
-        (c["id"], c["function"]["name"], c["function"]["arguments"]) for c in expected["tool_calls"]]
+        (c["id"], c["function"]["name"], c["function"]["arguments"]) for c in expected["tool_calls"]
+    ]
     assert got["finish_reason"] == "tool_calls"
 
 
 @pytest.fixture(scope="module")
 def cluster(qwen3_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     logs = tmp_path_factory.mktemp("logs")
-    with redis_server() as redis, FaultProxy(redis.port) as proxy, \
-            service_process(qwen3_model_dir, logs / "a.log", *FLAGS, "--redis-url", proxy.url) as a, \
-            service_process(qwen3_model_dir, logs / "b.log", *FLAGS, "--redis-url", proxy.url) as b, \
-            httpx.Client(timeout=30) as http:
+    with (
+        redis_server() as redis,
+        FaultProxy(redis.port) as proxy,
+        service_process(qwen3_model_dir, logs / "a.log", *FLAGS, "--redis-url", proxy.url) as a,
+        service_process(qwen3_model_dir, logs / "b.log", *FLAGS, "--redis-url", proxy.url) as b,
+        httpx.Client(timeout=30) as http,
+    ):
         rendered = http.post(f"{a.url}/v1/chat/completions/render", json=CHAT_REQUEST).json()
         output = http.post(f"{a.url}/tokenize", json={"prompt": OUTPUT_TEXT}).json()["tokens"]
-        batch = http.post(f"{a.url}/v1/chat/completions/derender", json={
-            "chat_request": CHAT_REQUEST, "prompt_token_ids": rendered["token_ids"],
-            "generate_response": {"request_id": "generate-tokens-chatcmpl-test", "choices": [
-                {"index": 0, "finish_reason": "stop", "token_ids": output}]}}).json()
+        batch = http.post(
+            f"{a.url}/v1/chat/completions/derender",
+            json={
+                "chat_request": CHAT_REQUEST,
+                "prompt_token_ids": rendered["token_ids"],
+                "generate_response": {
+                    "request_id": "generate-tokens-chatcmpl-test",
+                    "choices": [{"index": 0, "finish_reason": "stop", "token_ids": output}],
+                },
+            },
+        ).json()
         base = {"model": "tinyqwen3", "chat_request": CHAT_REQUEST, "prompt_token_ids": rendered["token_ids"]}
         case = {"base": base, "output": output, "expected": batch["choices"][0]["message"]}
         cluster = Cluster(redis, proxy, [a.url, b.url], [a, b], case)
@@ -142,8 +181,10 @@ def test_redis_past_its_timeout_adds_bounded_latency(cluster: Cluster, baseline:
     try:
         got, latencies = cluster.stream()
         assert_matches_batch(got, cluster.case["expected"])
-        assert cluster.total("render_redis_errors_total", op="get") + cluster.total(
-            "render_redis_errors_total", op="set") > errors
+        assert (
+            cluster.total("render_redis_errors_total", op="get") + cluster.total("render_redis_errors_total", op="set")
+            > errors
+        )
         assert cluster.total("render_stream_replays_total") > replays
         # A chunk waits at most the get timeout (then the replica skips Redis for 2 s): the worst
         # chunk stays far below the fault's own delay, whatever the machine's noise.
@@ -178,8 +219,10 @@ def test_redis_dropping_connections_mid_stream(cluster: Cluster) -> None:
     assert_matches_batch(got, cluster.case["expected"])
 
 
-@pytest.mark.parametrize("reply", [b"HTTP/1.1 400 Bad Request\r\n\r\n", b"-ERR who are you\r\n",
-                                   b"$12\r\nnot-a-snapsh\r\n", b"\x00\xff" * 64])
+@pytest.mark.parametrize(
+    "reply",
+    [b"HTTP/1.1 400 Bad Request\r\n\r\n", b"-ERR who are you\r\n", b"$12\r\nnot-a-snapsh\r\n", b"\x00\xff" * 64],
+)
 def test_redis_answering_garbage(cluster: Cluster, reply: bytes) -> None:
     before = {name: cluster.total(name) for name in ("render_stream_replays_total",)}
     rejected = sum(cluster.total("render_snapshot_rejected_total", reason=r) for r in ("malformed", "bad_signature"))
@@ -190,10 +233,12 @@ def test_redis_answering_garbage(cluster: Cluster, reply: bytes) -> None:
         got, latencies = cluster.stream()
         assert_matches_batch(got, cluster.case["expected"])
         assert cluster.total("render_stream_replays_total") > before["render_stream_replays_total"]
-        now_rejected = sum(cluster.total("render_snapshot_rejected_total", reason=r)
-                           for r in ("malformed", "bad_signature"))
+        now_rejected = sum(
+            cluster.total("render_snapshot_rejected_total", reason=r) for r in ("malformed", "bad_signature")
+        )
         now_errors = cluster.total("render_redis_errors_total", op="get") + cluster.total(
-            "render_redis_errors_total", op="set")
+            "render_redis_errors_total", op="set"
+        )
         # Either the client refuses the reply (an error) or the codec refuses the value (a rejection).
         assert now_errors > errors or now_rejected > rejected
         assert max(latencies) < 0.6, max(latencies)
@@ -204,9 +249,11 @@ def test_redis_answering_garbage(cluster: Cluster, reply: bytes) -> None:
 
 def test_fake_redis_at_start(qwen3_model_dir: Path, tmp_path: Path) -> None:
     """A replica pointed at something that is not Redis starts, serves, and counts the errors."""
-    with fake_redis(b"SSH-2.0-OpenSSH_9.6\r\n") as url, \
-            service_process(qwen3_model_dir, tmp_path / "s.log", *FLAGS, "--redis-url", url) as service, \
-            httpx.Client(timeout=30) as http:
+    with (
+        fake_redis(b"SSH-2.0-OpenSSH_9.6\r\n") as url,
+        service_process(qwen3_model_dir, tmp_path / "s.log", *FLAGS, "--redis-url", url) as service,
+        httpx.Client(timeout=30) as http,
+    ):
         rendered = http.post(f"{service.url}/v1/chat/completions/render", json=CHAT_REQUEST)
         assert rendered.status_code == 200
         output = http.post(f"{service.url}/tokenize", json={"prompt": OUTPUT_TEXT}).json()["tokens"]
@@ -273,8 +320,9 @@ def _wait_for_value(client: Any, pattern: str) -> bytes:
     raise AssertionError(f"no Redis value for {pattern}")
 
 
-@pytest.mark.parametrize("forgery", ["older snapshot of the same stream", "snapshot of another stream",
-                                     "snapshot from another fingerprint"])
+@pytest.mark.parametrize(
+    "forgery", ["older snapshot of the same stream", "snapshot of another stream", "snapshot from another fingerprint"]
+)
 def test_a_snapshot_that_is_not_this_chunks_is_rejected(cluster: Cluster, forgery: str) -> None:
     client = cluster.redis.client()
     state, values = _stream_prefix(cluster, 6)
@@ -297,8 +345,9 @@ def test_a_snapshot_that_is_not_this_chunks_is_rejected(cluster: Cluster, forger
     for index in range(6, len(output)):
         last = index == len(output) - 1
         body = chunk_body(cluster.case["base"], [output[index]], "stop" if last else None, state)
-        response = cluster.http.post(f"{cluster.urls[1 if index == 6 else index % 2]}/v1/chat/completions/derender",
-                                     json=body)
+        response = cluster.http.post(
+            f"{cluster.urls[1 if index == 6 else index % 2]}/v1/chat/completions/derender", json=body
+        )
         assert response.status_code == 200, response.text
         state = response.json()["stream_state"]
         if index == 6:

@@ -10,24 +10,26 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from render_service.exceptions import TemplateTimeoutError
 from render_service.render import templating
 from render_service.server.app import create_app
-from render_service.exceptions import TemplateTimeoutError
 from render_service.settings import Settings
 
 M = [{"role": "user", "content": "hi"}]
 RUNAWAY = {
     "nested loops": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
     "namespace counter": "{% set ns = namespace(x=0) %}{% for i in range(100000) %}{% for j in range(100000) %}"
-                         "{% set ns.x = ns.x + 1 %}{% endfor %}{% endfor %}{{ ns.x }}",
+    "{% set ns.x = ns.x + 1 %}{% endfor %}{% endfor %}{{ ns.x }}",
     "loop per message": "{% for m in messages %}{% for i in range(100000) %}{% for j in range(100000) %}{{ '' }}"
-                        "{% endfor %}{% endfor %}{% endfor %}",
+    "{% endfor %}{% endfor %}{% endfor %}",
 }
 
 
 @pytest.fixture(scope="module")
 def client(qwen3_model_dir: Path):
-    settings = Settings(model=str(qwen3_model_dir), served_model_name=["m"], trust_request_chat_template=True).validate()
+    settings = Settings(
+        model=str(qwen3_model_dir), served_model_name=["m"], trust_request_chat_template=True
+    ).validate()
     with TestClient(create_app(settings)) as test_client:
         yield test_client
 
@@ -55,8 +57,9 @@ def test_runaway_template_is_a_504_and_the_worker_recovers(client: TestClient, s
 
 
 def test_a_template_error_stays_a_400(client: TestClient) -> None:
-    response = client.post("/v1/chat/completions/render",
-                           json={"messages": M, "chat_template": "{{ raise_exception('no') }}"})
+    response = client.post(
+        "/v1/chat/completions/render", json={"messages": M, "chat_template": "{{ raise_exception('no') }}"}
+    )
     assert response.status_code == 400 and "no" in response.json()["error"]["message"]
 
 
@@ -115,8 +118,10 @@ def test_renders_in_other_threads_are_guarded_separately() -> None:
         except TemplateTimeoutError:
             results[name] = "timeout"
 
-    threads = [threading.Thread(target=worker, args=("runaway", spin)),
-               threading.Thread(target=worker, args=("quick", lambda: time.sleep(0.05)))]
+    threads = [
+        threading.Thread(target=worker, args=("runaway", spin)),
+        threading.Thread(target=worker, args=("quick", lambda: time.sleep(0.05))),
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:

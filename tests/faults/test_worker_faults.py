@@ -25,20 +25,40 @@ pytestmark = pytest.mark.timeout(300)
 RENDER_LIMIT = 3.0
 RUNAWAY = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
 M = [{"role": "user", "content": "hi"}]
-CHAT_REQUEST = {"model": "tinyqwen3", "messages": [{"role": "user", "content": "Find it."}], "tools": [
-    {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object",
-                                                                      "properties": {"q": {"type": "string"}}}}}]}
-OUTPUT_TEXT = ("<think>\nSearch first.\n</think>\n\nSearching.\n<tool_call>\n"
-               '{"name": "lookup", "arguments": {"q": "render tier"}}\n</tool_call><|im_end|>')
+CHAT_REQUEST = {
+    "model": "tinyqwen3",
+    "messages": [{"role": "user", "content": "Find it."}],
+    "tools": [
+        {
+            "type": "function",
+            "function": {"name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}},
+        }
+    ],
+}
+OUTPUT_TEXT = (
+    "<think>\nSearch first.\n</think>\n\nSearching.\n<tool_call>\n"
+    '{"name": "lookup", "arguments": {"q": "render tier"}}\n</tool_call><|im_end|>'
+)
 
 
 @pytest.fixture(scope="module")
 def pool(qwen3_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     log = tmp_path_factory.mktemp("pool") / "service.log"
-    with service_process(qwen3_model_dir, log, "--workers", "2", "--served-model-name", "tinyqwen3",
-                         "--reasoning-parser", "qwen3", "--tool-call-parser", "hermes", "--enable-auto-tool-choice",
-                         "--trust-request-chat-template",
-                         env={"VLLM_CHAT_TEMPLATE_RENDER_TIMEOUT": str(RENDER_LIMIT)}) as service:
+    with service_process(
+        qwen3_model_dir,
+        log,
+        "--workers",
+        "2",
+        "--served-model-name",
+        "tinyqwen3",
+        "--reasoning-parser",
+        "qwen3",
+        "--tool-call-parser",
+        "hermes",
+        "--enable-auto-tool-choice",
+        "--trust-request-chat-template",
+        env={"VLLM_CHAT_TEMPLATE_RENDER_TIMEOUT": str(RENDER_LIMIT)},
+    ) as service:
         yield service
 
 
@@ -58,8 +78,9 @@ def wait_for_replacement(service: Service, victim: int) -> list[int]:
         pids = workers(service)
         if len(pids) == 2 and victim not in pids:
             # Serving again: /health answers on fresh connections.
-            if all(httpx.get(f"{service.url}/health", headers={"Connection": "close"}).status_code == 200
-                   for _ in range(6)):
+            if all(
+                httpx.get(f"{service.url}/health", headers={"Connection": "close"}).status_code == 200 for _ in range(6)
+            ):
                 return pids
         time.sleep(0.2)
     raise AssertionError(f"worker {victim} was not replaced: {workers(service)}")
@@ -87,14 +108,19 @@ def pid_holding(port: int, client_port: int, pids: list[int]) -> int:
 
 def test_runaway_template_is_stopped_at_the_limit(pool: Service) -> None:
     start = time.perf_counter()
-    response = httpx.post(f"{pool.url}/v1/chat/completions/render", json={"messages": M, "chat_template": RUNAWAY},
-                          timeout=60)
+    response = httpx.post(
+        f"{pool.url}/v1/chat/completions/render", json={"messages": M, "chat_template": RUNAWAY}, timeout=60
+    )
     elapsed = time.perf_counter() - start
     assert response.status_code == 504 and response.json()["error"]["type"] == "GatewayTimeoutError"
     assert RENDER_LIMIT <= elapsed < RENDER_LIMIT + 5
     for _ in range(10):  # both workers serve normally afterwards
-        assert httpx.post(f"{pool.url}/v1/chat/completions/render", json={"messages": M},
-                          headers={"Connection": "close"}).status_code == 200
+        assert (
+            httpx.post(
+                f"{pool.url}/v1/chat/completions/render", json={"messages": M}, headers={"Connection": "close"}
+            ).status_code
+            == 200
+        )
     assert "chat template render stopped" in pool.log_text()
 
 
@@ -106,8 +132,9 @@ def test_worker_killed_mid_request_fails_cleanly_and_is_replaced(pool: Service) 
     def runaway() -> None:
         start = time.perf_counter()
         try:
-            outcome["response"] = httpx.post(f"{pool.url}/v1/chat/completions/render",
-                                             json={"messages": M, "chat_template": RUNAWAY}, timeout=60)
+            outcome["response"] = httpx.post(
+                f"{pool.url}/v1/chat/completions/render", json={"messages": M, "chat_template": RUNAWAY}, timeout=60
+            )
         except httpx.HTTPError as exc:
             outcome["error"] = exc
         outcome["elapsed"] = time.perf_counter() - start
@@ -126,8 +153,12 @@ def test_worker_killed_mid_request_fails_cleanly_and_is_replaced(pool: Service) 
     after = wait_for_replacement(pool, busy)
     assert busy not in after
     for _ in range(20):
-        assert httpx.post(f"{pool.url}/v1/chat/completions/render", json={"messages": M},
-                          headers={"Connection": "close"}).status_code == 200
+        assert (
+            httpx.post(
+                f"{pool.url}/v1/chat/completions/render", json={"messages": M}, headers={"Connection": "close"}
+            ).status_code
+            == 200
+        )
     assert "exited with status" in pool.log_text() and "replacing it" in pool.log_text()
 
 
@@ -137,10 +168,17 @@ def test_stream_survives_its_worker(pool: Service) -> None:
     port = int(pool.url.rsplit(":", 1)[1])
     rendered = httpx.post(f"{pool.url}/v1/chat/completions/render", json=CHAT_REQUEST).json()
     output = httpx.post(f"{pool.url}/tokenize", json={"prompt": OUTPUT_TEXT}).json()["tokens"]
-    batch = httpx.post(f"{pool.url}/v1/chat/completions/derender", json={
-        "chat_request": CHAT_REQUEST, "prompt_token_ids": rendered["token_ids"],
-        "generate_response": {"request_id": "generate-tokens-chatcmpl-test", "choices": [
-            {"index": 0, "finish_reason": "stop", "token_ids": output}]}}).json()["choices"][0]["message"]
+    batch = httpx.post(
+        f"{pool.url}/v1/chat/completions/derender",
+        json={
+            "chat_request": CHAT_REQUEST,
+            "prompt_token_ids": rendered["token_ids"],
+            "generate_response": {
+                "request_id": "generate-tokens-chatcmpl-test",
+                "choices": [{"index": 0, "finish_reason": "stop", "token_ids": output}],
+            },
+        },
+    ).json()["choices"][0]["message"]
     base = {"model": "tinyqwen3", "chat_request": CHAT_REQUEST, "prompt_token_ids": rendered["token_ids"]}
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     killed: list[int] = []
@@ -155,8 +193,9 @@ def test_stream_survives_its_worker(pool: Service) -> None:
         payload = json.dumps(body)
         for attempt in range(3):
             try:
-                connection.request("POST", "/v1/chat/completions/derender", payload,
-                                   {"Content-Type": "application/json"})
+                connection.request(
+                    "POST", "/v1/chat/completions/derender", payload, {"Content-Type": "application/json"}
+                )
                 response = connection.getresponse()
                 assert response.status == 200
                 return json.loads(response.read())
@@ -173,5 +212,6 @@ def test_stream_survives_its_worker(pool: Service) -> None:
     assert killed
     assert got["reasoning"] == batch["reasoning"] and got["content"] == batch["content"]
     assert [(c["id"], c["name"], c["arguments"]) for c in got["tool_calls"]] == [
-        (c["id"], c["function"]["name"], c["function"]["arguments"]) for c in batch["tool_calls"]]
+        (c["id"], c["function"]["name"], c["function"]["arguments"]) for c in batch["tool_calls"]
+    ]
     wait_for_replacement(pool, killed[0])

@@ -88,12 +88,19 @@ def build_weighted_model(cache_root: str | Path | None = None) -> Path:
     from render_service.model.example import QWEN3_CONFIG
 
     python = require_engine()
-    return cached_weighted_model("tinyqwen3", "qwen3", [RECIPE_VERSION, QWEN3_CONFIG, python], _WEIGHTS_SCRIPT,
-                                 cache_root=cache_root)
+    return cached_weighted_model(
+        "tinyqwen3", "qwen3", [RECIPE_VERSION, QWEN3_CONFIG, python], _WEIGHTS_SCRIPT, cache_root=cache_root
+    )
 
 
-def cached_weighted_model(name: str, family: str, recipe: list[Any], weights_script: str,
-                          script_args: tuple[str, ...] = (), cache_root: str | Path | None = None) -> Path:
+def cached_weighted_model(
+    name: str,
+    family: str,
+    recipe: list[Any],
+    weights_script: str,
+    script_args: tuple[str, ...] = (),
+    cache_root: str | Path | None = None,
+) -> Path:
     """The `family` example folder plus the weights `weights_script FOLDER *script_args` writes in
     the engine venv, built once per `recipe` under a file lock and renamed into place when complete."""
     from render_service.model.example import build_example_model
@@ -110,9 +117,13 @@ def cached_weighted_model(name: str, family: str, recipe: list[Any], weights_scr
         staging = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=root))
         try:
             build_example_model(staging, family)
-            subprocess.run([python, "-c", weights_script, str(staging), *script_args],
-                           check=True, capture_output=True, timeout=600,
-                           env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
+            subprocess.run(
+                [python, "-c", weights_script, str(staging), *script_args],
+                check=True,
+                capture_output=True,
+                timeout=600,
+                env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"},
+            )
             # save_pretrained rewrites config.json (and may touch generation_config.json): keep ours.
             build_example_model(staging, family)
             if not any(staging.glob("*.safetensors")):
@@ -165,34 +176,79 @@ class VllmProcess:
             self.process.wait(30)
 
 
-def start_engine(model_dir: str | Path, *flags: str, port: int | None = None, max_model_len: int = 8192,
-                 served_name: str = SERVED_NAME, env: dict[str, str] | None = None, tokens_only: bool = True,
-                 timeout: float = 300.0) -> VllmProcess:
+def start_engine(
+    model_dir: str | Path,
+    *flags: str,
+    port: int | None = None,
+    max_model_len: int = 8192,
+    served_name: str = SERVED_NAME,
+    env: dict[str, str] | None = None,
+    tokens_only: bool = True,
+    timeout: float = 300.0,
+) -> VllmProcess:
     """`vllm serve MODEL --tokens-only` in the engine env (or, with `tokens_only=False`, an engine with its
     tokenizer and `--enable-scale-out`); waits for GET /health = 200."""
 
     python = require_engine()
     port = port or free_port()
     log = Path(tempfile.gettempdir()) / f"vllm-engine-{port}.log"
-    command = [python, "-c", "import sys; from vllm.entrypoints.cli.main import main; sys.exit(main())",
-               "serve", str(model_dir), "--tokens-only" if tokens_only else "--enable-scale-out",
-               "--port", str(port), "--host", "127.0.0.1",
-               "--max-model-len", str(max_model_len), "--enforce-eager", "--served-model-name", served_name, *flags]
-    process_env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2",
-                   "VLLM_CACHE_ROOT": os.path.join(tempfile.gettempdir(), "vllmcache-eng"), **(env or {})}
+    command = [
+        python,
+        "-c",
+        "import sys; from vllm.entrypoints.cli.main import main; sys.exit(main())",
+        "serve",
+        str(model_dir),
+        "--tokens-only" if tokens_only else "--enable-scale-out",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--max-model-len",
+        str(max_model_len),
+        "--enforce-eager",
+        "--served-model-name",
+        served_name,
+        *flags,
+    ]
+    process_env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "2",
+        "VLLM_CACHE_ROOT": os.path.join(tempfile.gettempdir(), "vllmcache-eng"),
+        **(env or {}),
+    }
     return _start(command, process_env, port, log, timeout, "vLLM engine")
 
 
-def start_render_oracle(model_dir: str | Path, *flags: str, port: int | None = None,
-                        env: dict[str, str] | None = None, timeout: float = 300.0) -> VllmProcess:
+def start_render_oracle(
+    model_dir: str | Path,
+    *flags: str,
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 300.0,
+) -> VllmProcess:
     """vLLM 0.33's `vllm launch render MODEL` (CPU torch, no weights needed); waits for GET /health = 200."""
     python = require_render_oracle()
     port = port or free_port()
     log = Path(tempfile.gettempdir()) / f"vllm-render-{port}.log"
-    command = [python, "-c", "import sys; from vllm.entrypoints.cli.main import main; sys.exit(main())",
-               "launch", "render", str(model_dir), "--port", str(port), "--host", "127.0.0.1", *flags]
-    process_env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu",
-                   "VLLM_CACHE_ROOT": os.path.join(tempfile.gettempdir(), "vllmcache"), **(env or {})}
+    command = [
+        python,
+        "-c",
+        "import sys; from vllm.entrypoints.cli.main import main; sys.exit(main())",
+        "launch",
+        "render",
+        str(model_dir),
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        *flags,
+    ]
+    process_env = {
+        **os.environ,
+        "VLLM_TARGET_DEVICE": "cpu",
+        "VLLM_CACHE_ROOT": os.path.join(tempfile.gettempdir(), "vllmcache"),
+        **(env or {}),
+    }
     return _start(command, process_env, port, log, timeout, "vLLM render server")
 
 
@@ -200,8 +256,9 @@ def _start(command: list[str], env: dict[str, str], port: int, log: Path, timeou
     import httpx
 
     with log.open("wb") as fh:
-        process = subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                   cwd=tempfile.gettempdir(), start_new_session=True)
+        process = subprocess.Popen(
+            command, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=tempfile.gettempdir(), start_new_session=True
+        )
     server = VllmProcess(process, port, log)
     deadline = time.monotonic() + timeout
     while True:
@@ -242,8 +299,9 @@ def app_server(app: object, port: int | None = None) -> Iterator[str]:
     import uvicorn
 
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on", access_log=False))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", access_log=False)
+    )
     thread = threading.Thread(target=server.run, name=f"app-server-{port}", daemon=True)
     thread.start()
     deadline = time.monotonic() + 120

@@ -200,8 +200,10 @@ def _skip_ws(text: str, index: int) -> int:
 
 def go_marshal_envelope(members: dict[str, str]) -> bytes:
     """`json.Marshal(map[string]json.RawMessage)`: keys sorted, raw values compacted (order kept)."""
-    parts = [f"{_go_compact(json.dumps(key, ensure_ascii=False))}:{_go_compact(value)}"
-             for key, value in sorted(members.items())]
+    parts = [
+        f"{_go_compact(json.dumps(key, ensure_ascii=False))}:{_go_compact(value)}"
+        for key, value in sorted(members.items())
+    ]
     return ("{" + ",".join(parts) + "}").encode()
 
 
@@ -222,8 +224,8 @@ def render_only_budget(payload: bytes) -> bytes:
 def omit_mm_kwargs(payload: bytes) -> bytes:
     """`omitMMKwargs`: splice `"return_mm_kwargs":false` before the closing brace, without decoding."""
     end = payload.rfind(b"}")
-    head = payload[:max(end, 0)].strip()
-    if end < 0 or not head or head[:1] != b"{" or payload[end + 1:].strip():
+    head = payload[: max(end, 0)].strip()
+    if end < 0 or not head or head[:1] != b"{" or payload[end + 1 :].strip():
         raise ValueError("render payload is not a JSON object")
     separator = b"" if head.endswith(b"{") else b","
     return payload[:end] + separator + b'"return_mm_kwargs":false' + payload[end:]
@@ -240,9 +242,17 @@ def child_traceparent(inbound: str | None) -> str | None:
 class LlmdRenderClient:
     """`vllmHTTPRenderer`: pass `url` (fixed endpoint) or `endpoints` (discovery, round-robin)."""
 
-    def __init__(self, *, url: str | None = None, endpoints: list[str] | None = None, timeout: float = 5.0,
-                 mm_timeout: float = 30.0, attempt_timeout: float | None = None, prefill_only: bool = False,
-                 omit_mm_kwargs: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        url: str | None = None,
+        endpoints: list[str] | None = None,
+        timeout: float = 5.0,
+        mm_timeout: float = 30.0,
+        attempt_timeout: float | None = None,
+        prefill_only: bool = False,
+        omit_mm_kwargs: bool = True,
+    ) -> None:
         if (url is None) == (endpoints is None):
             raise ValueError("only one of 'url' or 'endpointDiscovery' may be set")
         self.fixed = url.rstrip("/") if url is not None else None
@@ -254,9 +264,12 @@ class LlmdRenderClient:
         self.prefill_only = prefill_only
         self.omit_mm_kwargs = omit_mm_kwargs
         # Go's Transport: HTTP/1.1, MaxIdleConnsPerHost 16, MaxIdleConns 0 (no cap), IdleConnTimeout 90 s.
-        self.http = httpx.Client(http1=True, http2=False, timeout=None,
-                                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=16,
-                                                     keepalive_expiry=90.0))
+        self.http = httpx.Client(
+            http1=True,
+            http2=False,
+            timeout=None,
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=16, keepalive_expiry=90.0),
+        )
 
     def close(self) -> None:
         self.http.close()
@@ -315,8 +328,9 @@ class LlmdRenderClient:
             body = omit_mm_kwargs(body)
         return body
 
-    def _post(self, path: str, body: bytes, timeout: float, authorization: str | None = None,
-              traceparent: str | None = None) -> tuple[Any, list[Attempt]]:
+    def _post(
+        self, path: str, body: bytes, timeout: float, authorization: str | None = None, traceparent: str | None = None
+    ) -> tuple[Any, list[Attempt]]:
         """`postJSON`: one attempt, then at most one retry on another endpoint within the same budget."""
         payload = self.render_copy(body)
         deadline = time.monotonic() + timeout
@@ -339,8 +353,16 @@ class LlmdRenderClient:
             second.attempts = attempts
             raise
 
-    def _attempt(self, base: str, path: str, payload: bytes, deadline: float, authorization: str | None,
-                 traceparent: str | None, attempts: list[Attempt]) -> Any:
+    def _attempt(
+        self,
+        base: str,
+        path: str,
+        payload: bytes,
+        deadline: float,
+        authorization: str | None,
+        traceparent: str | None,
+        attempts: list[Attempt],
+    ) -> Any:
         remaining = deadline - time.monotonic()
         if self.attempt_timeout is not None:
             remaining = min(remaining, self.attempt_timeout)
@@ -351,18 +373,23 @@ class LlmdRenderClient:
         if child:
             headers["traceparent"] = child
         try:
-            response = self.http.post(base + path, content=payload, headers=headers,
-                                      timeout=httpx.Timeout(max(remaining, 0.001)))
+            response = self.http.post(
+                base + path, content=payload, headers=headers, timeout=httpx.Timeout(max(remaining, 0.001))
+            )
         except httpx.HTTPError as exc:
             attempts.append(Attempt(base, None))
             raise RenderError(f"post {path}: {exc!r}", retryable=True) from exc
         stream = response.extensions.get("network_stream")
         client_addr = stream.get_extra_info("client_addr") if stream is not None else None
-        attempts.append(Attempt(base, response.status_code, response.http_version,
-                                client_addr[1] if client_addr else None))
+        attempts.append(
+            Attempt(base, response.status_code, response.http_version, client_addr[1] if client_addr else None)
+        )
         if not 200 <= response.status_code < 300:
-            raise RenderError(f"vLLM render returned status {response.status_code}: {response.text[:1024]}",
-                              status=response.status_code, retryable=retryable_status(response.status_code))
+            raise RenderError(
+                f"vLLM render returned status {response.status_code}: {response.text[:1024]}",
+                status=response.status_code,
+                retryable=retryable_status(response.status_code),
+            )
         try:
             value, _ = json.JSONDecoder().raw_decode(response.text.lstrip())
         except ValueError as exc:
@@ -399,7 +426,8 @@ def messages_render_mode(url: str, model: str, authorization: str | None = None)
     if 200 <= native.status_code < 300:
         return "native"
     if native.status_code in (404, 405):
-        chat = httpx.post(url.rstrip("/") + CHAT, json={"model": model, "messages": probe["messages"]},
-                          headers=headers, timeout=30)
+        chat = httpx.post(
+            url.rstrip("/") + CHAT, json={"model": model, "messages": probe["messages"]}, headers=headers, timeout=30
+        )
         return "legacy" if 200 <= chat.status_code < 300 else None
     return None

@@ -18,9 +18,9 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from render_service.server.app import create_app
 from render_service.audit.audit import AuditReport, ContinuousAudit, main_audit, run_audit
 from render_service.model.loader import Model, load_model
+from render_service.server.app import create_app
 from render_service.settings import Settings
 from tests.integration.engine_fixture import (
     VllmProcess,
@@ -39,8 +39,17 @@ pytestmark = [
 ]
 needs_oracle = pytest.mark.skipif(render_oracle_python() is None, reason="no vLLM 0.33 env (VLLM_ORACLE_PYTHON)")
 
-FLAGS = ["--served-model-name", "tinyqwen3", "--max-model-len", "8192", "--reasoning-parser", "qwen3",
-         "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+FLAGS = [
+    "--served-model-name",
+    "tinyqwen3",
+    "--max-model-len",
+    "8192",
+    "--reasoning-parser",
+    "qwen3",
+    "--enable-auto-tool-choice",
+    "--tool-call-parser",
+    "hermes",
+]
 TABLE_OUT = os.environ.get("AUDIT_TABLE_OUT")  # where to keep the matching run's table (for the README)
 
 
@@ -55,8 +64,14 @@ def model_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def local(model_dir: Path) -> tuple[Settings, Model]:
-    settings = Settings(model=str(model_dir), served_model_name=["tinyqwen3"], max_model_len=8192,
-                        reasoning_parser="qwen3", tool_call_parser="hermes", enable_auto_tool_choice=True).validate()
+    settings = Settings(
+        model=str(model_dir),
+        served_model_name=["tinyqwen3"],
+        max_model_len=8192,
+        reasoning_parser="qwen3",
+        tool_call_parser="hermes",
+        enable_auto_tool_choice=True,
+    ).validate()
     return settings, load_model(settings)
 
 
@@ -78,12 +93,23 @@ def oracles(model_dir: Path, variant_template: str) -> Iterator[dict[str, VllmPr
         pytest.skip("no vLLM 0.33 env (VLLM_ORACLE_PYTHON)")
     started: dict[str, VllmProcess] = {}
     try:
-        started["match"] = start_render_oracle(model_dir, *FLAGS, "--enable-tokenizer-info-endpoint",
-                                               env={"VLLM_SERVER_DEV_MODE": "1"})
+        started["match"] = start_render_oracle(
+            model_dir, *FLAGS, "--enable-tokenizer-info-endpoint", env={"VLLM_SERVER_DEV_MODE": "1"}
+        )
         started["mismatch"] = start_render_oracle(
-            model_dir, "--served-model-name", "tinyqwen3", "--max-model-len", "4096", "--reasoning-parser",
-            "deepseek_r1", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-            "--chat-template", variant_template)
+            model_dir,
+            "--served-model-name",
+            "tinyqwen3",
+            "--max-model-len",
+            "4096",
+            "--reasoning-parser",
+            "deepseek_r1",
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            "hermes",
+            "--chat-template",
+            variant_template,
+        )
         yield started
     finally:
         for process in started.values():
@@ -98,13 +124,16 @@ def our_replica(local: tuple[Settings, Model]) -> Iterator[str]:
 
 
 @needs_oracle
-def test_vllm_render_mismatch_found_by_behaviour(oracles: dict[str, VllmProcess], local: tuple[Settings, Model],
-                                                 our_replica: str) -> None:
+def test_vllm_render_mismatch_found_by_behaviour(
+    oracles: dict[str, VllmProcess], local: tuple[Settings, Model], our_replica: str
+) -> None:
     match, mismatch = oracles["match"].url, oracles["mismatch"].url
     expected = {(mismatch, "chat_template"), (mismatch, "max_model_len"), (mismatch, "parsers")}
     # Against the local configuration, and replica against replica (vLLM's matching render as reference).
-    for report in (run_audit([match, our_replica, mismatch], [], local=local),
-                   run_audit([match, our_replica, mismatch], [], local=None)):
+    for report in (
+        run_audit([match, our_replica, mismatch], [], local=local),
+        run_audit([match, our_replica, mismatch], [], local=None),
+    ):
         print(report.to_table())
         assert errors(report) == expected, report.to_table()
         assert not report.warnings, report.to_table()
@@ -152,15 +181,19 @@ def test_matching_engine(model_dir: Path, local: tuple[Settings, Model], our_rep
         report = run_audit([our_replica], [engine.url], local=None)
         assert report.exit_code == 0, report.to_table()
         assert {(f.component, f.severity) for f in report.findings if f.peer == engine.url} >= {
-            ("generate_probe", "ok"), ("long_prompt_probe", "ok")}
+            ("generate_probe", "ok"),
+            ("long_prompt_probe", "ok"),
+        }
 
         # The continuous audit exports agreement, and the CLI says 0.
         registry = CollectorRegistry()
         audit = ContinuousAudit([], [engine.url], local=local, registry=registry)
         audit.run_once()
         assert audit.healthy
-        assert registry.get_sample_value("render_config_mismatch",
-                                         {"peer": engine.url, "component": "generate_probe"}) == 0
+        assert (
+            registry.get_sample_value("render_config_mismatch", {"peer": engine.url, "component": "generate_probe"})
+            == 0
+        )
         assert main_audit(["--engine", engine.url, "--no-long-probe", str(model_dir), *FLAGS]) == 0
         assert httpx.get(f"{engine.url}/health", timeout=5).status_code == 200
     finally:
@@ -175,8 +208,11 @@ def test_mismatched_engine(model_dir: Path, local: tuple[Settings, Model]) -> No
     try:
         report = run_audit([], [engine.url], local=local)
         print(report.to_table())
-        assert errors(report) == {(engine.url, "max_model_len"), (engine.url, "served_model_names"),
-                                  (engine.url, "long_prompt_probe")}, report.to_table()
+        assert errors(report) == {
+            (engine.url, "max_model_len"),
+            (engine.url, "served_model_names"),
+            (engine.url, "long_prompt_probe"),
+        }, report.to_table()
         rows = {f.component: f for f in report.findings if f.peer == engine.url}
         assert (rows["max_model_len"].ours, rows["max_model_len"].theirs) == ("8192", "4096")
         assert "4096" in rows["long_prompt_probe"].detail
@@ -191,8 +227,9 @@ def test_mismatched_engine(model_dir: Path, local: tuple[Settings, Model]) -> No
 def test_engine_with_tokenizer(model_dir: Path, local: tuple[Settings, Model], variant_template: str) -> None:
     """An engine with its own tokenizer (`--enable-scale-out`) and another chat template: /tokenizer_info and
     /tokenize token-id parity find it; against a configuration with that template, everything agrees."""
-    engine = start_engine(model_dir, "--chat-template", variant_template, "--enable-tokenizer-info-endpoint",
-                          tokens_only=False)
+    engine = start_engine(
+        model_dir, "--chat-template", variant_template, "--enable-tokenizer-info-endpoint", tokens_only=False
+    )
     try:
         report = run_audit([], [engine.url], local=local, long_probe=False)
         print(report.to_table())

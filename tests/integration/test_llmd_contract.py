@@ -39,9 +39,22 @@ pytestmark = pytest.mark.timeout(300)
 API_KEY = "llmd-contract-key"
 BEARER = f"Bearer {API_KEY}"
 MAX_MODEL_LEN = 4096
-FLAGS = ("--served-model-name", "tinyqwen3", "alias-a", "--api-key", API_KEY, "--reasoning-parser", "qwen3",
-         "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--max-model-len", str(MAX_MODEL_LEN),
-         "--workers", "1")
+FLAGS = (
+    "--served-model-name",
+    "tinyqwen3",
+    "alias-a",
+    "--api-key",
+    API_KEY,
+    "--reasoning-parser",
+    "qwen3",
+    "--enable-auto-tool-choice",
+    "--tool-call-parser",
+    "hermes",
+    "--max-model-len",
+    str(MAX_MODEL_LEN),
+    "--workers",
+    "1",
+)
 TRACEPARENT = "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01"
 
 
@@ -63,8 +76,7 @@ def tool_body(first: str, second: str, model: str = "alias-a") -> bytes:
 
 @pytest.fixture(scope="module")
 def servers(qwen3_model_dir: Path) -> Iterator[dict[str, str]]:
-    with service(qwen3_model_dir, *FLAGS) as primary, \
-            service(qwen3_model_dir, *FLAGS, "--max-inflight", "0") as busy:
+    with service(qwen3_model_dir, *FLAGS) as primary, service(qwen3_model_dir, *FLAGS, "--max-inflight", "0") as busy:
         yield {"primary": primary, "busy": busy, "stopped": f"http://127.0.0.1:{free_port()}"}
 
 
@@ -75,21 +87,24 @@ def client(servers: dict[str, str]) -> Iterator[LlmdRenderClient]:
 
 
 def detokenize(url: str, ids: list[int]) -> str:
-    response = httpx.post(f"{url}/detokenize", json={"model": "tinyqwen3", "tokens": ids},
-                          headers={"Authorization": BEARER})
+    response = httpx.post(
+        f"{url}/detokenize", json={"model": "tinyqwen3", "tokens": ids}, headers={"Authorization": BEARER}
+    )
     assert response.status_code == 200, response.text
     return response.json()["prompt"]
 
 
 def plain_render(url: str, path: str, body: bytes) -> Any:
     """The same bytes posted as-is (no llm-d edits), for comparison."""
-    response = httpx.post(url + path, content=body,
-                          headers={"Authorization": BEARER, "Content-Type": "application/json"})
+    response = httpx.post(
+        url + path, content=body, headers={"Authorization": BEARER, "Content-Type": "application/json"}
+    )
     assert response.status_code == 200, response.text
     return response.json()
 
 
 # Transport.
+
 
 def test_http11_keepalive_pool_reuses_one_connection(client: LlmdRenderClient) -> None:
     body = b'{"model": "tinyqwen3", "prompt": "hello"}'
@@ -112,10 +127,12 @@ def test_budgets_are_5s_for_completions_and_30s_for_conversations(servers: dict[
                 renderer.render_completions(b'{"model": "tinyqwen3", "prompt": "x"}', authorization=BEARER)
             assert [a.url for a in failed.value.attempts] == [hanging]
             assert failed.value.retryable
-        with LlmdRenderClient(endpoints=[hanging, servers["primary"]], timeout=5.0, mm_timeout=30.0,
-                              attempt_timeout=0.3) as renderer:
-            rendered = renderer.render_chat(b'{"model": "tinyqwen3", "messages": [{"role": "user", "content": "x"}]}',
-                                            authorization=BEARER)
+        with LlmdRenderClient(
+            endpoints=[hanging, servers["primary"]], timeout=5.0, mm_timeout=30.0, attempt_timeout=0.3
+        ) as renderer:
+            rendered = renderer.render_chat(
+                b'{"model": "tinyqwen3", "messages": [{"role": "user", "content": "x"}]}', authorization=BEARER
+            )
             assert [a.url for a in rendered.attempts] == [hanging, servers["primary"]]
             assert [a.status for a in rendered.attempts] == [None, 200]
     defaults = LlmdRenderClient(url=servers["primary"])
@@ -124,6 +141,7 @@ def test_budgets_are_5s_for_completions_and_30s_for_conversations(servers: dict[
 
 
 # Retries.
+
 
 @pytest.mark.parametrize("failing", ["busy", "stopped"])
 def test_one_retry_on_another_endpoint_after_5xx_or_transport_failure(servers: dict[str, str], failing: str) -> None:
@@ -141,8 +159,11 @@ def test_one_retry_on_another_endpoint_after_5xx_or_transport_failure(servers: d
 
 
 def test_503_from_back_pressure_is_retryable_and_says_so(servers: dict[str, str]) -> None:
-    response = httpx.post(f"{servers['busy']}/v1/chat/completions/render", headers={"Authorization": BEARER},
-                          json={"model": "tinyqwen3", "messages": [{"role": "user", "content": "x"}]})
+    response = httpx.post(
+        f"{servers['busy']}/v1/chat/completions/render",
+        headers={"Authorization": BEARER},
+        json={"model": "tinyqwen3", "messages": [{"role": "user", "content": "x"}]},
+    )
     assert response.status_code == 503
     assert response.headers.get("retry-after")
     assert response.json()["error"]["code"] == 503
@@ -162,14 +183,18 @@ def test_only_one_retry_and_never_on_a_fixed_url(servers: dict[str, str]) -> Non
         assert failed.value.status == 503 and len(failed.value.attempts) == 1
 
 
-@pytest.mark.parametrize(("body", "headers", "status"), [
-    (b'{"model": "no-such-model", "prompt": "x"}', {"authorization": BEARER}, 404),
-    (b'{"model": "tinyqwen3", "prompt": "x", "max_tokens": 999999}', {"authorization": BEARER}, 400),
-    (b'{"model": "tinyqwen3", "prompt": "x"}', {"authorization": "Bearer wrong"}, 401),
-    (b'{"model": "tinyqwen3", "prompt": "x"}', {}, 401),
-])
-def test_4xx_is_returned_without_retry(servers: dict[str, str], body: bytes, headers: dict[str, str],
-                                       status: int) -> None:
+@pytest.mark.parametrize(
+    ("body", "headers", "status"),
+    [
+        (b'{"model": "no-such-model", "prompt": "x"}', {"authorization": BEARER}, 404),
+        (b'{"model": "tinyqwen3", "prompt": "x", "max_tokens": 999999}', {"authorization": BEARER}, 400),
+        (b'{"model": "tinyqwen3", "prompt": "x"}', {"authorization": "Bearer wrong"}, 401),
+        (b'{"model": "tinyqwen3", "prompt": "x"}', {}, 401),
+    ],
+)
+def test_4xx_is_returned_without_retry(
+    servers: dict[str, str], body: bytes, headers: dict[str, str], status: int
+) -> None:
     with LlmdRenderClient(endpoints=[servers["primary"], servers["busy"]]) as renderer:
         with pytest.raises(RenderError) as failed:
             renderer.render_completions(body, **headers)
@@ -179,6 +204,7 @@ def test_4xx_is_returned_without_retry(servers: dict[str, str], body: bytes, hea
 
 
 # Headers.
+
 
 def test_authorization_is_forwarded_verbatim(client: LlmdRenderClient) -> None:
     body = b'{"model": "tinyqwen3", "messages": [{"role": "user", "content": "hi"}]}'
@@ -199,13 +225,19 @@ def test_traceparent_is_accepted_and_changes_nothing(client: LlmdRenderClient) -
 
 # Served-model names and model limits.
 
+
 def test_every_served_model_alias_renders_the_same_tokens(client: LlmdRenderClient) -> None:
-    by_name = {name: client.render_chat(tool_body("zeta", "alpha", model=name), authorization=BEARER).token_ids
-               for name in ("tinyqwen3", "alias-a")}
+    by_name = {
+        name: client.render_chat(tool_body("zeta", "alpha", model=name), authorization=BEARER).token_ids
+        for name in ("tinyqwen3", "alias-a")
+    }
     assert by_name["tinyqwen3"] == by_name["alias-a"]
-    completions = {name: client.render_completions(b'{"model": "%s", "prompt": "hi"}' % name.encode(),
-                                                   authorization=BEARER)[0].token_ids
-                   for name in ("tinyqwen3", "alias-a")}
+    completions = {
+        name: client.render_completions(b'{"model": "%s", "prompt": "hi"}' % name.encode(), authorization=BEARER)[
+            0
+        ].token_ids
+        for name in ("tinyqwen3", "alias-a")
+    }
     assert completions["tinyqwen3"] == completions["alias-a"]
 
 
@@ -222,8 +254,10 @@ def test_models_endpoint_gives_max_model_len_as_llmd_parses_it(servers: dict[str
 
 # The body.
 
+
 def test_body_is_forwarded_unmodified_and_tool_schema_key_order_reaches_the_template(
-        client: LlmdRenderClient, servers: dict[str, str]) -> None:
+    client: LlmdRenderClient, servers: dict[str, str]
+) -> None:
     zeta_first = client.render_chat(tool_body("zeta", "alpha"), authorization=BEARER)
     alpha_first = client.render_chat(tool_body("alpha", "zeta"), authorization=BEARER)
     assert zeta_first.token_ids != alpha_first.token_ids
@@ -233,8 +267,10 @@ def test_body_is_forwarded_unmodified_and_tool_schema_key_order_reaches_the_temp
     assert text_b.index('"alpha"') < text_b.index('"zeta"')
     assert "Weather <b>now</b> & later" in text
     # llm-d's only edit by default (`return_mm_kwargs: false`) changes no token.
-    assert zeta_first.token_ids == plain_render(servers["primary"], "/v1/chat/completions/render",
-                                                tool_body("zeta", "alpha"))["token_ids"]
+    assert (
+        zeta_first.token_ids
+        == plain_render(servers["primary"], "/v1/chat/completions/render", tool_body("zeta", "alpha"))["token_ids"]
+    )
 
 
 def test_prefill_only_copy_is_go_marshalled_and_keeps_nested_order(servers: dict[str, str]) -> None:
@@ -255,12 +291,17 @@ def test_prefill_only_lets_an_oversized_output_budget_render(servers: dict[str, 
     """vLLM rejects `max_tokens` > max_model_len outright; the render-only copy asks for 1 token (and
     `min_tokens` 0, `max_completion_tokens` 1) so the same prompt renders, with the same tokens."""
     if path == "chat":
-        body = (b'{"model": "tinyqwen3", "messages": [{"role": "user", "content": "hi"}], '
-                b'"max_completion_tokens": 999999, "max_tokens": 999999, "min_tokens": 5}')
+        body = (
+            b'{"model": "tinyqwen3", "messages": [{"role": "user", "content": "hi"}], '
+            b'"max_completion_tokens": 999999, "max_tokens": 999999, "min_tokens": 5}'
+        )
     else:
         body = b'{"model": "tinyqwen3", "prompt": "hi", "max_tokens": 999999, "min_tokens": 5}'
-    render = (lambda r: r.render_chat(body, authorization=BEARER).token_ids) if path == "chat" else \
-        (lambda r: r.render_completions(body, authorization=BEARER)[0].token_ids)
+    render = (
+        (lambda r: r.render_chat(body, authorization=BEARER).token_ids)
+        if path == "chat"
+        else (lambda r: r.render_completions(body, authorization=BEARER)[0].token_ids)
+    )
     with LlmdRenderClient(url=servers["primary"]) as renderer:
         with pytest.raises(RenderError) as failed:
             render(renderer)
@@ -278,8 +319,10 @@ def test_prefill_only_lets_an_oversized_output_budget_render(servers: dict[str, 
 
 
 def test_prefill_only_keeps_the_budget_when_truncate_prompt_tokens_is_set(servers: dict[str, str]) -> None:
-    body = b'{"model": "tinyqwen3", "prompt": "one two three four five six", "truncate_prompt_tokens": 3,' \
-           b' "max_tokens": 999999}'
+    body = (
+        b'{"model": "tinyqwen3", "prompt": "one two three four five six", "truncate_prompt_tokens": 3,'
+        b' "max_tokens": 999999}'
+    )
     assert render_only_budget(body) == body
     nulled = body.replace(b'"truncate_prompt_tokens": 3', b'"truncate_prompt_tokens": null')
     assert json.loads(render_only_budget(nulled))["max_tokens"] == 1
@@ -293,34 +336,46 @@ def test_prefill_only_keeps_the_budget_when_truncate_prompt_tokens_is_set(server
 @pytest.mark.parametrize("path", ["chat", "completions"])
 def test_truncate_prompt_tokens_keeps_the_last_tokens(client: LlmdRenderClient, path: str) -> None:
     if path == "chat":
-        full = client.render_chat(b'{"model": "tinyqwen3", "messages": [{"role": "user", "content": '
-                                  b'"one two three four five"}]}', authorization=BEARER).token_ids
-        cut = client.render_chat(b'{"model": "tinyqwen3", "messages": [{"role": "user", "content": '
-                                 b'"one two three four five"}], "truncate_prompt_tokens": 4}',
-                                 authorization=BEARER).token_ids
+        full = client.render_chat(
+            b'{"model": "tinyqwen3", "messages": [{"role": "user", "content": "one two three four five"}]}',
+            authorization=BEARER,
+        ).token_ids
+        cut = client.render_chat(
+            b'{"model": "tinyqwen3", "messages": [{"role": "user", "content": '
+            b'"one two three four five"}], "truncate_prompt_tokens": 4}',
+            authorization=BEARER,
+        ).token_ids
     else:
-        full = client.render_completions(b'{"model": "tinyqwen3", "prompt": "one two three four five"}',
-                                         authorization=BEARER)[0].token_ids
-        cut = client.render_completions(b'{"model": "tinyqwen3", "prompt": "one two three four five", '
-                                        b'"truncate_prompt_tokens": 4}', authorization=BEARER)[0].token_ids
+        full = client.render_completions(
+            b'{"model": "tinyqwen3", "prompt": "one two three four five"}', authorization=BEARER
+        )[0].token_ids
+        cut = client.render_completions(
+            b'{"model": "tinyqwen3", "prompt": "one two three four five", "truncate_prompt_tokens": 4}',
+            authorization=BEARER,
+        )[0].token_ids
     assert len(full) > 4 and cut == full[-4:]
     with pytest.raises(RenderError) as failed:
-        client.render_completions(b'{"model": "tinyqwen3", "prompt": "x", "truncate_prompt_tokens": %d}'
-                                  % (MAX_MODEL_LEN + 1), authorization=BEARER)
+        client.render_completions(
+            b'{"model": "tinyqwen3", "prompt": "x", "truncate_prompt_tokens": %d}' % (MAX_MODEL_LEN + 1),
+            authorization=BEARER,
+        )
     assert failed.value.status == 400
 
 
 # The response, as llm-d's Go structs read it.
 
+
 def test_response_fields_parse_as_llmd_reads_them(client: LlmdRenderClient, servers: dict[str, str]) -> None:
-    chat = plain_render(servers["primary"], "/v1/chat/completions/render",
-                        omit_mm_kwargs(b'{"model": "tinyqwen3", "messages": [{"role": "user", "content": "hi"}]}'))
+    chat = plain_render(
+        servers["primary"],
+        "/v1/chat/completions/render",
+        omit_mm_kwargs(b'{"model": "tinyqwen3", "messages": [{"role": "user", "content": "hi"}]}'),
+    )
     assert isinstance(chat, dict) and "features" in chat and chat["features"] is None  # present, null
     assert parse_render_response(chat) == (chat["token_ids"], None)
     assert all(isinstance(t, int) and 0 <= t < 2**32 for t in chat["token_ids"])
     # Completions: a list, one entry per prompt (llm-d keeps every entry).
-    many = client.render_completions(b'{"model": "tinyqwen3", "prompt": ["one", "two three"]}',
-                                     authorization=BEARER)
+    many = client.render_completions(b'{"model": "tinyqwen3", "prompt": ["one", "two three"]}', authorization=BEARER)
     assert [len(r.token_ids) for r in many] == [1, 2]
     assert all(r.features is None for r in many)
 
@@ -330,11 +385,21 @@ def test_go_struct_semantics_of_the_parser() -> None:
     no features, unknown fields are ignored, names match case-insensitively, ids must fit uint32."""
     assert parse_render_response({"token_ids": [1, 2]}) == ([1, 2], None)
     assert parse_render_response({"token_ids": [1], "features": None}) == ([1], None)
-    assert parse_render_response({"token_ids": [1], "features": {"mm_hashes": {}, "mm_placeholders": {}}}) \
-        == ([1], None)
-    ids, features = parse_render_response({"Token_IDs": [7], "extra": 1, "features": {
-        "mm_hashes": {"image": ["h1"]}, "mm_placeholders": {"image": [{"offset": 3, "length": 4}]},
-        "kwargs_data": {"image": ["..."]}}})
+    assert parse_render_response({"token_ids": [1], "features": {"mm_hashes": {}, "mm_placeholders": {}}}) == (
+        [1],
+        None,
+    )
+    ids, features = parse_render_response(
+        {
+            "Token_IDs": [7],
+            "extra": 1,
+            "features": {
+                "mm_hashes": {"image": ["h1"]},
+                "mm_placeholders": {"image": [{"offset": 3, "length": 4}]},
+                "kwargs_data": {"image": ["..."]},
+            },
+        }
+    )
     assert ids == [7] and features is not None
     assert features.mm_hashes == {"image": ["h1"]} and features.mm_placeholders == {"image": [(3, 4)]}
     for bad in ([-1], [2**32], [1.5], "abc"):
@@ -347,8 +412,10 @@ def test_go_struct_semantics_of_the_parser() -> None:
 def test_envelope_helpers_match_go() -> None:
     body = b'{"b": {"z": 1, "a": [1, 2]}, "a": "x<y", "b": {"k": 2}}'
     assert raw_envelope(body) == {"b": '{"k": 2}', "a": '"x<y"'}  # the last duplicate wins
-    assert go_marshal_envelope(raw_envelope(b'{"m": {"z": 1, "a": 2}, "c": "<&>"}')) == \
-        b'{"c":"\\u003c\\u0026\\u003e","m":{"z":1,"a":2}}'
+    assert (
+        go_marshal_envelope(raw_envelope(b'{"m": {"z": 1, "a": 2}, "c": "<&>"}'))
+        == b'{"c":"\\u003c\\u0026\\u003e","m":{"z":1,"a":2}}'
+    )
     assert omit_mm_kwargs(b"{}") == b'{"return_mm_kwargs":false}'
     assert omit_mm_kwargs(b'{"a": 1} ') == b'{"a": 1,"return_mm_kwargs":false} '
 
@@ -365,18 +432,38 @@ MESSAGES_BODY = (
 )
 
 
-def test_messages_render_matches_the_equivalent_chat_render(client: LlmdRenderClient,
-                                                            servers: dict[str, str]) -> None:
+def test_messages_render_matches_the_equivalent_chat_render(client: LlmdRenderClient, servers: dict[str, str]) -> None:
     rendered = client.render_messages(MESSAGES_BODY, authorization=BEARER, traceparent=TRACEPARENT)
     assert rendered.features is None and rendered.token_ids
     text = detokenize(servers["primary"], rendered.token_ids)
     assert text.index('"zeta"') < text.index('"alpha"')
-    chat = json.dumps({"model": "alias-a", "max_tokens": 64, "messages": [
-        {"role": "system", "content": "You are terse."}, {"role": "user", "content": "Weather in Paris?"}],
-        "tools": [{"type": "function", "function": {
-            "name": "get_weather", "description": "Weather <b>now</b> & later", "parameters": {
-                "type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {"type": "string"}},
-                "required": ["zeta"]}, "strict": None, "defer_loading": None}}], "tool_choice": "auto"}).encode()
+    chat = json.dumps(
+        {
+            "model": "alias-a",
+            "max_tokens": 64,
+            "messages": [
+                {"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "Weather in Paris?"},
+            ],
+            "tools": [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "get_weather",
+                        "description": "Weather <b>now</b> & later",
+                        "parameters": {
+                            "type": "object",
+                            "properties": {"zeta": {"type": "string"}, "alpha": {"type": "string"}},
+                            "required": ["zeta"],
+                        },
+                        "strict": None,
+                        "defer_loading": None,
+                    },
+                }
+            ],
+            "tool_choice": "auto",
+        }
+    ).encode()
     assert rendered.token_ids == client.render_chat(chat, authorization=BEARER).token_ids
     # prefillOnly rewrites Anthropic's required `max_tokens` to 1: same prompt.
     with LlmdRenderClient(url=servers["primary"], prefill_only=True) as renderer:

@@ -150,8 +150,10 @@ def compare(servers: dict[str, str], name: str) -> tuple[dict[str, Any], list[in
         assert items(ours, "mm_metadata") == items(theirs, "mm_metadata")
         tokens, logprobs = generate(client, servers["engine"], ours)
         their_tokens, their_logprobs = generate(client, servers["engine"], theirs)
-    print(f"{name}: {len(ours['token_ids'])} prompt tokens, {len(ours['features']['mm_hashes']['image'])} images; "
-          f"greedy tokens ours {tokens} vllm {their_tokens}")
+    print(
+        f"{name}: {len(ours['token_ids'])} prompt tokens, {len(ours['features']['mm_hashes']['image'])} images; "
+        f"greedy tokens ours {tokens} vllm {their_tokens}"
+    )
     assert tokens == their_tokens
     assert logprobs == their_logprobs  # same inputs, same engine, one request at a time: bit-identical
     # The patched tokens-only engine and the unpatched one with its tokenizer generate the same (logprob
@@ -162,16 +164,23 @@ def compare(servers: dict[str, str], name: str) -> tuple[dict[str, Any], list[in
 
 
 def numbers(logprobs: list[Any]) -> list[Any]:
-    return [(entry["token_id"], entry["logprob"], [(top["token_id"], top["logprob"]) for top in entry["top_logprobs"]])
-            for entry in logprobs]
+    return [
+        (entry["token_id"], entry["logprob"], [(top["token_id"], top["logprob"]) for top in entry["top_logprobs"]])
+        for entry in logprobs
+    ]
 
 
 def test_single_image(servers: dict[str, str]) -> None:
     ours, tokens = compare(servers, "png_small")
     # The control: the same request with its patches reversed (same mm_hash, so only the cache resets keep
     # the engine from reusing the first encoder output) generates other tokens.
-    flipped = {**ours, "features": {**ours["features"], "kwargs_data": {
-        "image": [reverse_patches(item) for item in ours["features"]["kwargs_data"]["image"]]}}}
+    flipped = {
+        **ours,
+        "features": {
+            **ours["features"],
+            "kwargs_data": {"image": [reverse_patches(item) for item in ours["features"]["kwargs_data"]["image"]]},
+        },
+    }
     with httpx.Client(timeout=600) as client:
         flipped_tokens, _ = generate(client, servers["engine"], flipped)
         again, _ = generate(client, servers["engine"], ours)
@@ -200,12 +209,14 @@ def test_four_720p_batched_slices(servers: dict[str, str]) -> None:
 def test_four_720p_items_differ_only_in_slices(renderers: dict[str, str]) -> None:
     """What the test above fed the engine: the same pixel bytes from both, fields apart from `slices` equal."""
     with httpx.Client(timeout=600) as client:
-        ours, theirs = (items(render(client, renderers[who], greedy("four_720p")), "kwargs_data")
-                        for who in ("ours", "vllm"))
+        ours, theirs = (
+            items(render(client, renderers[who], greedy("four_720p")), "kwargs_data") for who in ("ours", "vllm")
+        )
     for mine, their in zip(ours, theirs, strict=True):
         for name in ("pixel_values", "image_grid_thw"):
-            assert {k: v for k, v in mine[name].items() if k != "field"} == \
-                {k: v for k, v in their[name].items() if k != "field"}, name
+            assert {k: v for k, v in mine[name].items() if k != "field"} == {
+                k: v for k, v in their[name].items() if k != "field"
+            }, name
         assert mine["image_grid_thw"]["field"] == their["image_grid_thw"]["field"]
         kind, options = their["pixel_values"]["field"]
         assert mine["pixel_values"]["field"] == [kind, {**options, "slices": [[[0, 3520, None]]]}]
@@ -217,8 +228,13 @@ def test_tokens_only_engine_refuses_qwen3_vl(model_dir: Path, overlay: Path) -> 
     at start-up (the multimodal processor is built even though generate-with-features never uses it). When
     this starts failing, vLLM has fixed it, and the patch (vl_engine.PATCH_DIR) should go."""
     with pytest.raises(RuntimeError) as failure:
-        engine = start_engine(model_dir, max_model_len=MAX_MODEL_LEN, served_name=SERVED_NAME,
-                              env={"PYTHONPATH": str(overlay)}, timeout=600)
+        engine = start_engine(
+            model_dir,
+            max_model_len=MAX_MODEL_LEN,
+            served_name=SERVED_NAME,
+            env={"PYTHONPATH": str(overlay)},
+            timeout=600,
+        )
         engine.stop()
     assert "Qwen3VLMultiModalProcessor requires a tokenizer" in str(failure.value)
     assert "skip_tokenizer_init=True" in str(failure.value)

@@ -24,8 +24,14 @@ pytestmark = [
 
 
 def test_pd_flow_example_runs_end_to_end() -> None:
-    run = subprocess.run([sys.executable, str(REPO / "examples" / "pd_flow.py")], capture_output=True, text=True,
-                         timeout=840, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    run = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "pd_flow.py")],
+        capture_output=True,
+        text=True,
+        timeout=840,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     out = run.stdout
     if os.environ.get("PD_EXAMPLE_OUT"):
         Path(os.environ["PD_EXAMPLE_OUT"]).write_text(out)

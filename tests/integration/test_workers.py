@@ -23,10 +23,27 @@ CHAT = {"model": "tinyqwen3", "messages": [{"role": "user", "content": "hi"}]}
 
 def start(model_dir: Path, workers: int) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "render_service.cli", "serve", str(model_dir), "--host",
-                                "127.0.0.1", "--port", str(port), "--workers", str(workers), "--served-model-name",
-                                "tinyqwen3", "--reasoning-parser", "qwen3"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "render_service.cli",
+            "serve",
+            str(model_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--served-model-name",
+            "tinyqwen3",
+            "--reasoning-parser",
+            "qwen3",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -71,8 +88,10 @@ def test_pool_replaces_dead_workers_and_drains_on_sigterm(qwen3_model_dir: Path)
             time.sleep(0.2)
         assert len(worker_pids(process.pid)) == 2 and victim not in worker_pids(process.pid)
         for _ in range(20):  # the replacement serves; nothing fails
-            assert httpx.post(f"{url}/v1/chat/completions/render", json=CHAT,
-                              headers={"Connection": "close"}).status_code == 200
+            assert (
+                httpx.post(f"{url}/v1/chat/completions/render", json=CHAT, headers={"Connection": "close"}).status_code
+                == 200
+            )
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(60) == 0
@@ -86,8 +105,13 @@ def test_keep_alive_stream_stays_warm_on_its_worker(qwen3_model_dir: Path) -> No
             ids = http.post("/tokenize", json={"prompt": "<think>one two three four five six</think> done"}).json()
             state = None
             for token in ids["tokens"]:
-                body = {"stream": True, "chat_request": CHAT, "prompt_token_ids": prompt, "stream_state": state,
-                        "generate_chunk": {"request_id": "r", "choices": [{"index": 0, "token_ids": [token]}]}}
+                body = {
+                    "stream": True,
+                    "chat_request": CHAT,
+                    "prompt_token_ids": prompt,
+                    "stream_state": state,
+                    "generate_chunk": {"request_id": "r", "choices": [{"index": 0, "token_ids": [token]}]},
+                }
                 response = http.post("/v1/chat/completions/derender", json=body)
                 assert response.status_code == 200
                 state = response.json()["stream_state"]

@@ -86,10 +86,12 @@ model.save_pretrained(sys.argv[1], safe_serialization=True)
 
 _REGISTRATIONS = "    _autograd_registrations,\n    _meta_registrations,\n"
 _EXTENSION = "from . import extension  # usort:skip  # noqa: F401\n"
-_GUARDED = ("# render-service overlay: the PyPI wheel's _C is a CUDA build that cannot load next to CPU torch;\n"
-            "# only these op registrations need it (the transforms are pure torch).\n"
-            "if extension._has_ops():\n"
-            "    from torchvision import _autograd_registrations, _meta_registrations  # noqa: F401\n")
+_GUARDED = (
+    "# render-service overlay: the PyPI wheel's _C is a CUDA build that cannot load next to CPU torch;\n"
+    "# only these op registrations need it (the transforms are pure torch).\n"
+    "if extension._has_ops():\n"
+    "    from torchvision import _autograd_registrations, _meta_registrations  # noqa: F401\n"
+)
 
 
 def build_weighted_vl_model(cache_root: str | Path | None = None) -> Path:
@@ -99,14 +101,18 @@ def build_weighted_vl_model(cache_root: str | Path | None = None) -> Path:
     python = require_engine()
     recipe = [RECIPE_VERSION, WEIGHT_STD, QWEN3_VL_CONFIG, QWEN3_VL_PREPROCESSOR, python]
     # save_pretrained rewrites config.json with the raised std: the builder puts the example's back.
-    return cached_weighted_model("tinyqwen3vl", "qwen3-vl", recipe, _WEIGHTS_SCRIPT, (str(WEIGHT_STD),),
-                                 cache_root)
+    return cached_weighted_model("tinyqwen3vl", "qwen3-vl", recipe, _WEIGHTS_SCRIPT, (str(WEIGHT_STD),), cache_root)
 
 
 def _overlay_works(path: Path, python: str) -> bool:
     probe = "import torchvision.transforms.v2.functional, sys; sys.exit(0)"
-    result = subprocess.run([python, "-c", probe], capture_output=True, timeout=300,
-                            env={**os.environ, "PYTHONPATH": str(path)}, cwd=tempfile.gettempdir())
+    result = subprocess.run(
+        [python, "-c", probe],
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(path)},
+        cwd=tempfile.gettempdir(),
+    )
     return result.returncode == 0
 
 
@@ -139,8 +145,12 @@ def torchvision_overlay(cache_root: str | Path | None = None) -> Path:
         if (root / ".complete").exists():
             return root
         shutil.rmtree(root, ignore_errors=True)
-        subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(root), TORCHVISION],
-                       check=True, capture_output=True, timeout=900)
+        subprocess.run(
+            [python, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(root), TORCHVISION],
+            check=True,
+            capture_output=True,
+            timeout=900,
+        )
         patch_torchvision_init(root / "torchvision" / "__init__.py")
         if not _overlay_works(root, python):
             raise RuntimeError(f"the patched {TORCHVISION} in {root} does not import")
@@ -152,12 +162,26 @@ def start_vl_engine(model_dir: str | Path, overlay: Path, *flags: str, tokens_on
     """The engine with the dev endpoints that reset its caches: with its tokenizer, or `--tokens-only` with
     the processor-tokenizer patch (see the module docstring)."""
     path = [str(overlay), str(PATCH_DIR)] if tokens_only else [str(overlay)]
-    return start_engine(model_dir, "--max-num-seqs", "4", *flags, max_model_len=MAX_MODEL_LEN,
-                        served_name=SERVED_NAME, tokens_only=tokens_only, timeout=900,
-                        env={"PYTHONPATH": os.pathsep.join(path), "VLLM_SERVER_DEV_MODE": "1"})
+    return start_engine(
+        model_dir,
+        "--max-num-seqs",
+        "4",
+        *flags,
+        max_model_len=MAX_MODEL_LEN,
+        served_name=SERVED_NAME,
+        tokens_only=tokens_only,
+        timeout=900,
+        env={"PYTHONPATH": os.pathsep.join(path), "VLLM_SERVER_DEV_MODE": "1"},
+    )
 
 
 def start_vl_render_oracle(model_dir: str | Path, overlay: Path) -> VllmProcess:
     """vLLM 0.33's `vllm launch render` on the same folder (and path string: it is part of the mm_hash)."""
-    return start_render_oracle(model_dir, "--served-model-name", SERVED_NAME, "--max-model-len", str(MAX_MODEL_LEN),
-                               env={"PYTHONPATH": str(overlay)})
+    return start_render_oracle(
+        model_dir,
+        "--served-model-name",
+        SERVED_NAME,
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        env={"PYTHONPATH": str(overlay)},
+    )

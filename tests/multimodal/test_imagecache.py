@@ -22,15 +22,21 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from render_service.multimodal import imagecache
-from render_service.multimodal import media
-from render_service.multimodal import qwen3_vl as multimodal
 from render_service.model.example import build_example_model
+from render_service.multimodal import imagecache, media
+from render_service.multimodal import qwen3_vl as multimodal
 from tests.helpers import metric, redis_server, service
 
 SECRET = "imagecache-test-secret"
-CONFIG = multimodal.VisionConfig(model_id="/m", image_token_id=7, patch_size=16, merge_size=2,
-                                 temporal_patch_size=2, min_pixels=65536, max_pixels=16777216)
+CONFIG = multimodal.VisionConfig(
+    model_id="/m",
+    image_token_id=7,
+    patch_size=16,
+    merge_size=2,
+    temporal_patch_size=2,
+    min_pixels=65536,
+    max_pixels=16777216,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -48,6 +54,7 @@ def _data_url(data: bytes) -> str:
 
 # -- codec ----------------------------------------------------------------------------------
 
+
 def _item(tensors: bool = True, seed: int = 1) -> multimodal.ProcessedImage:
     processor = multimodal.ImageProcessor(CONFIG)
     return processor(_png(300, 200, seed), tensors=tensors)
@@ -59,7 +66,11 @@ def test_codec_round_trip_full_and_light() -> None:
     key = "rs:mm:ns:t:" + full.mm_hash
     back = codec.decode(key, codec.encode(key, full), full.mm_hash, tensors=True)
     assert (back.kwargs_json, back.metadata, back.num_tokens, back.nbytes) == (
-        full.kwargs_json, full.metadata, full.num_tokens, full.nbytes)
+        full.kwargs_json,
+        full.metadata,
+        full.num_tokens,
+        full.nbytes,
+    )
     light = imagecache.light(full)
     assert light == _item(tensors=False)  # what process_light gives, derived from the full item
     lkey = "rs:mm:ns:l:" + full.mm_hash
@@ -110,6 +121,7 @@ def test_fetched_images_lookup_is_by_identity() -> None:
 
 
 # -- the MGET reader ---------------------------------------------------------------------------
+
 
 def test_reader_and_writer_auth_select_values_and_a_cancelled_read() -> None:
     """Against a password-protected redis-server, db 2: values (CRLF inside included) and misses come
@@ -183,6 +195,7 @@ def test_reader_fails_fast_on_a_bad_reply(reply: bytes) -> None:
 
 # -- two replicas and one Redis ---------------------------------------------------------------
 
+
 class _Images(http.server.BaseHTTPRequestHandler):
     body = _png(320, 240, 77)
 
@@ -215,14 +228,21 @@ def test_each_image_is_decoded_and_hashed_once(vl_model: Path, monkeypatch: pyte
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             calls[name] += 1
             return function(*args, **kwargs)
+
         monkeypatch.setattr(module, function.__name__, wrapper)
 
     counted("mm_hash", multimodal, multimodal.mm_hash)
     counted("decode", media, media.decode_data_url)
     urls = [_data_url(_png(100, 80, seed)) for seed in (20, 21)]
     with redis_server() as redis:
-        settings = Settings(model=str(vl_model), served_model_name=["tinyvl"], redis_url=redis.url,
-                            snapshot_key=SECRET, mm_cache_redis=True, trust_request_mm_kwargs=True).validate()
+        settings = Settings(
+            model=str(vl_model),
+            served_model_name=["tinyvl"],
+            redis_url=redis.url,
+            snapshot_key=SECRET,
+            mm_cache_redis=True,
+            trust_request_mm_kwargs=True,
+        ).validate()
         with TestClient(create_app(settings)) as client:
             for payload, work in (("tensors", 2), ("tensors", 0), ("none", 0)):  # processed, then memo hits
                 before = dict(calls)
@@ -241,13 +261,24 @@ def cluster(vl_model: Path) -> Iterator[dict[str, Any]]:
     model = vl_model
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Images)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    common = ("--served-model-name", "tinyvl", "--snapshot-key", SECRET, "--media-allow-private-addresses",
-              "--workers", "1")  # one registry: /metrics counts every request
+    common = (
+        "--served-model-name",
+        "tinyvl",
+        "--snapshot-key",
+        SECRET,
+        "--media-allow-private-addresses",
+        "--workers",
+        "1",
+    )  # one registry: /metrics counts every request
     try:
         with redis_server() as redis, ExitStack() as stack:
             on = (*common, "--redis-url", redis.url, "--mm-cache-redis")
-            flags = {"a": on, "b": on, "bounded": (*on, "--mm-processor-kwargs", '{"max_pixels": 65536}'),
-                     "off": (*common, "--redis-url", redis.url)}
+            flags = {
+                "a": on,
+                "b": on,
+                "bounded": (*on, "--mm-processor-kwargs", '{"max_pixels": 65536}'),
+                "off": (*common, "--redis-url", redis.url),
+            }
             contexts = {name: service(model, *args) for name, args in flags.items()}
             with ThreadPoolExecutor(len(contexts)) as pool:  # start together: they load in parallel
                 started = {name: pool.submit(ctx.__enter__) for name, ctx in contexts.items()}
@@ -265,26 +296,34 @@ def cluster(vl_model: Path) -> Iterator[dict[str, Any]]:
 
 def _request(urls: list[str], payload: str = "tensors") -> dict[str, Any]:
     content = [{"type": "image_url", "image_url": {"url": url}} for url in urls]
-    return {"model": "tinyvl", "mm_payload": payload,
-            "messages": [{"role": "user", "content": [*content, {"type": "text", "text": "What is it?"}]}]}
+    return {
+        "model": "tinyvl",
+        "mm_payload": payload,
+        "messages": [{"role": "user", "content": [*content, {"type": "text", "text": "What is it?"}]}],
+    }
 
 
 def _render(url: str, body: dict[str, Any]) -> bytes:
-    response = httpx.post(f"{url}/v1/chat/completions/render", json=body, headers={"x-request-id": "fixed"},
-                          timeout=30)
+    response = httpx.post(f"{url}/v1/chat/completions/render", json=body, headers={"x-request-id": "fixed"}, timeout=30)
     assert response.status_code == 200, response.text
     return response.content
 
 
 def _metrics(url: str) -> dict[str, float]:
     text = httpx.get(f"{url}/metrics").text
-    names = ("render_mm_cache_hits_total", "render_mm_cache_misses_total", "render_mm_cache_redis_hits_total",
-             "render_mm_cache_redis_misses_total", "render_mm_cache_redis_fetched_bytes_total")
+    names = (
+        "render_mm_cache_hits_total",
+        "render_mm_cache_misses_total",
+        "render_mm_cache_redis_hits_total",
+        "render_mm_cache_redis_misses_total",
+        "render_mm_cache_redis_fetched_bytes_total",
+    )
     values = {name: metric(text, name) for name in names}
     values["stored"] = sum(metric(text, "render_mm_cache_redis_stored_total", kind=k) for k in ("tensors", "light"))
     values["errors"] = sum(metric(text, "render_mm_cache_redis_errors_total", op=o) for o in ("get", "set"))
-    values["rejected"] = sum(metric(text, "render_mm_cache_redis_rejected_total", reason=r)
-                             for r in ("bad_mac", "malformed", "version"))
+    values["rejected"] = sum(
+        metric(text, "render_mm_cache_redis_rejected_total", reason=r) for r in ("bad_mac", "malformed", "version")
+    )
     return values
 
 
@@ -349,13 +388,34 @@ def test_messages_and_responses_renders_share_the_entries(cluster: dict[str, Any
     before_a = _metrics(a)
     chat = httpx.post(f"{a}/v1/chat/completions/render", json=_request([_data_url(data)])).json()
     _wait_stored(a, before_a, 2)
-    block = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                         "data": base64.b64encode(data).decode()}}
+    block = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(data).decode()},
+    }
     requests = [
-        ("/v1/messages/render", {"model": "tinyvl", "max_tokens": 8, "messages": [
-            {"role": "user", "content": [block, {"type": "text", "text": "What is it?"}]}]}),
-        ("/v1/responses/render", {"model": "tinyvl", "input": [{"role": "user", "content": [
-            {"type": "input_image", "image_url": _data_url(data)}, {"type": "input_text", "text": "What is it?"}]}]}),
+        (
+            "/v1/messages/render",
+            {
+                "model": "tinyvl",
+                "max_tokens": 8,
+                "messages": [{"role": "user", "content": [block, {"type": "text", "text": "What is it?"}]}],
+            },
+        ),
+        (
+            "/v1/responses/render",
+            {
+                "model": "tinyvl",
+                "input": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "input_image", "image_url": _data_url(data)},
+                            {"type": "input_text", "text": "What is it?"},
+                        ],
+                    }
+                ],
+            },
+        ),
     ]
     # Messages: from Redis; Responses next: a local hit (the Messages render put it there).
     for (path, body), from_redis in zip(requests, (1, 0), strict=True):
@@ -377,8 +437,12 @@ def test_tampered_foreign_and_moved_entries_are_misses(cluster: dict[str, Any]) 
     images = [_png(256, 256, seed) for seed in (10, 11, 12)]
     # The server's hash of each image (the model path is the served folder's).
     bodies = [_render(a, _request([_data_url(data)])) for data in images]
-    digests = [httpx.post(f"{a}/v1/chat/completions/render", json=_request([_data_url(d)], "none")).json()
-               ["features"]["mm_hashes"]["image"][0] for d in images]
+    digests = [
+        httpx.post(f"{a}/v1/chat/completions/render", json=_request([_data_url(d)], "none")).json()["features"][
+            "mm_hashes"
+        ]["image"][0]
+        for d in images
+    ]
     client = redis.client()
     deadline = time.monotonic() + 10
     while not all(len(_entry_keys(redis, d)) == 2 for d in digests):
@@ -456,6 +520,7 @@ def test_redis_killed_midway_still_renders_correctly(cluster: dict[str, Any]) ->
 
 # -- timeouts and cool-downs ------------------------------------------------------------------
 
+
 def _resp_value(value: bytes) -> bytes:
     return b"*1\r\n$%d\r\n%s\r\n" % (len(value), value)
 
@@ -473,7 +538,7 @@ def test_reader_idle_timeout_lets_a_slow_transfer_finish_and_stops_a_silent_one(
                 if b"slow" in request:
                     reply = _resp_value(value)
                     for start in range(0, len(reply), len(reply) // 8 + 1):
-                        writer.write(reply[start:start + len(reply) // 8 + 1])
+                        writer.write(reply[start : start + len(reply) // 8 + 1])
                         await writer.drain()
                         await asyncio.sleep(0.05)
                 # "silent": no answer at all

@@ -14,7 +14,8 @@ from render_service.exceptions import BadRequestError
 from render_service.multimodal.media import MediaLimits, decode_data_url, fetch_all
 
 PNG = base64.b64decode(
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -66,14 +67,17 @@ def test_fetch_from_allowed_loopback(server: str) -> None:
     assert _fetch(f"{server}/image.png", LOCAL) == PNG
 
 
-@pytest.mark.parametrize(("path", "limits", "message"), [
-    ("/image.png", MediaLimits(), "non-public address"),
-    ("/redirect", LOCAL, "redirects are not followed"),
-    ("/big", LOCAL, "exceeds the limit of 1000 bytes"),
-    ("/slow", LOCAL, "Timed out"),
-    ("/missing", LOCAL, "HTTP 404"),
-    ("/image.png", MediaLimits(allowed_domains=("example.com",)), "allowed domains"),
-])
+@pytest.mark.parametrize(
+    ("path", "limits", "message"),
+    [
+        ("/image.png", MediaLimits(), "non-public address"),
+        ("/redirect", LOCAL, "redirects are not followed"),
+        ("/big", LOCAL, "exceeds the limit of 1000 bytes"),
+        ("/slow", LOCAL, "Timed out"),
+        ("/missing", LOCAL, "HTTP 404"),
+        ("/image.png", MediaLimits(allowed_domains=("example.com",)), "allowed domains"),
+    ],
+)
 def test_fetch_refusals_are_400s(server: str, path: str, limits: MediaLimits, message: str) -> None:
     with pytest.raises(BadRequestError, match=message):
         _fetch(f"{server}{path}", limits)
@@ -104,32 +108,84 @@ def test_every_render_path_fetches_http_images(server: str, tmp_path) -> None:
     """Chat, Messages and Responses render an http(s) image the same way as its data: URL."""
     from starlette.testclient import TestClient
 
-    from render_service.server.app import create_app
     from render_service.model.example import build_example_model
+    from render_service.server.app import create_app
     from render_service.settings import Settings
 
     model_dir = build_example_model(tmp_path / "vl", "qwen3-vl")
-    settings = Settings(model=str(model_dir), served_model_name=["vl"], max_model_len=4096,
-                        media_allow_private_addresses=True).validate()
+    settings = Settings(
+        model=str(model_dir), served_model_name=["vl"], max_model_len=4096, media_allow_private_addresses=True
+    ).validate()
     url = f"{server}/image.png"
     data_url = "data:image/png;base64," + base64.b64encode(PNG).decode()
     with TestClient(create_app(settings)) as client:
+
         def chat(image: str) -> dict:
-            return client.post("/v1/chat/completions/render", json={"model": "vl", "messages": [{"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": image}}, {"type": "text", "text": "What is it?"}]}]}).json()
+            return client.post(
+                "/v1/chat/completions/render",
+                json={
+                    "model": "vl",
+                    "messages": [
+                        {
+                            "role": "user",
+                            "content": [
+                                {"type": "image_url", "image_url": {"url": image}},
+                                {"type": "text", "text": "What is it?"},
+                            ],
+                        }
+                    ],
+                },
+            ).json()
 
         expected = chat(data_url)
         assert chat(url)["features"]["mm_hashes"] == expected["features"]["mm_hashes"]
-        anthropic = client.post("/v1/messages/render", json={"model": "vl", "max_tokens": 8, "messages": [
-            {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": url}},
-                                         {"type": "text", "text": "What is it?"}]}]})
+        anthropic = client.post(
+            "/v1/messages/render",
+            json={
+                "model": "vl",
+                "max_tokens": 8,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image", "source": {"type": "url", "url": url}},
+                            {"type": "text", "text": "What is it?"},
+                        ],
+                    }
+                ],
+            },
+        )
         assert anthropic.status_code == 200, anthropic.text
         assert anthropic.json()["token_ids"] == expected["token_ids"]
         assert anthropic.json()["features"]["mm_hashes"] == expected["features"]["mm_hashes"]
-        openai = client.post("/v1/responses/render", json={"model": "vl", "input": [{"role": "user", "content": [
-            {"type": "input_image", "image_url": url}, {"type": "input_text", "text": "What is it?"}]}]})
+        openai = client.post(
+            "/v1/responses/render",
+            json={
+                "model": "vl",
+                "input": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "input_image", "image_url": url},
+                            {"type": "input_text", "text": "What is it?"},
+                        ],
+                    }
+                ],
+            },
+        )
         assert openai.status_code == 200, openai.text
         assert openai.json()["features"]["mm_hashes"] == expected["features"]["mm_hashes"]
-        refused = client.post("/v1/messages/render", json={"model": "vl", "max_tokens": 8, "messages": [
-            {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": f"{server}/missing"}}]}]})
+        refused = client.post(
+            "/v1/messages/render",
+            json={
+                "model": "vl",
+                "max_tokens": 8,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image", "source": {"type": "url", "url": f"{server}/missing"}}],
+                    }
+                ],
+            },
+        )
         assert refused.status_code == 400

@@ -15,8 +15,15 @@ from PIL import Image
 from render_service.multimodal import qwen3_vl as multimodal
 from render_service.multimodal.resample import resize_bicubic_aa_reference
 
-CONFIG = multimodal.VisionConfig(model_id="/m", image_token_id=7, patch_size=16, merge_size=2,
-                                 temporal_patch_size=2, min_pixels=65536, max_pixels=16777216)
+CONFIG = multimodal.VisionConfig(
+    model_id="/m",
+    image_token_id=7,
+    patch_size=16,
+    merge_size=2,
+    temporal_patch_size=2,
+    min_pixels=65536,
+    max_pixels=16777216,
+)
 
 
 def _png(width: int, height: int, seed: int) -> bytes:
@@ -36,10 +43,14 @@ def _reference_kwargs(image: np.ndarray) -> bytes:
     rows = np.ascontiguousarray(patches).reshape(gh * gw, 3 * 2 * 16 * 16)
     grid = np.array([1, gh, gw], dtype=np.int64)
     item = {
-        "pixel_values": {"data": ("uint8", rows.shape, msgspec.msgpack.Ext(3, rows.tobytes())),
-                         "field": ("flat", {"keep_on_cpu": False, "slices": [[(0, gh * gw, None)]], "dim": 0})},
-        "image_grid_thw": {"data": ("int64", (3,), msgspec.msgpack.Ext(3, grid.tobytes())),
-                           "field": ("batched", {"keep_on_cpu": True})},
+        "pixel_values": {
+            "data": ("uint8", rows.shape, msgspec.msgpack.Ext(3, rows.tobytes())),
+            "field": ("flat", {"keep_on_cpu": False, "slices": [[(0, gh * gw, None)]], "dim": 0}),
+        },
+        "image_grid_thw": {
+            "data": ("int64", (3,), msgspec.msgpack.Ext(3, grid.tobytes())),
+            "field": ("batched", {"keep_on_cpu": True}),
+        },
     }
     return b'"' + base64.b64encode(msgspec.msgpack.encode(item)) + b'"'
 
@@ -66,14 +77,17 @@ def test_request_kwargs_change_bounds_and_hash_and_miss_the_cache() -> None:
     assert processor(data) is plain and processor(data, options) is small
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"do_resize": False}, "do_resize not supported"),
-    ({"images_kwargs": {"patch_size": 14}}, "patch_size not supported"),
-    ({"images_kwargs": [1]}, "images_kwargs must be a mapping"),
-    ({"min_pixels": 0}, "min_pixels must be a positive integer"),
-    ({"size": {"shortest_edge": 1.5}}, "size.shortest_edge must be a positive integer"),
-    ({"size": 512}, "size must be a mapping"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"do_resize": False}, "do_resize not supported"),
+        ({"images_kwargs": {"patch_size": 14}}, "patch_size not supported"),
+        ({"images_kwargs": [1]}, "images_kwargs must be a mapping"),
+        ({"min_pixels": 0}, "min_pixels must be a positive integer"),
+        ({"size": {"shortest_edge": 1.5}}, "size.shortest_edge must be a positive integer"),
+        ({"size": 512}, "size must be a mapping"),
+    ],
+)
 def test_unsupported_or_bad_request_kwargs_are_400(kwargs: dict, message: str) -> None:
     with pytest.raises(multimodal.BadRequestError, match=message) as raised:
         multimodal.ImageProcessor(CONFIG).options(kwargs)
@@ -94,8 +108,11 @@ def test_json_parts_join_to_the_document_and_share_cached_bytes() -> None:
     # One item the cache never held (too big for a 1-byte cache): it is encoded inline.
     stray = multimodal.ImageProcessor(CONFIG, cache_bytes=1)(_png(80, 60, 3))
     images = [items[0], stray, items[1], items[0]]
-    content = {"request_id": "x\u0000y", "token_ids": [1, 2, 3],
-               "features": multimodal.features(images, [{"offset": 0, "length": 1}] * 4, "tensors")}
+    content = {
+        "request_id": "x\u0000y",
+        "token_ids": [1, 2, 3],
+        "features": multimodal.features(images, [{"offset": 0, "length": 1}] * 4, "tensors"),
+    }
     parts = processor.json_parts(content)
     assert b"".join(parts) == orjson.dumps(content)
     shared = [p for p in parts if any(p is i.kwargs_json for i in items)]
@@ -104,8 +121,10 @@ def test_json_parts_join_to_the_document_and_share_cached_bytes() -> None:
     assert b"".join(processor.json_parts(no_tensors)) == orjson.dumps(no_tensors)
 
 
-@pytest.mark.parametrize(("width", "height", "kwargs"), [
-    (1280, 720, None), (97, 451, None), (8, 8, None), (1280, 720, {"max_pixels": 70000})])
+@pytest.mark.parametrize(
+    ("width", "height", "kwargs"),
+    [(1280, 720, None), (97, 451, None), (8, 8, None), (1280, 720, {"max_pixels": 70000})],
+)
 def test_light_item_has_the_full_items_hash_tokens_and_metadata(width: int, height: int, kwargs: dict | None) -> None:
     data = _png(width, height, 5)
     full_processor, light_processor = multimodal.ImageProcessor(CONFIG), multimodal.ImageProcessor(CONFIG)

@@ -33,19 +33,22 @@ def test_fast_resize_matches_reference(h: int, w: int, oh: int, ow: int) -> None
     assert np.array_equal(planar.transpose(1, 2, 0), expected)
 
 
-@pytest.mark.parametrize(("h", "w", "oh", "ow"), [
-    (720, 1280, 704, 1280),  # the 720p case: height only, float32
-    (150, 2000, 150, 37),  # a strong downscale: partial sums past 2^24, so float64
-    (37, 33, 1000, 29),  # a strong upscale of one axis, a slight downscale of the other
-    (1, 1, 32, 32),
-    (256, 256, 256, 256),  # nothing to do
-])
+@pytest.mark.parametrize(
+    ("h", "w", "oh", "ow"),
+    [
+        (720, 1280, 704, 1280),  # the 720p case: height only, float32
+        (150, 2000, 150, 37),  # a strong downscale: partial sums past 2^24, so float64
+        (37, 33, 1000, 29),  # a strong upscale of one axis, a slight downscale of the other
+        (1, 1, 32, 32),
+        (256, 256, 256, 256),  # nothing to do
+    ],
+)
 def test_edge_sizes_match_reference(h: int, w: int, oh: int, ow: int) -> None:
     rng = np.random.default_rng(h + w)
     # Extremes as well as noise: all-0 and all-255 rows stress the clamp on both ends.
     image = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
     image[: h // 3] = 255
-    image[h // 3: h // 2, ::2] = 0
+    image[h // 3 : h // 2, ::2] = 0
     assert np.array_equal(resize_bicubic_aa(image, oh, ow), resize_bicubic_aa_reference(image, oh, ow))
 
 

@@ -64,6 +64,7 @@ MAX_LOGPROBS = 20  # vLLM's default --max-logprobs, also our Settings default
 
 # -- tokens ----------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Family:
     model: str  # served model name
@@ -75,8 +76,9 @@ class Family:
     endoftext: int | None = None
 
 
-QWEN3 = Family("tinyqwen3", eos=151645, think=151667, end_think=151668, tool_call=151657, end_tool_call=151658,
-               endoftext=151643)
+QWEN3 = Family(
+    "tinyqwen3", eos=151645, think=151667, end_think=151668, tool_call=151657, end_tool_call=151658, endoftext=151643
+)
 DEEPSEEK = Family("tinydeepseek", eos=1, think=128821, end_think=128822)
 FAMILIES = {"qwen3": QWEN3, "deepseek": DEEPSEEK}
 
@@ -120,6 +122,7 @@ class Encoder:
 
 
 # -- engine outputs -----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Out:
@@ -181,8 +184,14 @@ def weight_versions(n: int) -> list[dict[str, Any]]:
     return [{"version": "default", "start": 0, "end": n}]
 
 
-def gen_choice(index: int, token_ids: list[int] | None, finish_reason: str | None, stop_reason: int | str | None,
-               logprobs: list[dict[str, Any]] | None, final_len: int | None) -> dict[str, Any]:
+def gen_choice(
+    index: int,
+    token_ids: list[int] | None,
+    finish_reason: str | None,
+    stop_reason: int | str | None,
+    logprobs: list[dict[str, Any]] | None,
+    final_len: int | None,
+) -> dict[str, Any]:
     """A generate choice, keys in vLLM's order (`GenerateTokens[Stream]Choice`)."""
     return {
         "index": index,
@@ -197,15 +206,19 @@ def gen_choice(index: int, token_ids: list[int] | None, finish_reason: str | Non
 
 
 def usage(prompt_tokens: int, completion_tokens: int, details: bool = False) -> dict[str, Any]:
-    u: dict[str, Any] = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-                         "completion_tokens": completion_tokens}
+    u: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+    }
     if details:
         u |= {"prompt_tokens_details": None, "completion_tokens_details": None}
     return u
 
 
-def gen_response(request_id: str, model: str, prompt_ids: list[int], choices: list[dict[str, Any]],
-                 return_token_ids: bool = False) -> dict[str, Any]:
+def gen_response(
+    request_id: str, model: str, prompt_ids: list[int], choices: list[dict[str, Any]], return_token_ids: bool = False
+) -> dict[str, Any]:
     """A non-streaming GenerateTokensResponse as `/inference/v1/generate` serializes it."""
     completion = sum(len(c["token_ids"] or []) for c in choices)
     return {
@@ -225,8 +238,12 @@ def gen_response(request_id: str, model: str, prompt_ids: list[int], choices: li
     }
 
 
-def gen_chunk(request_id: str, choices: list[dict[str, Any]], usage_: dict[str, Any] | None = None,
-              prompt_token_ids: list[int] | None = None) -> dict[str, Any]:
+def gen_chunk(
+    request_id: str,
+    choices: list[dict[str, Any]],
+    usage_: dict[str, Any] | None = None,
+    prompt_token_ids: list[int] | None = None,
+) -> dict[str, Any]:
     """One SSE chunk of `/inference/v1/generate` (stream=true): `prompt_token_ids` only when set."""
     chunk: dict[str, Any] = {"request_id": request_id, "usage": usage_}
     if prompt_token_ids is not None:
@@ -318,25 +335,44 @@ class CorpusBuilder:
         self.cases: list[DerenderCase] = []
 
     # chat ------------------------------------------------------------------------------------------
-    def chat_batch(self, name: str, config: str, chat_request: dict[str, Any], outs: Sequence[Out], *,
-                   send_chat_request: bool = True, send_prompt_ids: bool = True, send_prompt_tokens: bool = True,
-                   gen_prompt_ids: bool = False, model: str | None = "default", patch: Patch | None = None,
-                   error: bool = False) -> None:
+    def chat_batch(
+        self,
+        name: str,
+        config: str,
+        chat_request: dict[str, Any],
+        outs: Sequence[Out],
+        *,
+        send_chat_request: bool = True,
+        send_prompt_ids: bool = True,
+        send_prompt_tokens: bool = True,
+        gen_prompt_ids: bool = False,
+        model: str | None = "default",
+        patch: Patch | None = None,
+        error: bool = False,
+    ) -> None:
         family = FAMILIES[CONFIGS[config].family]
         enc = self.enc[CONFIGS[config].family]
         outputs = [(o, enc.ids(o.segs)) for o in outs]
 
         def build(prompts: list[list[int]]) -> list[CallSpec]:
             prompt = prompts[0] if prompts else []
-            choices = [gen_choice(o.index, ids, o.finish_reason, o.stop_reason,
-                                  synth_logprobs(enc, ids, o.logprobs, _seed(name, o.index))
-                                  if o.logprobs else None, len(ids))
-                       for o, ids in outputs]
+            choices = [
+                gen_choice(
+                    o.index,
+                    ids,
+                    o.finish_reason,
+                    o.stop_reason,
+                    synth_logprobs(enc, ids, o.logprobs, _seed(name, o.index)) if o.logprobs else None,
+                    len(ids),
+                )
+                for o, ids in outputs
+            ]
             body: dict[str, Any] = {}
             if model is not None:
                 body["model"] = family.model if model == "default" else model
-            body["generate_response"] = gen_response(f"generate-tokens-chatcmpl-{name}", family.model, prompt,
-                                                     choices, return_token_ids=gen_prompt_ids)
+            body["generate_response"] = gen_response(
+                f"generate-tokens-chatcmpl-{name}", family.model, prompt, choices, return_token_ids=gen_prompt_ids
+            )
             if send_prompt_tokens:
                 body["prompt_tokens"] = len(prompt)
             if send_prompt_ids:
@@ -349,11 +385,26 @@ class CorpusBuilder:
 
         self._add(DerenderCase(name, config, "batch", "chat", chat_request, build, len(outs), error))
 
-    def chat_stream(self, name: str, config: str, chat_request: dict[str, Any], outs: Sequence[Out],
-                    chunking: str = "one", *, usage_chunk: bool = False, continuous_usage: bool = False,
-                    send_chat_request: bool = True, send_prompt_ids: bool = True, send_prompt_tokens: bool = True,
-                    gen_prompt_ids: bool = False, finish_only_chunk: bool = False, model: str | None = "default",
-                    max_calls: int | None = None, patch: Patch | None = None, error: bool = False) -> None:
+    def chat_stream(
+        self,
+        name: str,
+        config: str,
+        chat_request: dict[str, Any],
+        outs: Sequence[Out],
+        chunking: str = "one",
+        *,
+        usage_chunk: bool = False,
+        continuous_usage: bool = False,
+        send_chat_request: bool = True,
+        send_prompt_ids: bool = True,
+        send_prompt_tokens: bool = True,
+        gen_prompt_ids: bool = False,
+        finish_only_chunk: bool = False,
+        model: str | None = "default",
+        max_calls: int | None = None,
+        patch: Patch | None = None,
+        error: bool = False,
+    ) -> None:
         """One stream per output (interleaved round-robin by chunk when several), the finish_reason on the
         last token chunk (or on an extra token-less chunk with `finish_only_chunk`), then optionally a
         usage-only chunk (`choices: []`)."""
@@ -377,11 +428,17 @@ class CorpusBuilder:
                 start = 0
                 for k, size in enumerate(sizes):
                     last = k == len(sizes) - 1 and not finish_only_chunk
-                    part = ids[start:start + size]
-                    lane.append(gen_choice(o.index, part, o.finish_reason if last else None,
-                                           o.stop_reason if last else None,
-                                           lps[start:start + size] if lps is not None else None,
-                                           len(ids) if last else None))
+                    part = ids[start : start + size]
+                    lane.append(
+                        gen_choice(
+                            o.index,
+                            part,
+                            o.finish_reason if last else None,
+                            o.stop_reason if last else None,
+                            lps[start : start + size] if lps is not None else None,
+                            len(ids) if last else None,
+                        )
+                    )
                     start += size
                 if finish_only_chunk:
                     lane.append(gen_choice(o.index, [], o.finish_reason, o.stop_reason, None, len(ids)))
@@ -394,8 +451,14 @@ class CorpusBuilder:
             seen = 0
             for k, choice in enumerate(choices):
                 seen += len(choice["token_ids"] or [])
-                chunks.append(gen_chunk(rid, [choice], usage(len(prompt), seen) if continuous_usage else None,
-                                        prompt if gen_prompt_ids and k == 0 else None))
+                chunks.append(
+                    gen_chunk(
+                        rid,
+                        [choice],
+                        usage(len(prompt), seen) if continuous_usage else None,
+                        prompt if gen_prompt_ids and k == 0 else None,
+                    )
+                )
             if usage_chunk:
                 chunks.append(gen_chunk(rid, [], usage(len(prompt), total)))
             bodies = []
@@ -416,10 +479,20 @@ class CorpusBuilder:
         self._add(DerenderCase(name, config, "stream", "chat", chat_request, build, len(outs), error))
 
     # completions -----------------------------------------------------------------------------------
-    def cmpl_batch(self, name: str, config: str, completion_request: dict[str, Any], outs: Sequence[Sequence[Out]],
-                   *, send_completion_request: bool = True, send_prompt_ids: bool = True,
-                   send_prompt_tokens: bool = True, model: str | None = "default", patch: Patch | None = None,
-                   error: bool = False) -> None:
+    def cmpl_batch(
+        self,
+        name: str,
+        config: str,
+        completion_request: dict[str, Any],
+        outs: Sequence[Sequence[Out]],
+        *,
+        send_completion_request: bool = True,
+        send_prompt_ids: bool = True,
+        send_prompt_tokens: bool = True,
+        model: str | None = "default",
+        patch: Patch | None = None,
+        error: bool = False,
+    ) -> None:
         """One generate response per prompt of `completion_request` (each with its outputs as choices)."""
         cfg = CONFIGS[config]
         family = FAMILIES[cfg.family]
@@ -430,20 +503,34 @@ class CorpusBuilder:
             responses = []
             for p, group in enumerate(per_prompt):
                 prompt = prompts[p] if p < len(prompts) else []
-                choices = [gen_choice(o.index, ids, o.finish_reason, o.stop_reason,
-                                      synth_logprobs(enc, ids, o.logprobs, _seed(name, p, o.index))
-                                      if o.logprobs else None, len(ids))
-                           for o, ids in group]
-                responses.append(gen_response(f"generate-tokens-cmpl-{name}-{p}", family.model, prompt, choices,
-                                              return_token_ids=bool(completion_request.get("return_token_ids"))))
+                choices = [
+                    gen_choice(
+                        o.index,
+                        ids,
+                        o.finish_reason,
+                        o.stop_reason,
+                        synth_logprobs(enc, ids, o.logprobs, _seed(name, p, o.index)) if o.logprobs else None,
+                        len(ids),
+                    )
+                    for o, ids in group
+                ]
+                responses.append(
+                    gen_response(
+                        f"generate-tokens-cmpl-{name}-{p}",
+                        family.model,
+                        prompt,
+                        choices,
+                        return_token_ids=bool(completion_request.get("return_token_ids")),
+                    )
+                )
             body: dict[str, Any] = {}
             if model is not None:
                 body["model"] = family.model if model == "default" else model
             body["generate_responses"] = responses
             if send_prompt_tokens:
-                body["prompt_tokens"] = [len(p) for p in prompts[:len(per_prompt)]]
+                body["prompt_tokens"] = [len(p) for p in prompts[: len(per_prompt)]]
             if send_prompt_ids:
-                body["prompt_token_ids"] = [list(p) for p in prompts[:len(per_prompt)]]
+                body["prompt_token_ids"] = [list(p) for p in prompts[: len(per_prompt)]]
             if send_completion_request:
                 body["completion_request"] = copy.deepcopy(completion_request)
             if patch is not None:
@@ -453,10 +540,22 @@ class CorpusBuilder:
         n = sum(len(g) for g in outs)
         self._add(DerenderCase(name, config, "batch", "completions", completion_request, build, n, error))
 
-    def cmpl_stream(self, name: str, config: str, completion_request: dict[str, Any], out: Out,
-                    chunking: str = "one", *, usage_chunk: bool = False, send_completion_request: bool = True,
-                    send_prompt_ids: bool = True, gen_prompt_ids: bool = False, max_calls: int | None = None,
-                    patch: Patch | None = None, error: bool = False) -> None:
+    def cmpl_stream(
+        self,
+        name: str,
+        config: str,
+        completion_request: dict[str, Any],
+        out: Out,
+        chunking: str = "one",
+        *,
+        usage_chunk: bool = False,
+        send_completion_request: bool = True,
+        send_prompt_ids: bool = True,
+        gen_prompt_ids: bool = False,
+        max_calls: int | None = None,
+        patch: Patch | None = None,
+        error: bool = False,
+    ) -> None:
         cfg = CONFIGS[config]
         family = FAMILIES[cfg.family]
         enc = self.enc[cfg.family]
@@ -473,17 +572,26 @@ class CorpusBuilder:
             start = 0
             for k, size in enumerate(sizes):
                 last = k == len(sizes) - 1
-                choice = gen_choice(0, ids[start:start + size], out.finish_reason if last else None,
-                                    out.stop_reason if last else None,
-                                    lps[start:start + size] if lps is not None else None, len(ids) if last else None)
+                choice = gen_choice(
+                    0,
+                    ids[start : start + size],
+                    out.finish_reason if last else None,
+                    out.stop_reason if last else None,
+                    lps[start : start + size] if lps is not None else None,
+                    len(ids) if last else None,
+                )
                 chunks.append(gen_chunk(rid, [choice], None, prompt if gen_prompt_ids and k == 0 else None))
                 start += size
             if usage_chunk:
                 chunks.append(gen_chunk(rid, [], usage(len(prompt), len(ids))))
             bodies = []
             for chunk in chunks[:max_calls]:
-                body: dict[str, Any] = {"stream": True, "model": family.model, "generate_chunk": chunk,
-                                        "prompt_tokens": len(prompt)}
+                body: dict[str, Any] = {
+                    "stream": True,
+                    "model": family.model,
+                    "generate_chunk": chunk,
+                    "prompt_tokens": len(prompt),
+                }
                 if send_prompt_ids:
                     body["prompt_token_ids"] = list(prompt)
                 if send_completion_request:
@@ -494,8 +602,17 @@ class CorpusBuilder:
         self._add(DerenderCase(name, config, "stream", "completions", completion_request, build, 1, error))
 
     # ---------------------------------------------------------------------------------------------
-    def chat_all(self, name: str, config: str, chat_request: dict[str, Any], outs: Sequence[Out],
-                 variants: str = "b1r", *, usage_on_random: bool = True, **kw: Any) -> None:
+    def chat_all(
+        self,
+        name: str,
+        config: str,
+        chat_request: dict[str, Any],
+        outs: Sequence[Out],
+        variants: str = "b1r",
+        *,
+        usage_on_random: bool = True,
+        **kw: Any,
+    ) -> None:
         """Batch (`b`), one-token-per-chunk stream (`1`) and random-chunk stream (`r`) of the same outputs.
         Stream variants carry `stream: true` in the chat_request (and include_usage on the random one)."""
         if "b" in variants:
@@ -503,8 +620,15 @@ class CorpusBuilder:
         if "1" in variants:
             self.chat_stream(f"{name}_stream1", config, streaming(chat_request), outs, "one", **kw)
         if "r" in variants:
-            self.chat_stream(f"{name}_streamr", config, streaming(chat_request, usage=usage_on_random), outs,
-                             "random", usage_chunk=usage_on_random, **kw)
+            self.chat_stream(
+                f"{name}_streamr",
+                config,
+                streaming(chat_request, usage=usage_on_random),
+                outs,
+                "random",
+                usage_chunk=usage_on_random,
+                **kw,
+            )
 
     def _add(self, case: DerenderCase) -> None:
         assert case.config in DERENDER_CONFIGS, case.config
@@ -544,8 +668,10 @@ ALL_TOOLS = [WEATHER_TOOL, SEARCH_TOOL]
 REASON = "The user greets me and asks how I am. I should answer politely, briefly, and offer help."
 CONTENT = "Hello! I'm doing well, thank you. How can I help you today?"
 REASON_TOOL = "The user wants the weather in Paris. I will call get_weather with the city and unit."
-REASON_UNI = ("Der Nutzer schreibt: Grüße aus Köln! 日本語のテキストも含まれています。"
-              "Emoji: 👋🏽🎉🧪👩‍👩‍👧‍👦 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 — naïve café ☕.")
+REASON_UNI = (
+    "Der Nutzer schreibt: Grüße aus Köln! 日本語のテキストも含まれています。"
+    "Emoji: 👋🏽🎉🧪👩‍👩‍👧‍👦 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 — naïve café ☕."
+)
 CONTENT_UNI = "こんにちは！🎉 Привет, мир! 안녕하세요 — 東京は晴れです ☀️🌈 e\u0301 (NFD) 🇫🇷🇯🇵"
 
 
@@ -560,10 +686,14 @@ def tool(name: str, arguments: Any, raw: str | None = None) -> tuple[Seg, ...]:
 
 WEATHER_PARIS = tool("get_weather", {"city": "Paris", "unit": "celsius"})
 WEATHER_ROME = tool("get_weather", {"city": "Rome"})
-SEARCH_SHOES = tool("search_products", {"query": "red shoes",
-                                        "filters": {"price": {"max": 50, "min": 10.5}, "brands": ["Acme", "Zeta"],
-                                                    "in_stock": True},
-                                        "limit": 5})
+SEARCH_SHOES = tool(
+    "search_products",
+    {
+        "query": "red shoes",
+        "filters": {"price": {"max": 50, "min": 10.5}, "brands": ["Acme", "Zeta"], "in_stock": True},
+        "limit": 5,
+    },
+)
 
 
 def _qwen_cases(b: CorpusBuilder) -> None:
@@ -573,218 +703,620 @@ def _qwen_cases(b: CorpusBuilder) -> None:
 
     # reasoning then content / one tool call / several / content before a tool call
     b.chat_all("reasoning_content", "parsers", chat(hi), [Out((*think(REASON), CONTENT, IM_END))])
-    b.chat_all("reasoning_tool_call", "parsers", chat(weather, tools=TOOLS),
-               [Out((*think(REASON_TOOL), *WEATHER_PARIS, IM_END))])
-    b.chat_all("multi_tool_calls", "parsers", chat(weather2, tools=ALL_TOOLS),
-               [Out((*think("Three calls are needed."), *WEATHER_PARIS, "\n", *WEATHER_ROME, "\n", *SEARCH_SHOES,
-                     IM_END))])
-    b.chat_all("content_then_tool_call", "parsers", chat(weather, tools=TOOLS),
-               [Out((*think(REASON_TOOL), "Let me check the weather for you.\n\n", *WEATHER_PARIS, IM_END))])
-    b.chat_all("malformed_tool_json", "parsers", chat(weather, tools=TOOLS),
-               [Out((*think(REASON_TOOL),
-                     *tool("", None, raw='{"name": "get_weather", "arguments": {"city": "Paris", "unit": }'),
-                     IM_END))])
-    b.chat_all("tool_call_unknown_function", "parsers", chat(weather, tools=TOOLS),
-               [Out((*think("Call a tool."), *tool("get_time", {"tz": "CET"}), IM_END))], variants="b1")
+    b.chat_all(
+        "reasoning_tool_call",
+        "parsers",
+        chat(weather, tools=TOOLS),
+        [Out((*think(REASON_TOOL), *WEATHER_PARIS, IM_END))],
+    )
+    b.chat_all(
+        "multi_tool_calls",
+        "parsers",
+        chat(weather2, tools=ALL_TOOLS),
+        [Out((*think("Three calls are needed."), *WEATHER_PARIS, "\n", *WEATHER_ROME, "\n", *SEARCH_SHOES, IM_END))],
+    )
+    b.chat_all(
+        "content_then_tool_call",
+        "parsers",
+        chat(weather, tools=TOOLS),
+        [Out((*think(REASON_TOOL), "Let me check the weather for you.\n\n", *WEATHER_PARIS, IM_END))],
+    )
+    b.chat_all(
+        "malformed_tool_json",
+        "parsers",
+        chat(weather, tools=TOOLS),
+        [
+            Out(
+                (
+                    *think(REASON_TOOL),
+                    *tool("", None, raw='{"name": "get_weather", "arguments": {"city": "Paris", "unit": }'),
+                    IM_END,
+                )
+            )
+        ],
+    )
+    b.chat_all(
+        "tool_call_unknown_function",
+        "parsers",
+        chat(weather, tools=TOOLS),
+        [Out((*think("Call a tool."), *tool("get_time", {"tz": "CET"}), IM_END))],
+        variants="b1",
+    )
     # markup arriving as ordinary tokens, so chunk boundaries fall inside "<think>" / "<tool_call>"
-    b.chat_all("split_think_text", "parsers", chat(hi),
-               [Out((("<", "think", ">"), "\nShort thought.\n", ("</", "think", ">"), "\n\n", CONTENT, IM_END))])
-    b.chat_all("split_tool_call_text", "parsers", chat(weather, tools=TOOLS),
-               [Out((*think(REASON_TOOL), "Checking.", ("<", "tool", "_call", ">"),
-                     '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n', ("</", "tool", "_call", ">"),
-                     IM_END))])
-    b.chat_all("content_with_lt", "parsers", chat(hi),
-               [Out((*think("Compare numbers."), "Yes: 3 <tool 5 and a <think-tank> < b; done.", IM_END))],
-               variants="b1")
+    b.chat_all(
+        "split_think_text",
+        "parsers",
+        chat(hi),
+        [Out((("<", "think", ">"), "\nShort thought.\n", ("</", "think", ">"), "\n\n", CONTENT, IM_END))],
+    )
+    b.chat_all(
+        "split_tool_call_text",
+        "parsers",
+        chat(weather, tools=TOOLS),
+        [
+            Out(
+                (
+                    *think(REASON_TOOL),
+                    "Checking.",
+                    ("<", "tool", "_call", ">"),
+                    '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n',
+                    ("</", "tool", "_call", ">"),
+                    IM_END,
+                )
+            )
+        ],
+    )
+    b.chat_all(
+        "content_with_lt",
+        "parsers",
+        chat(hi),
+        [Out((*think("Compare numbers."), "Yes: 3 <tool 5 and a <think-tank> < b; done.", IM_END))],
+        variants="b1",
+    )
     # multi-byte characters split across tokens (and chunks)
-    b.chat_all("unicode", "parsers", chat([U("Grüße! 日本語で天気を教えて 👋🏽")], tools=TOOLS),
-               [Out((*think(REASON_UNI), CONTENT_UNI, "\n\n",
-                     *tool("get_weather", {"city": "東京", "unit": "celsius"}), IM_END))])
+    b.chat_all(
+        "unicode",
+        "parsers",
+        chat([U("Grüße! 日本語で天気を教えて 👋🏽")], tools=TOOLS),
+        [
+            Out(
+                (
+                    *think(REASON_UNI),
+                    CONTENT_UNI,
+                    "\n\n",
+                    *tool("get_weather", {"city": "東京", "unit": "celsius"}),
+                    IM_END,
+                )
+            )
+        ],
+    )
     # long reasoning (~1500 tokens): batch and random chunks only
-    b.chat_all("long_reasoning", "parsers", chat(hi), [Out((*think(long_text(1000, seed=11)), CONTENT, IM_END))],
-               variants="br")
+    b.chat_all(
+        "long_reasoning", "parsers", chat(hi), [Out((*think(long_text(1000, seed=11)), CONTENT, IM_END))], variants="br"
+    )
     # enable_thinking false: reasoning closed in the prompt
     no_think = {"chat_template_kwargs": {"enable_thinking": False}}
     b.chat_all("thinking_disabled", "parsers", chat(hi, **no_think), [Out((CONTENT, IM_END))], variants="b1")
-    b.chat_all("thinking_disabled_tool_call", "parsers", chat(weather, tools=TOOLS, **no_think),
-               [Out(("Sure.\n", *WEATHER_PARIS, IM_END))], variants="b1r")
-    b.chat_all("thinking_disabled_stray_end_think", "parsers", chat(hi, **no_think),
-               [Out(("Odd: ", END_THINK, " after.", IM_END))], variants="b1")
+    b.chat_all(
+        "thinking_disabled_tool_call",
+        "parsers",
+        chat(weather, tools=TOOLS, **no_think),
+        [Out(("Sure.\n", *WEATHER_PARIS, IM_END))],
+        variants="b1r",
+    )
+    b.chat_all(
+        "thinking_disabled_stray_end_think",
+        "parsers",
+        chat(hi, **no_think),
+        [Out(("Odd: ", END_THINK, " after.", IM_END))],
+        variants="b1",
+    )
     # no <think> start token: reasoning until </think>; no markers at all
-    b.chat_all("no_think_start", "parsers", chat(hi),
-               [Out(("Reasoning without an opening tag.\n", END_THINK, "\n\n", CONTENT, IM_END))], variants="b1r")
+    b.chat_all(
+        "no_think_start",
+        "parsers",
+        chat(hi),
+        [Out(("Reasoning without an opening tag.\n", END_THINK, "\n\n", CONTENT, IM_END))],
+        variants="b1r",
+    )
     b.chat_all("no_think_at_all", "parsers", chat(hi), [Out((CONTENT, IM_END))], variants="b1")
     b.chat_all("think_only_eos", "parsers", chat(hi), [Out((THINK, "\nHmm.\n", END_THINK, IM_END))], variants="b1")
     # finish reasons
-    b.chat_all("length_in_reasoning", "parsers", chat(hi, max_tokens=24),
-               [Out((THINK, "\n" + long_text(40, seed=3)), finish_reason="length")], variants="b1")
-    b.chat_all("length_in_tool_call", "parsers", chat(weather, tools=TOOLS, max_tokens=60),
-               [Out((*think("Call it."), TC, '\n{"name": "get_weather", "arguments": {"city": "Par'),
-                    finish_reason="length")])
-    b.chat_all("length_after_tool_call", "parsers", chat(weather, tools=TOOLS),
-               [Out((*think("Call it."), *WEATHER_PARIS, "\n"), finish_reason="length")], variants="b1")
-    b.chat_all("abort_mid_content", "parsers", chat(hi), [Out((*think(REASON), "Hello! I'm"),
-                                                              finish_reason="abort")], variants="b1")
+    b.chat_all(
+        "length_in_reasoning",
+        "parsers",
+        chat(hi, max_tokens=24),
+        [Out((THINK, "\n" + long_text(40, seed=3)), finish_reason="length")],
+        variants="b1",
+    )
+    b.chat_all(
+        "length_in_tool_call",
+        "parsers",
+        chat(weather, tools=TOOLS, max_tokens=60),
+        [Out((*think("Call it."), TC, '\n{"name": "get_weather", "arguments": {"city": "Par'), finish_reason="length")],
+    )
+    b.chat_all(
+        "length_after_tool_call",
+        "parsers",
+        chat(weather, tools=TOOLS),
+        [Out((*think("Call it."), *WEATHER_PARIS, "\n"), finish_reason="length")],
+        variants="b1",
+    )
+    b.chat_all(
+        "abort_mid_content",
+        "parsers",
+        chat(hi),
+        [Out((*think(REASON), "Hello! I'm"), finish_reason="abort")],
+        variants="b1",
+    )
     end_id = "END_MARK"
-    b.chat_all("stop_reason_int", "parsers", chat(hi, stop_token_ids=[13]),
-               [Out((*think(REASON), "The answer is 42", 13), stop_reason=13)], variants="b1")
-    b.chat_all("stop_reason_int_unreported", "parsers", chat(hi, stop_token_ids=[13]),
-               [Out((*think(REASON), "The answer is 42", 13), stop_reason=None)], variants="b1")
-    b.chat_all("stop_reason_endoftext", "parsers", chat(hi),
-               [Out((*think(REASON), CONTENT, Q.endoftext), stop_reason=None)], variants="b1")
-    b.chat_all("stop_reason_eos_ignore_eos", "parsers", chat(hi, ignore_eos=True),
-               [Out((*think(REASON), CONTENT, IM_END))], variants="b1")
-    b.chat_stream("stop_reason_string_stream1", "parsers", streaming(chat(hi)),
-                  [Out((*think(REASON), "The answer is 42. " + end_id), stop_reason=end_id)])
+    b.chat_all(
+        "stop_reason_int",
+        "parsers",
+        chat(hi, stop_token_ids=[13]),
+        [Out((*think(REASON), "The answer is 42", 13), stop_reason=13)],
+        variants="b1",
+    )
+    b.chat_all(
+        "stop_reason_int_unreported",
+        "parsers",
+        chat(hi, stop_token_ids=[13]),
+        [Out((*think(REASON), "The answer is 42", 13), stop_reason=None)],
+        variants="b1",
+    )
+    b.chat_all(
+        "stop_reason_endoftext",
+        "parsers",
+        chat(hi),
+        [Out((*think(REASON), CONTENT, Q.endoftext), stop_reason=None)],
+        variants="b1",
+    )
+    b.chat_all(
+        "stop_reason_eos_ignore_eos",
+        "parsers",
+        chat(hi, ignore_eos=True),
+        [Out((*think(REASON), CONTENT, IM_END))],
+        variants="b1",
+    )
+    b.chat_stream(
+        "stop_reason_string_stream1",
+        "parsers",
+        streaming(chat(hi)),
+        [Out((*think(REASON), "The answer is 42. " + end_id), stop_reason=end_id)],
+    )
     # stop strings, include_stop_str_in_output, min_tokens (batch only: streaming derender rejects `stop`)
     stop_out = Out((*think(REASON), "alpha END beta gamma END delta"), stop_reason="END")
     b.chat_batch("stop_string_reported_batch", "parsers", chat(hi, stop=["END"]), [stop_out])
-    b.chat_batch("stop_string_unreported_batch", "parsers", chat(hi, stop=["END", "zzz"]),
-                 [Out(stop_out.segs, stop_reason=None)])
-    b.chat_batch("stop_string_include_batch", "parsers", chat(hi, stop=["END"], include_stop_str_in_output=True),
-                 [stop_out])
+    b.chat_batch(
+        "stop_string_unreported_batch", "parsers", chat(hi, stop=["END", "zzz"]), [Out(stop_out.segs, stop_reason=None)]
+    )
+    b.chat_batch(
+        "stop_string_include_batch", "parsers", chat(hi, stop=["END"], include_stop_str_in_output=True), [stop_out]
+    )
     head = b.enc["qwen3"].ids((*think(REASON), "alpha END beta"))
-    b.chat_batch("stop_string_min_tokens_batch", "parsers", chat(hi, stop=["END"], min_tokens=len(head)),
-                 [Out(stop_out.segs, stop_reason=None)])
-    b.chat_batch("stop_string_min_tokens_all_batch", "parsers", chat(hi, stop=["END"], min_tokens=400),
-                 [Out(stop_out.segs, stop_reason=None)])
-    b.chat_batch("stop_string_in_reasoning_batch", "parsers", chat(hi, stop=["gamma"]),
-                 [Out((THINK, "\nalpha beta gamma delta"), stop_reason=None)])
-    b.chat_batch("stop_token_include_batch", "parsers", chat(hi, include_stop_str_in_output=True),
-                 [Out((*think(REASON), CONTENT, IM_END))])
-    b.chat_batch("stop_string_finish_length_batch", "parsers", chat(hi, stop=["END"]),
-                 [Out(stop_out.segs, finish_reason="length")])
+    b.chat_batch(
+        "stop_string_min_tokens_batch",
+        "parsers",
+        chat(hi, stop=["END"], min_tokens=len(head)),
+        [Out(stop_out.segs, stop_reason=None)],
+    )
+    b.chat_batch(
+        "stop_string_min_tokens_all_batch",
+        "parsers",
+        chat(hi, stop=["END"], min_tokens=400),
+        [Out(stop_out.segs, stop_reason=None)],
+    )
+    b.chat_batch(
+        "stop_string_in_reasoning_batch",
+        "parsers",
+        chat(hi, stop=["gamma"]),
+        [Out((THINK, "\nalpha beta gamma delta"), stop_reason=None)],
+    )
+    b.chat_batch(
+        "stop_token_include_batch",
+        "parsers",
+        chat(hi, include_stop_str_in_output=True),
+        [Out((*think(REASON), CONTENT, IM_END))],
+    )
+    b.chat_batch(
+        "stop_string_finish_length_batch",
+        "parsers",
+        chat(hi, stop=["END"]),
+        [Out(stop_out.segs, finish_reason="length")],
+    )
     # logprobs (GenerateLogProbs, byte-fallback tokens among the sampled and the candidates)
-    b.chat_all("logprobs_top", "parsers", chat([U("Emoji please")], logprobs=True, top_logprobs=3),
-               [Out((*think("Emoji: 👋🏽🎉"), "Sure: 🧪👩‍👩‍👧‍👦 日本 done", IM_END), logprobs=5)])
-    b.chat_all("logprobs_no_top", "parsers", chat(hi, logprobs=True),
-               [Out((*think("ok"), "Fine 👍", IM_END), logprobs=3)], variants="b1")
-    b.chat_all("logprobs_all_candidates", "parsers", chat(hi, logprobs=True, top_logprobs=-1),
-               [Out((*think("ok"), "Fine 🎉", IM_END), logprobs=4)], variants="b1")
-    b.chat_all("logprobs_not_requested", "parsers", chat(hi),
-               [Out((*think("ok"), "Fine", IM_END), logprobs=3)], variants="b1")
-    b.chat_all("logprobs_tool_call", "parsers", chat(weather, tools=TOOLS, logprobs=True, top_logprobs=2),
-               [Out((*think("Call."), *WEATHER_PARIS, IM_END), logprobs=3)], variants="b1r")
+    b.chat_all(
+        "logprobs_top",
+        "parsers",
+        chat([U("Emoji please")], logprobs=True, top_logprobs=3),
+        [Out((*think("Emoji: 👋🏽🎉"), "Sure: 🧪👩‍👩‍👧‍👦 日本 done", IM_END), logprobs=5)],
+    )
+    b.chat_all(
+        "logprobs_no_top",
+        "parsers",
+        chat(hi, logprobs=True),
+        [Out((*think("ok"), "Fine 👍", IM_END), logprobs=3)],
+        variants="b1",
+    )
+    b.chat_all(
+        "logprobs_all_candidates",
+        "parsers",
+        chat(hi, logprobs=True, top_logprobs=-1),
+        [Out((*think("ok"), "Fine 🎉", IM_END), logprobs=4)],
+        variants="b1",
+    )
+    b.chat_all(
+        "logprobs_not_requested", "parsers", chat(hi), [Out((*think("ok"), "Fine", IM_END), logprobs=3)], variants="b1"
+    )
+    b.chat_all(
+        "logprobs_tool_call",
+        "parsers",
+        chat(weather, tools=TOOLS, logprobs=True, top_logprobs=2),
+        [Out((*think("Call."), *WEATHER_PARIS, IM_END), logprobs=3)],
+        variants="b1r",
+    )
     # include_reasoning false (hides logprobs and token ids too)
-    b.chat_all("include_reasoning_false", "parsers",
-               chat(hi, include_reasoning=False, logprobs=True, top_logprobs=2, return_token_ids=True),
-               [Out((*think(REASON), CONTENT, IM_END), logprobs=3)])
-    b.chat_all("include_reasoning_false_tool_call", "parsers", chat(weather, tools=TOOLS, include_reasoning=False),
-               [Out((*think(REASON_TOOL), *WEATHER_PARIS, IM_END))], variants="b1")
+    b.chat_all(
+        "include_reasoning_false",
+        "parsers",
+        chat(hi, include_reasoning=False, logprobs=True, top_logprobs=2, return_token_ids=True),
+        [Out((*think(REASON), CONTENT, IM_END), logprobs=3)],
+    )
+    b.chat_all(
+        "include_reasoning_false_tool_call",
+        "parsers",
+        chat(weather, tools=TOOLS, include_reasoning=False),
+        [Out((*think(REASON_TOOL), *WEATHER_PARIS, IM_END))],
+        variants="b1",
+    )
     # tool_choice variants
-    b.chat_all("parallel_tool_calls_false", "parsers", chat(weather2, tools=TOOLS, parallel_tool_calls=False),
-               [Out((*think("Two calls."), *WEATHER_PARIS, "\n", *WEATHER_ROME, IM_END))])
-    b.chat_all("tool_choice_none", "parsers", chat(weather, tools=TOOLS, tool_choice="none"),
-               [Out((*think(REASON_TOOL), *WEATHER_PARIS, IM_END))], variants="b1")
+    b.chat_all(
+        "parallel_tool_calls_false",
+        "parsers",
+        chat(weather2, tools=TOOLS, parallel_tool_calls=False),
+        [Out((*think("Two calls."), *WEATHER_PARIS, "\n", *WEATHER_ROME, IM_END))],
+    )
+    b.chat_all(
+        "tool_choice_none",
+        "parsers",
+        chat(weather, tools=TOOLS, tool_choice="none"),
+        [Out((*think(REASON_TOOL), *WEATHER_PARIS, IM_END))],
+        variants="b1",
+    )
     named = {"type": "function", "function": {"name": "get_weather"}}
-    b.chat_all("tool_choice_named", "parsers", chat(weather, tools=TOOLS, tool_choice=named),
-               [Out((*think(REASON_TOOL), '{"city": "Paris", "unit": "celsius"}', IM_END))])
-    b.chat_all("tool_choice_named_no_think", "parsers", chat(weather, tools=TOOLS, tool_choice=named),
-               [Out(('{"city": "Rome"}', IM_END))], variants="b1")
-    b.chat_all("tool_choice_required", "parsers", chat(weather2, tools=ALL_TOOLS, tool_choice="required"),
-               [Out((*think("Two calls."),
-                     '[{"name": "get_weather", "parameters": {"city": "Paris"}}, '
-                     '{"name": "search_products", "parameters": {"query": "red shoes", "limit": 3}}]', IM_END))])
-    b.chat_all("tool_choice_auto_explicit", "parsers", chat(weather, tools=TOOLS, tool_choice="auto"),
-               [Out((*think(REASON_TOOL), *WEATHER_PARIS, IM_END))], variants="b")
-    b.chat_all("tools_with_history", "parsers", chat([
-        U("What's the weather in Paris?"),
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "call_1", "type": "function",
-             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 21}"}], tools=TOOLS),
-        [Out((*think("Now Rome."), *WEATHER_ROME, IM_END))], variants="b1")
+    b.chat_all(
+        "tool_choice_named",
+        "parsers",
+        chat(weather, tools=TOOLS, tool_choice=named),
+        [Out((*think(REASON_TOOL), '{"city": "Paris", "unit": "celsius"}', IM_END))],
+    )
+    b.chat_all(
+        "tool_choice_named_no_think",
+        "parsers",
+        chat(weather, tools=TOOLS, tool_choice=named),
+        [Out(('{"city": "Rome"}', IM_END))],
+        variants="b1",
+    )
+    b.chat_all(
+        "tool_choice_required",
+        "parsers",
+        chat(weather2, tools=ALL_TOOLS, tool_choice="required"),
+        [
+            Out(
+                (
+                    *think("Two calls."),
+                    '[{"name": "get_weather", "parameters": {"city": "Paris"}}, '
+                    '{"name": "search_products", "parameters": {"query": "red shoes", "limit": 3}}]',
+                    IM_END,
+                )
+            )
+        ],
+    )
+    b.chat_all(
+        "tool_choice_auto_explicit",
+        "parsers",
+        chat(weather, tools=TOOLS, tool_choice="auto"),
+        [Out((*think(REASON_TOOL), *WEATHER_PARIS, IM_END))],
+        variants="b",
+    )
+    b.chat_all(
+        "tools_with_history",
+        "parsers",
+        chat(
+            [
+                U("What's the weather in Paris?"),
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'},
+            ],
+            tools=TOOLS,
+        ),
+        [Out((*think("Now Rome."), *WEATHER_ROME, IM_END))],
+        variants="b1",
+    )
     # return_token_ids (generate then also returns the prompt ids)
-    b.chat_all("return_token_ids", "parsers", chat(hi, return_token_ids=True),
-               [Out((*think(REASON), CONTENT, IM_END))], variants="b1", gen_prompt_ids=True)
+    b.chat_all(
+        "return_token_ids",
+        "parsers",
+        chat(hi, return_token_ids=True),
+        [Out((*think(REASON), CONTENT, IM_END))],
+        variants="b1",
+        gen_prompt_ids=True,
+    )
     # usage: continuous usage stats on every chunk, and a usage chunk without request prompt_tokens
-    b.chat_stream("continuous_usage_stream1", "parsers", streaming(chat(hi), continuous=True),
-                  [Out((*think("ok"), CONTENT, IM_END))], "one", usage_chunk=True, continuous_usage=True)
-    b.chat_stream("usage_no_prompt_tokens_streamr", "parsers", streaming(chat(hi), usage=True),
-                  [Out((*think("ok"), CONTENT, IM_END))], "random", usage_chunk=True, send_prompt_tokens=False)
+    b.chat_stream(
+        "continuous_usage_stream1",
+        "parsers",
+        streaming(chat(hi), continuous=True),
+        [Out((*think("ok"), CONTENT, IM_END))],
+        "one",
+        usage_chunk=True,
+        continuous_usage=True,
+    )
+    b.chat_stream(
+        "usage_no_prompt_tokens_streamr",
+        "parsers",
+        streaming(chat(hi), usage=True),
+        [Out((*think("ok"), CONTENT, IM_END))],
+        "random",
+        usage_chunk=True,
+        send_prompt_tokens=False,
+    )
     # a finish-only chunk (no tokens) after the tool call: the parser must flush on it
-    b.chat_stream("finish_only_chunk_stream1", "parsers", streaming(chat(weather, tools=TOOLS)),
-                  [Out((*think("Call."), *WEATHER_PARIS))], "one", finish_only_chunk=True)
-    b.chat_stream("finish_only_chunk_content_streamr", "parsers", streaming(chat(hi)),
-                  [Out((*think("ok"), CONTENT), finish_reason="abort")], "random", finish_only_chunk=True)
+    b.chat_stream(
+        "finish_only_chunk_stream1",
+        "parsers",
+        streaming(chat(weather, tools=TOOLS)),
+        [Out((*think("Call."), *WEATHER_PARIS))],
+        "one",
+        finish_only_chunk=True,
+    )
+    b.chat_stream(
+        "finish_only_chunk_content_streamr",
+        "parsers",
+        streaming(chat(hi)),
+        [Out((*think("ok"), CONTENT), finish_reason="abort")],
+        "random",
+        finish_only_chunk=True,
+    )
     # n=2: two choices interleaved, one stream_state per choice index
-    b.chat_stream("n2_interleaved_stream1", "parsers", streaming(chat(weather, tools=TOOLS, n=2), usage=True),
-                  [Out((*think(REASON_TOOL), *WEATHER_PARIS, IM_END), index=0),
-                   Out((*think("Just answer."), "It is sunny in Paris.", IM_END), index=1)],
-                  "one", usage_chunk=True)
-    b.chat_batch("n2_batch", "parsers", chat(weather, tools=TOOLS, n=2),
-                 [Out((*think(REASON_TOOL), *WEATHER_PARIS, IM_END), index=0),
-                  Out((*think("Just answer."), "It is sunny in Paris.", IM_END), index=1)])
+    b.chat_stream(
+        "n2_interleaved_stream1",
+        "parsers",
+        streaming(chat(weather, tools=TOOLS, n=2), usage=True),
+        [
+            Out((*think(REASON_TOOL), *WEATHER_PARIS, IM_END), index=0),
+            Out((*think("Just answer."), "It is sunny in Paris.", IM_END), index=1),
+        ],
+        "one",
+        usage_chunk=True,
+    )
+    b.chat_batch(
+        "n2_batch",
+        "parsers",
+        chat(weather, tools=TOOLS, n=2),
+        [
+            Out((*think(REASON_TOOL), *WEATHER_PARIS, IM_END), index=0),
+            Out((*think("Just answer."), "It is sunny in Paris.", IM_END), index=1),
+        ],
+    )
     # model omitted from the derender body (defaults to the served name); no prompt ids in batch
     b.chat_batch("model_omitted_batch", "parsers", chat(hi), [Out((*think(REASON), CONTENT, IM_END))], model=None)
-    b.chat_batch("no_prompt_ids_batch", "parsers", chat(hi), [Out((*think(REASON), CONTENT, IM_END))],
-                 send_prompt_ids=False, send_prompt_tokens=False)
-    b.chat_batch("gen_prompt_ids_only_batch", "parsers", chat(hi), [Out((*think(REASON), CONTENT, IM_END))],
-                 send_prompt_ids=False, gen_prompt_ids=True)
+    b.chat_batch(
+        "no_prompt_ids_batch",
+        "parsers",
+        chat(hi),
+        [Out((*think(REASON), CONTENT, IM_END))],
+        send_prompt_ids=False,
+        send_prompt_tokens=False,
+    )
+    b.chat_batch(
+        "gen_prompt_ids_only_batch",
+        "parsers",
+        chat(hi),
+        [Out((*think(REASON), CONTENT, IM_END))],
+        send_prompt_ids=False,
+        gen_prompt_ids=True,
+    )
 
     # -- plain: no parsers
     plain_out = [Out((*think(REASON), CONTENT, IM_END))]
     b.chat_all("plain_reasoning_content", "plain", chat(hi), plain_out)
     # a plain server cannot render tools with auto tool choice: the request has none
-    b.chat_all("plain_tool_call", "plain", chat(weather),
-               [Out((*think(REASON_TOOL), *WEATHER_PARIS, IM_END))], variants="b1")
-    b.chat_all("plain_no_chat_request", "plain", chat(hi), plain_out, variants="b1",
-               send_chat_request=False, send_prompt_ids=False)
-    b.chat_all("plain_skip_special_false", "plain",
-               chat(hi, skip_special_tokens=False, include_stop_str_in_output=True),
-               [Out((*think(REASON), CONTENT, Q.endoftext, " tail", IM_END))], variants="b1")
-    b.chat_all("plain_spaces_between_special_false", "plain",
-               chat(hi, skip_special_tokens=False, spaces_between_special_tokens=False),
-               [Out((THINK, "a", Q.endoftext, "b", 151644, "c", IM_END))], variants="b1")
-    b.chat_all("plain_unicode_logprobs", "plain", chat([U("Emoji")], logprobs=True, top_logprobs=4),
-               [Out(("Grüße 👋🏽🎉 日本語 ", CONTENT_UNI, IM_END), logprobs=6)])
-    b.chat_batch("plain_stop_string_batch", "plain", chat(hi, stop=["gamma"]),
-                 [Out(("alpha beta gamma delta",), stop_reason="gamma")])
-    b.chat_stream("plain_return_token_ids_stream1", "plain", streaming(chat(hi, return_token_ids=True), usage=True),
-                  plain_out, "one", usage_chunk=True, gen_prompt_ids=True)
-    b.chat_stream("plain_length_streamr", "plain", streaming(chat(hi, max_tokens=30)),
-                  [Out((CONTENT_UNI,), finish_reason="length")], "random")
-    b.chat_stream("plain_stop_token_id_stream1", "plain", streaming(chat(hi, stop_token_ids=[13])),
-                  [Out((CONTENT, 13), stop_reason=13)])
+    b.chat_all(
+        "plain_tool_call", "plain", chat(weather), [Out((*think(REASON_TOOL), *WEATHER_PARIS, IM_END))], variants="b1"
+    )
+    b.chat_all(
+        "plain_no_chat_request",
+        "plain",
+        chat(hi),
+        plain_out,
+        variants="b1",
+        send_chat_request=False,
+        send_prompt_ids=False,
+    )
+    b.chat_all(
+        "plain_skip_special_false",
+        "plain",
+        chat(hi, skip_special_tokens=False, include_stop_str_in_output=True),
+        [Out((*think(REASON), CONTENT, Q.endoftext, " tail", IM_END))],
+        variants="b1",
+    )
+    b.chat_all(
+        "plain_spaces_between_special_false",
+        "plain",
+        chat(hi, skip_special_tokens=False, spaces_between_special_tokens=False),
+        [Out((THINK, "a", Q.endoftext, "b", 151644, "c", IM_END))],
+        variants="b1",
+    )
+    b.chat_all(
+        "plain_unicode_logprobs",
+        "plain",
+        chat([U("Emoji")], logprobs=True, top_logprobs=4),
+        [Out(("Grüße 👋🏽🎉 日本語 ", CONTENT_UNI, IM_END), logprobs=6)],
+    )
+    b.chat_batch(
+        "plain_stop_string_batch",
+        "plain",
+        chat(hi, stop=["gamma"]),
+        [Out(("alpha beta gamma delta",), stop_reason="gamma")],
+    )
+    b.chat_stream(
+        "plain_return_token_ids_stream1",
+        "plain",
+        streaming(chat(hi, return_token_ids=True), usage=True),
+        plain_out,
+        "one",
+        usage_chunk=True,
+        gen_prompt_ids=True,
+    )
+    b.chat_stream(
+        "plain_length_streamr",
+        "plain",
+        streaming(chat(hi, max_tokens=30)),
+        [Out((CONTENT_UNI,), finish_reason="length")],
+        "random",
+    )
+    b.chat_stream(
+        "plain_stop_token_id_stream1",
+        "plain",
+        streaming(chat(hi, stop_token_ids=[13])),
+        [Out((CONTENT, 13), stop_reason=13)],
+    )
 
 
 def _completion_cases(b: CorpusBuilder) -> None:
     text = "There was a quiet river that ran through the valley"
-    b.cmpl_batch("cmpl_three_prompts_batch", "plain",
-                 cmpl(["Once upon a time", "The capital of France is", "日本語の"], logprobs=2, return_token_ids=True,
-                      max_tokens=40),
-                 [[Out((" " + text + ".",), finish_reason="length", logprobs=4)],
-                  [Out((" Paris.", Q.endoftext), logprobs=4)],
-                  [Out(("テキスト 👋🏽 です", Q.endoftext), logprobs=4)]])
-    b.cmpl_batch("cmpl_stop_string_batch", "plain", cmpl("Count:", stop=["five"], include_stop_str_in_output=False),
-                 [[Out((" one two three four five six",), stop_reason="five")]])
-    b.cmpl_batch("cmpl_stop_string_include_batch", "plain",
-                 cmpl("Count:", stop=["five"], include_stop_str_in_output=True),
-                 [[Out((" one two three four five six",), stop_reason=None)]])
-    b.cmpl_batch("cmpl_n2_batch", "plain", cmpl("Hello", n=2, logprobs=0),
-                 [[Out((" world!", Q.endoftext), index=0, logprobs=2),
-                   Out((" there, friend", Q.endoftext), index=1, logprobs=2)]])
-    b.cmpl_batch("cmpl_skip_special_false_batch", "plain", cmpl("Hi", skip_special_tokens=False),
-                 [[Out((" <", THINK, " x ", IM_END, " y", Q.endoftext),)]])
-    b.cmpl_batch("cmpl_parsers_config_batch", "parsers", cmpl("Think:"),
-                 [[Out((THINK, " reasoning ", END_THINK, " answer", Q.endoftext),)]])
-    b.cmpl_batch("cmpl_no_request_batch", "plain", cmpl(["A", "B"]),
-                 [[Out((" alpha", Q.endoftext),)], [Out((" beta gamma",), finish_reason="length")]],
-                 send_completion_request=False, send_prompt_ids=False, send_prompt_tokens=False)
-    b.cmpl_batch("cmpl_logprobs_all_batch", "plain", cmpl("Hi", logprobs=-1),
-                 [[Out((" hello 🎉", Q.endoftext), logprobs=3)]])
-    b.cmpl_stream("cmpl_logprobs_stream1", "plain", cmpl("Emoji:", stream=True, logprobs=2),
-                  Out((" 👋🏽🎉 日本語 and more", Q.endoftext), logprobs=4))
-    b.cmpl_stream("cmpl_logprobs_streamr", "plain",
-                  cmpl("Story:", stream=True, logprobs=1, stream_options={"include_usage": True}),
-                  Out((" " + long_text(120, seed=5) + " 👋🏽", Q.endoftext), logprobs=3), "random", usage_chunk=True)
-    b.cmpl_stream("cmpl_plain_stream1", "plain", cmpl("Hello", stream=True),
-                  Out((" world, this is a test.", Q.endoftext),), send_completion_request=False,
-                  send_prompt_ids=False)
-    b.cmpl_stream("cmpl_return_token_ids_stream1", "plain", cmpl("Hello", stream=True, return_token_ids=True),
-                  Out((" world", IM_END), stop_reason=IM_END), gen_prompt_ids=True)
-    b.cmpl_stream("cmpl_parsers_config_streamr", "parsers", cmpl("Think:", stream=True),
-                  Out((THINK, " reasoning ", END_THINK, " answer 日本", Q.endoftext),), "random")
+    b.cmpl_batch(
+        "cmpl_three_prompts_batch",
+        "plain",
+        cmpl(
+            ["Once upon a time", "The capital of France is", "日本語の"],
+            logprobs=2,
+            return_token_ids=True,
+            max_tokens=40,
+        ),
+        [
+            [Out((" " + text + ".",), finish_reason="length", logprobs=4)],
+            [Out((" Paris.", Q.endoftext), logprobs=4)],
+            [Out(("テキスト 👋🏽 です", Q.endoftext), logprobs=4)],
+        ],
+    )
+    b.cmpl_batch(
+        "cmpl_stop_string_batch",
+        "plain",
+        cmpl("Count:", stop=["five"], include_stop_str_in_output=False),
+        [[Out((" one two three four five six",), stop_reason="five")]],
+    )
+    b.cmpl_batch(
+        "cmpl_stop_string_include_batch",
+        "plain",
+        cmpl("Count:", stop=["five"], include_stop_str_in_output=True),
+        [[Out((" one two three four five six",), stop_reason=None)]],
+    )
+    b.cmpl_batch(
+        "cmpl_n2_batch",
+        "plain",
+        cmpl("Hello", n=2, logprobs=0),
+        [
+            [
+                Out((" world!", Q.endoftext), index=0, logprobs=2),
+                Out((" there, friend", Q.endoftext), index=1, logprobs=2),
+            ]
+        ],
+    )
+    b.cmpl_batch(
+        "cmpl_skip_special_false_batch",
+        "plain",
+        cmpl("Hi", skip_special_tokens=False),
+        [
+            [
+                Out(
+                    (" <", THINK, " x ", IM_END, " y", Q.endoftext),
+                )
+            ]
+        ],
+    )
+    b.cmpl_batch(
+        "cmpl_parsers_config_batch",
+        "parsers",
+        cmpl("Think:"),
+        [
+            [
+                Out(
+                    (THINK, " reasoning ", END_THINK, " answer", Q.endoftext),
+                )
+            ]
+        ],
+    )
+    b.cmpl_batch(
+        "cmpl_no_request_batch",
+        "plain",
+        cmpl(["A", "B"]),
+        [
+            [
+                Out(
+                    (" alpha", Q.endoftext),
+                )
+            ],
+            [Out((" beta gamma",), finish_reason="length")],
+        ],
+        send_completion_request=False,
+        send_prompt_ids=False,
+        send_prompt_tokens=False,
+    )
+    b.cmpl_batch(
+        "cmpl_logprobs_all_batch", "plain", cmpl("Hi", logprobs=-1), [[Out((" hello 🎉", Q.endoftext), logprobs=3)]]
+    )
+    b.cmpl_stream(
+        "cmpl_logprobs_stream1",
+        "plain",
+        cmpl("Emoji:", stream=True, logprobs=2),
+        Out((" 👋🏽🎉 日本語 and more", Q.endoftext), logprobs=4),
+    )
+    b.cmpl_stream(
+        "cmpl_logprobs_streamr",
+        "plain",
+        cmpl("Story:", stream=True, logprobs=1, stream_options={"include_usage": True}),
+        Out((" " + long_text(120, seed=5) + " 👋🏽", Q.endoftext), logprobs=3),
+        "random",
+        usage_chunk=True,
+    )
+    b.cmpl_stream(
+        "cmpl_plain_stream1",
+        "plain",
+        cmpl("Hello", stream=True),
+        Out(
+            (" world, this is a test.", Q.endoftext),
+        ),
+        send_completion_request=False,
+        send_prompt_ids=False,
+    )
+    b.cmpl_stream(
+        "cmpl_return_token_ids_stream1",
+        "plain",
+        cmpl("Hello", stream=True, return_token_ids=True),
+        Out((" world", IM_END), stop_reason=IM_END),
+        gen_prompt_ids=True,
+    )
+    b.cmpl_stream(
+        "cmpl_parsers_config_streamr",
+        "parsers",
+        cmpl("Think:", stream=True),
+        Out(
+            (THINK, " reasoning ", END_THINK, " answer 日本", Q.endoftext),
+        ),
+        "random",
+    )
 
 
 def _deepseek_cases(b: CorpusBuilder) -> None:
@@ -795,20 +1327,54 @@ def _deepseek_cases(b: CorpusBuilder) -> None:
         return chat(messages, model="tinydeepseek", **extra)
 
     # the deepseek template pre-opens "<think>\n" in the prompt
-    b.chat_all("deepseek_reasoning_content", "deepseek", dchat(hi),
-               [Out((REASON + "\n", d.end_think, "\n\n" + CONTENT, d.eos))])
-    b.chat_all("deepseek_think_in_output", "deepseek", dchat(hi),
-               [Out((d.think, "\n" + REASON + "\n", d.end_think, "\n\n" + CONTENT, d.eos))], variants="b1")
-    b.chat_all("deepseek_thinking_disabled", "deepseek", dchat(hi, chat_template_kwargs={"enable_thinking": False}),
-               [Out((CONTENT, d.eos))], variants="b1")
-    b.chat_all("deepseek_length_in_reasoning", "deepseek", dchat(hi, max_tokens=20),
-               [Out((long_text(30, seed=9),), finish_reason="length")], variants="b1")
-    b.chat_all("deepseek_unicode_logprobs", "deepseek", dchat([U("Emoji")], logprobs=True, top_logprobs=2),
-               [Out((REASON_UNI, d.end_think, CONTENT_UNI, d.eos), logprobs=3)], variants="b1r")
-    b.chat_all("deepseek_include_reasoning_false", "deepseek", dchat(hi, include_reasoning=False),
-               [Out((REASON, d.end_think, CONTENT, d.eos))], variants="b1")
-    b.chat_all("deepseek_multi_turn", "deepseek", dchat([S("Be nice."), U("Hi"), A("Hello!"), U("Bye")]),
-               [Out(("They leave.", d.end_think, "Goodbye!", d.eos))], variants="b1")
+    b.chat_all(
+        "deepseek_reasoning_content",
+        "deepseek",
+        dchat(hi),
+        [Out((REASON + "\n", d.end_think, "\n\n" + CONTENT, d.eos))],
+    )
+    b.chat_all(
+        "deepseek_think_in_output",
+        "deepseek",
+        dchat(hi),
+        [Out((d.think, "\n" + REASON + "\n", d.end_think, "\n\n" + CONTENT, d.eos))],
+        variants="b1",
+    )
+    b.chat_all(
+        "deepseek_thinking_disabled",
+        "deepseek",
+        dchat(hi, chat_template_kwargs={"enable_thinking": False}),
+        [Out((CONTENT, d.eos))],
+        variants="b1",
+    )
+    b.chat_all(
+        "deepseek_length_in_reasoning",
+        "deepseek",
+        dchat(hi, max_tokens=20),
+        [Out((long_text(30, seed=9),), finish_reason="length")],
+        variants="b1",
+    )
+    b.chat_all(
+        "deepseek_unicode_logprobs",
+        "deepseek",
+        dchat([U("Emoji")], logprobs=True, top_logprobs=2),
+        [Out((REASON_UNI, d.end_think, CONTENT_UNI, d.eos), logprobs=3)],
+        variants="b1r",
+    )
+    b.chat_all(
+        "deepseek_include_reasoning_false",
+        "deepseek",
+        dchat(hi, include_reasoning=False),
+        [Out((REASON, d.end_think, CONTENT, d.eos))],
+        variants="b1",
+    )
+    b.chat_all(
+        "deepseek_multi_turn",
+        "deepseek",
+        dchat([S("Be nice."), U("Hi"), A("Hello!"), U("Bye")]),
+        [Out(("They leave.", d.end_think, "Goodbye!", d.eos))],
+        variants="b1",
+    )
 
 
 def _error_cases(b: CorpusBuilder) -> None:
@@ -820,16 +1386,19 @@ def _error_cases(b: CorpusBuilder) -> None:
         def patch(body: dict[str, Any], i: int) -> None:
             for k in keys:
                 body.pop(k, None)
+
         return patch
 
     def state(**fields: Any) -> Patch:
         def patch(body: dict[str, Any], i: int) -> None:
             body["stream_state"] = fields
+
         return patch
 
     def gen(fn: Callable[[dict[str, Any]], None], key: str = "generate_response") -> Patch:
         def patch(body: dict[str, Any], i: int) -> None:
             fn(body[key])
+
         return patch
 
     def choice0(fn: Callable[[dict[str, Any]], None], key: str = "generate_response") -> Patch:
@@ -838,113 +1407,356 @@ def _error_cases(b: CorpusBuilder) -> None:
     first = {"max_calls": 1}
     # missing chat_request / prompt_token_ids with a parser configured
     b.chat_batch("err_batch_missing_chat_request", "parsers", req, out, send_chat_request=False, error=True)
-    b.chat_stream("err_stream_missing_chat_request", "parsers", streaming(req), out, send_chat_request=False,
-                  error=True, **first)
-    b.chat_stream("err_stream_missing_prompt_token_ids", "parsers", streaming(req), out, send_prompt_ids=False,
-                  gen_prompt_ids=True, error=True, **first)
-    b.chat_stream("err_stream_missing_both", "parsers", streaming(req), out, send_prompt_ids=False,
-                  send_chat_request=False, error=True, **first)
+    b.chat_stream(
+        "err_stream_missing_chat_request", "parsers", streaming(req), out, send_chat_request=False, error=True, **first
+    )
+    b.chat_stream(
+        "err_stream_missing_prompt_token_ids",
+        "parsers",
+        streaming(req),
+        out,
+        send_prompt_ids=False,
+        gen_prompt_ids=True,
+        error=True,
+        **first,
+    )
+    b.chat_stream(
+        "err_stream_missing_both",
+        "parsers",
+        streaming(req),
+        out,
+        send_prompt_ids=False,
+        send_chat_request=False,
+        error=True,
+        **first,
+    )
+
     # more than one choice in a stream chunk
     def two_choices(body: dict[str, Any], i: int) -> None:
         choices = body["generate_chunk"]["choices"]
         choices.append({**copy.deepcopy(choices[0]), "index": 1})
+
     b.chat_stream("err_stream_two_choices", "parsers", streaming(req), out, patch=two_choices, error=True, **first)
-    b.chat_stream("err_stream_two_choices_plain", "plain", streaming(req), out, patch=two_choices, error=True,
-                  **first)
-    b.cmpl_stream("err_cmpl_stream_two_choices", "plain", cmpl("Hi", stream=True), Out((" a b c", IM_END)),
-                  patch=two_choices, error=True, max_calls=1)
+    b.chat_stream("err_stream_two_choices_plain", "plain", streaming(req), out, patch=two_choices, error=True, **first)
+    b.cmpl_stream(
+        "err_cmpl_stream_two_choices",
+        "plain",
+        cmpl("Hi", stream=True),
+        Out((" a b c", IM_END)),
+        patch=two_choices,
+        error=True,
+        max_calls=1,
+    )
     # stop strings in streaming
     b.chat_stream("err_stream_stop_strings", "parsers", streaming(chat(hi, stop=["END"])), out, error=True, **first)
-    b.chat_stream("err_stream_stop_string_plain", "plain", streaming(chat(hi, stop="END")), out, error=True,
-                  **first)
-    b.cmpl_stream("err_cmpl_stream_stop_strings", "plain", cmpl("Hi", stream=True, stop=["x"]),
-                  Out((" a b c", IM_END)), error=True, max_calls=1)
+    b.chat_stream("err_stream_stop_string_plain", "plain", streaming(chat(hi, stop="END")), out, error=True, **first)
+    b.cmpl_stream(
+        "err_cmpl_stream_stop_strings",
+        "plain",
+        cmpl("Hi", stream=True, stop=["x"]),
+        Out((" a b c", IM_END)),
+        error=True,
+        max_calls=1,
+    )
     # stream_state validation
     ids3 = b.enc["qwen3"].ids((THINK, "\nok"))[:3]
-    b.chat_stream("err_stream_chunk_lens_mismatch", "parsers", streaming(req), out, error=True, **first,
-                  patch=state(output_token_ids=ids3, output_chunk_lens=[1, 1], role_sent=True))
-    b.chat_stream("err_stream_chunk_lens_zero", "parsers", streaming(req), out, error=True, **first,
-                  patch=state(output_token_ids=ids3, output_chunk_lens=[3, 0], role_sent=True))
-    b.chat_stream("err_stream_prev_tokens_too_many", "plain", streaming(req), out, error=True, **first,
-                  patch=state(prev_tokens=["a"] * 1025, role_sent=True))
-    b.chat_stream("err_stream_logprob_context_too_long", "parsers", streaming(req), out, error=True, **first,
-                  patch=state(logprob_context_token_ids=[1, 2, 3, 4, 5]))
-    b.chat_stream("err_stream_negative_prefix_offset", "plain", streaming(req), out, error=True, **first,
-                  patch=state(prev_tokens=["a", "b"], prefix_offset=-1, read_offset=1))
-    b.chat_stream("err_stream_negative_offsets", "plain", streaming(req), out, error=True, **first,
-                  patch=state(read_offset=-2, logprob_text_offset=-5))
-    b.cmpl_stream("err_cmpl_stream_negative_text_offset", "plain", cmpl("Hi", stream=True),
-                  Out((" a b c", IM_END)), error=True, max_calls=1, patch=state(logprob_text_offset=-1))
-    b.chat_stream("err_stream_state_wrong_types", "parsers", streaming(req), out, error=True, **first,
-                  patch=state(output_token_ids="abc", role_sent="maybe"))
+    b.chat_stream(
+        "err_stream_chunk_lens_mismatch",
+        "parsers",
+        streaming(req),
+        out,
+        error=True,
+        **first,
+        patch=state(output_token_ids=ids3, output_chunk_lens=[1, 1], role_sent=True),
+    )
+    b.chat_stream(
+        "err_stream_chunk_lens_zero",
+        "parsers",
+        streaming(req),
+        out,
+        error=True,
+        **first,
+        patch=state(output_token_ids=ids3, output_chunk_lens=[3, 0], role_sent=True),
+    )
+    b.chat_stream(
+        "err_stream_prev_tokens_too_many",
+        "plain",
+        streaming(req),
+        out,
+        error=True,
+        **first,
+        patch=state(prev_tokens=["a"] * 1025, role_sent=True),
+    )
+    b.chat_stream(
+        "err_stream_logprob_context_too_long",
+        "parsers",
+        streaming(req),
+        out,
+        error=True,
+        **first,
+        patch=state(logprob_context_token_ids=[1, 2, 3, 4, 5]),
+    )
+    b.chat_stream(
+        "err_stream_negative_prefix_offset",
+        "plain",
+        streaming(req),
+        out,
+        error=True,
+        **first,
+        patch=state(prev_tokens=["a", "b"], prefix_offset=-1, read_offset=1),
+    )
+    b.chat_stream(
+        "err_stream_negative_offsets",
+        "plain",
+        streaming(req),
+        out,
+        error=True,
+        **first,
+        patch=state(read_offset=-2, logprob_text_offset=-5),
+    )
+    b.cmpl_stream(
+        "err_cmpl_stream_negative_text_offset",
+        "plain",
+        cmpl("Hi", stream=True),
+        Out((" a b c", IM_END)),
+        error=True,
+        max_calls=1,
+        patch=state(logprob_text_offset=-1),
+    )
+    b.chat_stream(
+        "err_stream_state_wrong_types",
+        "parsers",
+        streaming(req),
+        out,
+        error=True,
+        **first,
+        patch=state(output_token_ids="abc", role_sent="maybe"),
+    )
+
     # output_mode text, empty / null token_ids, negative token ids
     def text_mode(g: dict[str, Any]) -> None:
         g["output_mode"] = "text"
         for c in g["choices"]:
             c["text"] = "hello"
+
     b.chat_batch("err_batch_output_mode_text", "parsers", req, out, patch=gen(text_mode), error=True)
-    b.chat_stream("err_stream_output_mode_text", "parsers", streaming(req), out, error=True, **first,
-                  patch=gen(text_mode, "generate_chunk"))
-    b.chat_batch("err_batch_empty_token_ids", "parsers", req, out, error=True,
-                 patch=choice0(lambda c: c.update(token_ids=[])))
-    b.chat_batch("err_batch_null_token_ids", "plain", req, out, error=True,
-                 patch=choice0(lambda c: c.update(token_ids=None)))
-    b.chat_batch("err_batch_negative_token_id", "parsers", req, out, error=True,
-                 patch=choice0(lambda c: c["token_ids"].__setitem__(1, -3)))
-    b.cmpl_batch("err_cmpl_batch_empty_token_ids", "plain", cmpl(["a", "b"]),
-                 [[Out((" x", IM_END),)], [Out((" y", IM_END),)]], error=True,
-                 patch=lambda body, i: body["generate_responses"][1]["choices"][0].update(token_ids=[]))
+    b.chat_stream(
+        "err_stream_output_mode_text",
+        "parsers",
+        streaming(req),
+        out,
+        error=True,
+        **first,
+        patch=gen(text_mode, "generate_chunk"),
+    )
+    b.chat_batch(
+        "err_batch_empty_token_ids", "parsers", req, out, error=True, patch=choice0(lambda c: c.update(token_ids=[]))
+    )
+    b.chat_batch(
+        "err_batch_null_token_ids", "plain", req, out, error=True, patch=choice0(lambda c: c.update(token_ids=None))
+    )
+    b.chat_batch(
+        "err_batch_negative_token_id",
+        "parsers",
+        req,
+        out,
+        error=True,
+        patch=choice0(lambda c: c["token_ids"].__setitem__(1, -3)),
+    )
+    b.cmpl_batch(
+        "err_cmpl_batch_empty_token_ids",
+        "plain",
+        cmpl(["a", "b"]),
+        [
+            [
+                Out(
+                    (" x", IM_END),
+                )
+            ],
+            [
+                Out(
+                    (" y", IM_END),
+                )
+            ],
+        ],
+        error=True,
+        patch=lambda body, i: body["generate_responses"][1]["choices"][0].update(token_ids=[]),
+    )
     # bounds: tokens vs max_model_len, top_logprobs vs max_logprobs
-    b.chat_batch("err_batch_too_many_tokens", "parsers", req, out, error=True,
-                 patch=choice0(lambda c: c.update(token_ids=[1234] * (MAX_MODEL_LEN + 1))))
-    b.chat_batch("err_batch_prompt_token_ids_too_long", "plain", req, out, error=True,
-                 patch=lambda body, i: body.update(prompt_token_ids=[1234] * (MAX_MODEL_LEN + 1)))
-    b.chat_batch("err_batch_top_logprobs_above_max", "parsers", chat(hi, logprobs=True, top_logprobs=5),
-                 [Out((*think("ok"), "Fine", IM_END), logprobs=MAX_LOGPROBS + 1)], error=True)
-    b.chat_batch("batch_top_logprobs_at_max", "parsers", chat(hi, logprobs=True, top_logprobs=20),
-                 [Out((*think("ok"), "Fine", IM_END), logprobs=MAX_LOGPROBS)])
-    b.cmpl_batch("err_cmpl_top_logprobs_above_max", "plain", cmpl("Hi", logprobs=3),
-                 [[Out((" x y", IM_END), logprobs=MAX_LOGPROBS + 1)]], error=True)
+    b.chat_batch(
+        "err_batch_too_many_tokens",
+        "parsers",
+        req,
+        out,
+        error=True,
+        patch=choice0(lambda c: c.update(token_ids=[1234] * (MAX_MODEL_LEN + 1))),
+    )
+    b.chat_batch(
+        "err_batch_prompt_token_ids_too_long",
+        "plain",
+        req,
+        out,
+        error=True,
+        patch=lambda body, i: body.update(prompt_token_ids=[1234] * (MAX_MODEL_LEN + 1)),
+    )
+    b.chat_batch(
+        "err_batch_top_logprobs_above_max",
+        "parsers",
+        chat(hi, logprobs=True, top_logprobs=5),
+        [Out((*think("ok"), "Fine", IM_END), logprobs=MAX_LOGPROBS + 1)],
+        error=True,
+    )
+    b.chat_batch(
+        "batch_top_logprobs_at_max",
+        "parsers",
+        chat(hi, logprobs=True, top_logprobs=20),
+        [Out((*think("ok"), "Fine", IM_END), logprobs=MAX_LOGPROBS)],
+    )
+    b.cmpl_batch(
+        "err_cmpl_top_logprobs_above_max",
+        "plain",
+        cmpl("Hi", logprobs=3),
+        [[Out((" x y", IM_END), logprobs=MAX_LOGPROBS + 1)]],
+        error=True,
+    )
 
     def too_long_state(body: dict[str, Any], i: int) -> None:
         n = MAX_MODEL_LEN - len(body["prompt_token_ids"])
         body["stream_state"] = {"role_sent": True, "output_token_ids": [1234] * n, "output_chunk_lens": [n]}
-    b.chat_stream("err_stream_too_many_tokens", "parsers", streaming(req), out, error=True, patch=too_long_state,
-                  **first)
-    b.cmpl_stream("err_cmpl_stream_prompt_too_long", "plain", cmpl("Hi", stream=True), Out((" a", IM_END)),
-                  error=True, max_calls=1,
-                  patch=lambda body, i: body.update(prompt_token_ids=[1234] * (MAX_MODEL_LEN + 1)))
+
+    b.chat_stream(
+        "err_stream_too_many_tokens", "parsers", streaming(req), out, error=True, patch=too_long_state, **first
+    )
+    b.cmpl_stream(
+        "err_cmpl_stream_prompt_too_long",
+        "plain",
+        cmpl("Hi", stream=True),
+        Out((" a", IM_END)),
+        error=True,
+        max_calls=1,
+        patch=lambda body, i: body.update(prompt_token_ids=[1234] * (MAX_MODEL_LEN + 1)),
+    )
     # unknown model
     b.chat_batch("err_batch_unknown_model", "parsers", req, out, model="gpt-4o", error=True)
     b.chat_stream("err_stream_unknown_model", "parsers", streaming(req), out, model="gpt-4o", error=True, **first)
-    b.cmpl_batch("err_cmpl_unknown_model", "plain", cmpl("Hi"), [[Out((" x", IM_END),)]], model="nope", error=True)
+    b.cmpl_batch(
+        "err_cmpl_unknown_model",
+        "plain",
+        cmpl("Hi"),
+        [
+            [
+                Out(
+                    (" x", IM_END),
+                )
+            ]
+        ],
+        model="nope",
+        error=True,
+    )
     # completions batch: empty list, length mismatches
-    b.cmpl_batch("err_cmpl_empty_generate_responses", "plain", cmpl("Hi"), [[Out((" x", IM_END),)]], error=True,
-                 patch=lambda body, i: body.update(generate_responses=[], prompt_tokens=None, prompt_token_ids=None))
-    b.cmpl_batch("err_cmpl_prompt_tokens_length_mismatch", "plain", cmpl(["a", "b"]),
-                 [[Out((" x", IM_END),)], [Out((" y", IM_END),)]], error=True,
-                 patch=lambda body, i: body.update(prompt_tokens=body["prompt_tokens"][:1]))
-    b.cmpl_batch("err_cmpl_prompt_token_ids_length_mismatch", "plain", cmpl(["a", "b"]),
-                 [[Out((" x", IM_END),)], [Out((" y", IM_END),)]], error=True,
-                 patch=lambda body, i: body["prompt_token_ids"].append([1, 2]))
+    b.cmpl_batch(
+        "err_cmpl_empty_generate_responses",
+        "plain",
+        cmpl("Hi"),
+        [
+            [
+                Out(
+                    (" x", IM_END),
+                )
+            ]
+        ],
+        error=True,
+        patch=lambda body, i: body.update(generate_responses=[], prompt_tokens=None, prompt_token_ids=None),
+    )
+    b.cmpl_batch(
+        "err_cmpl_prompt_tokens_length_mismatch",
+        "plain",
+        cmpl(["a", "b"]),
+        [
+            [
+                Out(
+                    (" x", IM_END),
+                )
+            ],
+            [
+                Out(
+                    (" y", IM_END),
+                )
+            ],
+        ],
+        error=True,
+        patch=lambda body, i: body.update(prompt_tokens=body["prompt_tokens"][:1]),
+    )
+    b.cmpl_batch(
+        "err_cmpl_prompt_token_ids_length_mismatch",
+        "plain",
+        cmpl(["a", "b"]),
+        [
+            [
+                Out(
+                    (" x", IM_END),
+                )
+            ],
+            [
+                Out(
+                    (" y", IM_END),
+                )
+            ],
+        ],
+        error=True,
+        patch=lambda body, i: body["prompt_token_ids"].append([1, 2]),
+    )
     # a stream chunk without "stream": true validates as a batch body
-    b.chat_stream("err_stream_flag_missing", "parsers", streaming(req), out, error=True, **first,
-                  patch=lambda body, i: body.pop("stream"))
-    b.chat_batch("err_batch_stream_true", "parsers", req, out, error=True,
-                 patch=lambda body, i: body.update(stream=True))
+    b.chat_stream(
+        "err_stream_flag_missing",
+        "parsers",
+        streaming(req),
+        out,
+        error=True,
+        **first,
+        patch=lambda body, i: body.pop("stream"),
+    )
+    b.chat_batch(
+        "err_batch_stream_true", "parsers", req, out, error=True, patch=lambda body, i: body.update(stream=True)
+    )
     # out-of-vocabulary ids in the replay buffer / in a plain-path delta
-    b.chat_stream("stream_state_out_of_vocab", "parsers", streaming(req), out, **first,
-                  patch=state(role_sent=True, output_token_ids=[999999], output_chunk_lens=[1]))
-    b.cmpl_stream("cmpl_stream_out_of_vocab_delta", "plain", cmpl("Hi", stream=True), Out((" a", IM_END)),
-                  max_calls=1,
-                  patch=lambda body, i: body["generate_chunk"]["choices"][0].update(token_ids=[999999]))
+    b.chat_stream(
+        "stream_state_out_of_vocab",
+        "parsers",
+        streaming(req),
+        out,
+        **first,
+        patch=state(role_sent=True, output_token_ids=[999999], output_chunk_lens=[1]),
+    )
+    b.cmpl_stream(
+        "cmpl_stream_out_of_vocab_delta",
+        "plain",
+        cmpl("Hi", stream=True),
+        Out((" a", IM_END)),
+        max_calls=1,
+        patch=lambda body, i: body["generate_chunk"]["choices"][0].update(token_ids=[999999]),
+    )
     # plain path: prompt ids and chat_request are optional; a stale state from another stream is accepted
-    b.chat_stream("plain_crafted_state_stream", "plain", streaming(req), out, max_calls=3,
-                  patch=lambda body, i: body.update(stream_state={"prev_tokens": ["Hello", "Ġworld"],
-                                                                  "prefix_offset": 0, "read_offset": 2,
-                                                                  "role_sent": True,
-                                                                  "logprob_context_token_ids": [9707]})
-                  if i == 1 else None)
+    b.chat_stream(
+        "plain_crafted_state_stream",
+        "plain",
+        streaming(req),
+        out,
+        max_calls=3,
+        patch=lambda body, i: (
+            body.update(
+                stream_state={
+                    "prev_tokens": ["Hello", "Ġworld"],
+                    "prefix_offset": 0,
+                    "read_offset": 2,
+                    "role_sent": True,
+                    "logprob_context_token_ids": [9707],
+                }
+            )
+            if i == 1
+            else None
+        ),
+    )
 
 
 def build_corpus(encoders: Mapping[str, Encoder]) -> list[DerenderCase]:
@@ -980,8 +1792,7 @@ def drive(case: DerenderCase, prompts: list[list[int]], send: Sender) -> list[di
         status, response = send(request)
         if case.kind == "stream" and status == 200 and isinstance(response, dict) and "stream_state" in response:
             states[lane] = response["stream_state"]
-        calls.append({"request": request, "state_source": spec["state_source"], "status": status,
-                      "response": response})
+        calls.append({"request": request, "state_source": spec["state_source"], "status": status, "response": response})
     return calls
 
 
@@ -994,6 +1805,7 @@ def prompt_ids_from_render(endpoint: str, status: int, body: Any) -> list[list[i
 
 
 # -- golden files ------------------------------------------------------------------------------------
+
 
 def golden_path(name: str) -> Path:
     return GOLDEN_DIR / f"{name}.json"
@@ -1064,8 +1876,9 @@ def mask_tool_ids(body: Any) -> Any:
             tc["id"] = TOOL_ID_PLACEHOLDER
     state = body.get("stream_state") if isinstance(body, dict) else None
     if isinstance(state, dict) and isinstance(state.get("last_tool_call_ids"), list):
-        state["last_tool_call_ids"] = [TOOL_ID_PLACEHOLDER if isinstance(x, str) else x
-                                       for x in state["last_tool_call_ids"]]
+        state["last_tool_call_ids"] = [
+            TOOL_ID_PLACEHOLDER if isinstance(x, str) else x for x in state["last_tool_call_ids"]
+        ]
     return body
 
 
@@ -1105,8 +1918,15 @@ class ToolIdTracker:
         return problems
 
 
-def compare_call(request: dict[str, Any], expected_status: int, expected: Any, actual_status: int, actual: Any,
-                 *, mask_ids: bool = True) -> list[str]:
+def compare_call(
+    request: dict[str, Any],
+    expected_status: int,
+    expected: Any,
+    actual_status: int,
+    actual: Any,
+    *,
+    mask_ids: bool = True,
+) -> list[str]:
     """vLLM's (`expected`) vs our (`actual`) derender response: every field exactly except `created`,
     tool-call ids (masked when `mask_ids`) and our `rs_*` stream_state keys; errors as in the render suite."""
     if isinstance(actual, dict) and isinstance(actual.get("stream_state"), dict):

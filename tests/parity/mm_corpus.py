@@ -27,8 +27,14 @@ INLINE_KWARGS_LIMIT = 200_000
 def make_image(width: int, height: int, seed: int, mode: str = "RGB") -> Image.Image:
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:height, 0:width]
-    base = np.stack([(x * 255 // max(width - 1, 1)), (y * 255 // max(height - 1, 1)),
-                     ((x + y) * 127 // max(width + height - 2, 1))], axis=-1)
+    base = np.stack(
+        [
+            (x * 255 // max(width - 1, 1)),
+            (y * 255 // max(height - 1, 1)),
+            ((x + y) * 127 // max(width + height - 2, 1)),
+        ],
+        axis=-1,
+    )
     noise = rng.integers(-40, 41, (height, width, 3))
     rgb = np.clip(base + noise, 0, 255).astype(np.uint8)
     image = Image.fromarray(rgb, "RGB")
@@ -71,8 +77,12 @@ def endpoint(case: Case) -> tuple[str, dict[str, Any]]:
 
 
 def _responses(content: list[dict[str, Any]], **extra: Any) -> tuple[str, dict[str, Any]]:
-    return RESPONSES_PATH, {"model": MM_MODEL_NAME, "request_id": "resp_fixed",
-                            "input": [{"role": "user", "content": content}], **extra}
+    return RESPONSES_PATH, {
+        "model": MM_MODEL_NAME,
+        "request_id": "resp_fixed",
+        "input": [{"role": "user", "content": content}],
+        **extra,
+    }
 
 
 def _input_image(url: str) -> dict[str, Any]:
@@ -84,8 +94,12 @@ def _input_text(text: str) -> dict[str, Any]:
 
 
 def _messages(content: list[dict[str, Any]], **extra: Any) -> tuple[str, dict[str, Any]]:
-    return MESSAGES_PATH, {"model": MM_MODEL_NAME, "max_tokens": 16,
-                           "messages": [{"role": "user", "content": content}], **extra}
+    return MESSAGES_PATH, {
+        "model": MM_MODEL_NAME,
+        "max_tokens": 16,
+        "messages": [{"role": "user", "content": content}],
+        **extra,
+    }
 
 
 def _image_block(url: str) -> dict[str, Any]:
@@ -128,48 +142,104 @@ def cases() -> dict[str, Case]:
         "tiny": _chat([{"role": "user", "content": [_image(tiny), _text("Tiny.")]}]),
         "odd_size_jpeg": _chat([{"role": "user", "content": [_image(odd), _text("Odd size.")]}]),
         "downscaled_2000x1500": _chat([{"role": "user", "content": [_image(big), _text("Big.")]}]),
-        "two_images_interleaved": _chat([{"role": "user", "content": [
-            _text("First:"), _image(png_small), _text("Second:"), _image(webp), _text("Compare.")]}]),
-        "four_720p": _chat([{"role": "user", "content": [
-            _image(jpeg_720p), _image(jpeg_720p_b), _image(jpeg_720p), _image(jpeg_720p_b),
-            _text("Four frames.")]}]),
-        "multi_turn_repeated": _chat([
-            {"role": "system", "content": "You look at pictures."},
-            {"role": "user", "content": [_image(png_small), _text("What is this?")]},
-            {"role": "assistant", "content": "A noisy gradient."},
-            {"role": "user", "content": [_image(png_small), _image(rgba), _text("And these two?")]},
-        ]),
+        "two_images_interleaved": _chat(
+            [
+                {
+                    "role": "user",
+                    "content": [_text("First:"), _image(png_small), _text("Second:"), _image(webp), _text("Compare.")],
+                }
+            ]
+        ),
+        "four_720p": _chat(
+            [
+                {
+                    "role": "user",
+                    "content": [
+                        _image(jpeg_720p),
+                        _image(jpeg_720p_b),
+                        _image(jpeg_720p),
+                        _image(jpeg_720p_b),
+                        _text("Four frames."),
+                    ],
+                }
+            ]
+        ),
+        "multi_turn_repeated": _chat(
+            [
+                {"role": "system", "content": "You look at pictures."},
+                {"role": "user", "content": [_image(png_small), _text("What is this?")]},
+                {"role": "assistant", "content": "A noisy gradient."},
+                {"role": "user", "content": [_image(png_small), _image(rgba), _text("And these two?")]},
+            ]
+        ),
         "tools_and_image": _chat(
             [{"role": "user", "content": [_image(webp), _text("Weather where this was taken?")]}],
-            tools=[WEATHER_TOOL], tool_choice="none"),
-        "tool_result_then_image": _chat([
-            {"role": "user", "content": [_text("Weather in Paris?")]},
-            {"role": "assistant", "content": "", "tool_calls": [{
-                "id": "call_1", "type": "function",
-                "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
-            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-            {"role": "user", "content": [_image(tiny), _text("Like this?")]},
-        ], tools=[WEATHER_TOOL], tool_choice="none"),
-        "mm_payload_none": _chat([{"role": "user", "content": [_image(png_small), _text("Hashes only.")]}],
-                                 mm_payload="none"),
+            tools=[WEATHER_TOOL],
+            tool_choice="none",
+        ),
+        "tool_result_then_image": _chat(
+            [
+                {"role": "user", "content": [_text("Weather in Paris?")]},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+                {"role": "user", "content": [_image(tiny), _text("Like this?")]},
+            ],
+            tools=[WEATHER_TOOL],
+            tool_choice="none",
+        ),
+        "mm_payload_none": _chat(
+            [{"role": "user", "content": [_image(png_small), _text("Hashes only.")]}], mm_payload="none"
+        ),
         "responses_input_image": _responses([_input_image(png_small), _input_text("What is this?")]),
         "responses_two_images_hashes_only": _responses(
-            [_input_text("Compare"), _input_image(webp), _input_image(jpeg_720p)], mm_payload="none"),
-        "responses_kwargs_untrusted": _responses([_input_image(png_small), _input_text("Small?")],
-                                                 mm_processor_kwargs={"max_pixels": 70000}),
+            [_input_text("Compare"), _input_image(webp), _input_image(jpeg_720p)], mm_payload="none"
+        ),
+        "responses_kwargs_untrusted": _responses(
+            [_input_image(png_small), _input_text("Small?")], mm_processor_kwargs={"max_pixels": 70000}
+        ),
         "messages_image_block": _messages([_image_block(png_small), {"type": "text", "text": "What is this?"}]),
         "messages_two_image_blocks_hashes_only": _messages(
-            [_image_block(rgba), {"type": "text", "text": "and"}, _image_block(odd)], mm_payload="none"),
-        "image_url_as_string_type_missing": _chat([{"role": "user", "content": [
-            {"image_url": {"url": png_small}}, _text("No type field.")]}]),
-        "error_image_embeds_not_enabled": _chat([{"role": "user", "content": [
-            {"type": "image_embeds", "image_embeds": base64.b64encode(b"not a tensor").decode()},
-            _text("Embeds.")]}]),
+            [_image_block(rgba), {"type": "text", "text": "and"}, _image_block(odd)], mm_payload="none"
+        ),
+        "image_url_as_string_type_missing": _chat(
+            [{"role": "user", "content": [{"image_url": {"url": png_small}}, _text("No type field.")]}]
+        ),
+        "error_image_embeds_not_enabled": _chat(
+            [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_embeds", "image_embeds": base64.b64encode(b"not a tensor").decode()},
+                        _text("Embeds."),
+                    ],
+                }
+            ]
+        ),
         "error_aspect_ratio": _chat([{"role": "user", "content": [_image(too_thin), _text("Too thin.")]}]),
-        "error_bad_base64": _chat([{"role": "user", "content": [
-            _image("data:image/png;base64,!!!notbase64!!!"), _text("Broken.")]}]),
-        "error_not_an_image": _chat([{"role": "user", "content": [
-            _image("data:image/png;base64," + base64.b64encode(b"hello world").decode()), _text("Text.")]}]),
+        "error_bad_base64": _chat(
+            [{"role": "user", "content": [_image("data:image/png;base64,!!!notbase64!!!"), _text("Broken.")]}]
+        ),
+        "error_not_an_image": _chat(
+            [
+                {
+                    "role": "user",
+                    "content": [
+                        _image("data:image/png;base64," + base64.b64encode(b"hello world").decode()),
+                        _text("Text."),
+                    ],
+                }
+            ]
+        ),
     }
 
 
@@ -205,17 +275,23 @@ def kwargs_cases() -> dict[str, dict[str, Any]]:
         "images_kwargs_over_flat": ask(jpeg_720p, {"max_pixels": 70000, "images_kwargs": {"max_pixels": 150000}}),
         "images_kwargs_size_rgba": ask(rgba, {"images_kwargs": {"size": {"longest_edge": 20000}}}),
         "video_scope_not_hashed": ask(jpeg_720p, {"videos_kwargs": {"num_frames": 4}}),
-        "text_scope_and_floats": ask(png_small, {"text_kwargs": {"padding": False}, "fps": 2.5, "x": None,
-                                                 "max_pixels": 100000, "y": [1, "a", True]}),
+        "text_scope_and_floats": ask(
+            png_small,
+            {"text_kwargs": {"padding": False}, "fps": 2.5, "x": None, "max_pixels": 100000, "y": [1, "a", True]},
+        ),
         "do_normalize_forced_off": ask(png_small, {"do_normalize": True, "do_rescale": True}),
-        "two_images_request_kwargs": _chat([{"role": "user", "content": [
-            _image(png_small), _text("and"), _image(jpeg_720p), _text("Compare.")]}],
-            mm_processor_kwargs={"min_pixels": 20000, "max_pixels": 120000}),
+        "two_images_request_kwargs": _chat(
+            [{"role": "user", "content": [_image(png_small), _text("and"), _image(jpeg_720p), _text("Compare.")]}],
+            mm_processor_kwargs={"min_pixels": 20000, "max_pixels": 120000},
+        ),
         "request_kwargs_hashes_only": ask(jpeg_720p, {"max_pixels": 90000}, mm_payload="none"),
         "request_size_shortest_only": ask(png_small, {"size": {"shortest_edge": 100000}}),
-        "flat_min_into_scoped_size": ask(png_small, {"min_pixels": 30000, "images_kwargs": {
-            "size": {"shortest_edge": 10000, "longest_edge": 40000}}}),
-        "flat_min_beside_unrelated_scope": ask(png_small, {"min_pixels": 30000, "images_kwargs": {"do_rescale": False}}),
+        "flat_min_into_scoped_size": ask(
+            png_small, {"min_pixels": 30000, "images_kwargs": {"size": {"shortest_edge": 10000, "longest_edge": 40000}}}
+        ),
+        "flat_min_beside_unrelated_scope": ask(
+            png_small, {"min_pixels": 30000, "images_kwargs": {"do_rescale": False}}
+        ),
         "flat_max_beside_empty_scope": ask(jpeg_720p, {"max_pixels": 70000, "images_kwargs": {}}),
         "error_kwargs_not_a_dict": ask(png_small, None, mm_processor_kwargs="max_pixels=1"),
         "error_zero_edge": ask(png_small, {"size": {"shortest_edge": 0}}),
@@ -236,15 +312,20 @@ def trust_cases() -> dict[str, Case]:
         "size_longest_only": ask(big, {"size": {"longest_edge": 300000}}),
         "size_shortest_only": ask(png_small, {"size": {"shortest_edge": 150000}}),
         "scoped_max_pixels": ask(jpeg_720p, {"images_kwargs": {"max_pixels": 400000}}),
-        "flat_max_over_size": ask(jpeg_720p, {"size": {"shortest_edge": 1024, "longest_edge": 500000},
-                                              "max_pixels": 200000}),
+        "flat_max_over_size": ask(
+            jpeg_720p, {"size": {"shortest_edge": 1024, "longest_edge": 500000}, "max_pixels": 200000}
+        ),
         "same_image_without_kwargs": _chat([{"role": "user", "content": [_image(jpeg_720p), _text("Look.")]}]),
         "error_unsupported_key": ask(png_small, {"do_resize": False}),
-        "responses_scoped_max_pixels": _responses([_input_image(jpeg_720p), _input_text("Look.")],
-                                                  mm_processor_kwargs={"images_kwargs": {"max_pixels": 400000}}),
+        "responses_scoped_max_pixels": _responses(
+            [_input_image(jpeg_720p), _input_text("Look.")],
+            mm_processor_kwargs={"images_kwargs": {"max_pixels": 400000}},
+        ),
         "responses_flat_min_pixels_hashes_only": _responses(
-            [_input_image(png_small), _input_text("Look.")], mm_processor_kwargs={"min_pixels": 200000},
-            mm_payload="none"),
+            [_input_image(png_small), _input_text("Look.")],
+            mm_processor_kwargs={"min_pixels": 200000},
+            mm_payload="none",
+        ),
     }
 
 
@@ -262,8 +343,12 @@ def summarize_item(item: str) -> dict[str, Any]:
     out = {}
     for name in sorted(fields):
         dtype, shape, ext = fields[name]["data"]
-        out[name] = {"field": fields[name]["field"], "dtype": dtype, "shape": shape,
-                     "sha256": hashlib.sha256(ext.data).hexdigest()}
+        out[name] = {
+            "field": fields[name]["field"],
+            "dtype": dtype,
+            "shape": shape,
+            "sha256": hashlib.sha256(ext.data).hexdigest(),
+        }
     return out
 
 
@@ -283,8 +368,7 @@ def shrink(response: Any) -> Any:
     raw = response["features"].get("kwargs_data")
     if isinstance(raw, dict):
         features["kwargs_data_small"] = {
-            modality: [item if item is not None and len(item) <= INLINE_KWARGS_LIMIT else None
-                       for item in items]
+            modality: [item if item is not None and len(item) <= INLINE_KWARGS_LIMIT else None for item in items]
             for modality, items in raw.items()
         }
     return {**response, "features": features}

@@ -52,7 +52,8 @@ def record_config(config_name: str, cases: list[Case], model_dir: Path, port: in
                 status, response = send(client, case.request())
                 record = golden_record(case, status, response, str(model_dir))
                 golden_path(case.name).write_text(
-                    json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+                    json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+                )
                 print(f"[{config_name}] {case.name}: {status}", flush=True)
     finally:
         oracle.stop()
@@ -72,8 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in args.only if n not in CASES] + [c for c in args.config if c not in CONFIGS]
     if unknown:
         parser.error(f"unknown case/config names: {unknown}")
-    selected = [c for c in CASES.values()
-                if (not args.only or c.name in args.only) and (not args.config or c.config in args.config)]
+    selected = [
+        c
+        for c in CASES.values()
+        if (not args.only or c.name in args.only) and (not args.config or c.config in args.config)
+    ]
     GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
     if args.prune:
         for path in GOLDEN_DIR.glob("*.json"):

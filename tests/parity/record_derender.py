@@ -67,8 +67,10 @@ def record_config(config_name: str, cases: list[DerenderCase], model_dir: Path, 
                 size, statuses = record_case(client, case)
                 total += size
                 shown = sorted(set(statuses))
-                print(f"[{config_name}] {case.name}: {len(statuses)} call(s), status {shown}, {size >> 10} KiB",
-                      flush=True)
+                print(
+                    f"[{config_name}] {case.name}: {len(statuses)} call(s), status {shown}, {size >> 10} KiB",
+                    flush=True,
+                )
     finally:
         oracle.stop()
         print(f"[{config_name}] oracle (pid {oracle.pid}) stopped", flush=True)
@@ -88,15 +90,19 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="derender-models-") as tmp:
         dirs: dict[str, Path] = {
             "qwen3": args.model_dir.resolve() if args.model_dir else build_model("qwen3", Path(tmp)),
-            "deepseek": (args.deepseek_model_dir.resolve() if args.deepseek_model_dir
-                         else build_model("deepseek", Path(tmp))),
+            "deepseek": (
+                args.deepseek_model_dir.resolve() if args.deepseek_model_dir else build_model("deepseek", Path(tmp))
+            ),
         }
         cases = build_corpus_from_dirs(dirs)
         unknown = [n for n in args.only if n not in cases] + [c for c in args.config if c not in DERENDER_CONFIGS]
         if unknown:
             parser.error(f"unknown case/config names: {unknown}")
-        selected = [c for c in cases.values()
-                    if (not args.only or c.name in args.only) and (not args.config or c.config in args.config)]
+        selected = [
+            c
+            for c in cases.values()
+            if (not args.only or c.name in args.only) and (not args.config or c.config in args.config)
+        ]
         GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
         if args.prune:
             for path in GOLDEN_DIR.glob("*.json"):

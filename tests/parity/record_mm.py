@@ -39,8 +39,10 @@ from mm_corpus import KWARGS_FLAGS, MM_MODEL_DIR, TRUST_FLAGS, cases, endpoint, 
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden_mm"
 # --kwargs: (golden folder, oracle flags, cases)
-CONFIGS = {"server": ("golden_mm_kwargs", KWARGS_FLAGS, kwargs_cases),
-           "trust": ("golden_mm_trust", TRUST_FLAGS, trust_cases)}
+CONFIGS = {
+    "server": ("golden_mm_kwargs", KWARGS_FLAGS, kwargs_cases),
+    "trust": ("golden_mm_trust", TRUST_FLAGS, trust_cases),
+}
 
 
 def main() -> None:

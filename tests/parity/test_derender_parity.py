@@ -64,13 +64,15 @@ def derender_client(request: pytest.FixtureRequest) -> Iterator[ClientFactory]:
     """`get(config_name) -> TestClient`: one app per config (render suite's Settings mapping)."""
     clients: dict[str, TestClient] = {}
     with ExitStack() as stack:
+
         def get(config_name: str) -> TestClient:
             if config_name not in clients:
                 config = CONFIGS[config_name]
                 model_dir: Path = request.getfixturevalue(f"{config.family}_model_dir")
                 settings = Settings(**config.settings_kwargs(model_dir)).validate()
                 clients[config_name] = stack.enter_context(
-                    TestClient(create_app(settings), raise_server_exceptions=False))
+                    TestClient(create_app(settings), raise_server_exceptions=False)
+                )
             return clients[config_name]
 
         yield get
@@ -95,6 +97,7 @@ def _report(case: str, config: str, failures: list[tuple[int, list[str]]], total
 
 # -- the corpus and its goldens ----------------------------------------------------------------------
 
+
 def test_goldens_match_corpus(derender_cases: dict[str, DerenderCase]) -> None:
     """Every corpus case has a golden recorded from the same calls (re-run record_derender.py otherwise)."""
     missing = sorted(set(derender_cases) - set(GOLDEN_BY_NAME))
@@ -105,9 +108,13 @@ def test_goldens_match_corpus(derender_cases: dict[str, DerenderCase]) -> None:
         if golden is None:
             continue
         specs = case.build(golden["render"]["prompt_token_ids"])
-        same = (golden["config"] == case.config and golden["kind"] == case.kind
-                and golden["endpoint"] == case.endpoint and golden["render"]["request"] == case.render_request()
-                and len(specs) == len(golden["calls"]))
+        same = (
+            golden["config"] == case.config
+            and golden["kind"] == case.kind
+            and golden["endpoint"] == case.endpoint
+            and golden["render"]["request"] == case.render_request()
+            and len(specs) == len(golden["calls"])
+        )
         for spec, call in zip(specs, golden["calls"], strict=False):
             recorded = copy.deepcopy(call["request"])
             if spec["state_source"] == "previous":
@@ -116,7 +123,8 @@ def test_goldens_match_corpus(derender_cases: dict[str, DerenderCase]) -> None:
         if not same:
             changed.append(name)
     assert not (missing or stale or changed), (
-        f"re-record with tests/parity/record_derender.py: missing={missing} stale={stale} changed={changed}")
+        f"re-record with tests/parity/record_derender.py: missing={missing} stale={stale} changed={changed}"
+    )
     assert {g["vllm_version"] for g in GOLDENS} == {VLLM_VERSION}
 
 
@@ -129,10 +137,15 @@ def test_golden_size_budget() -> None:
 
 # Where we differ from vLLM on purpose (README, "Where we differ"): case -> (our status, why).
 DELIBERATE_DIFFERENCES = {
-    "cmpl_stream_out_of_vocab_delta": (400, "token ids outside the vocabulary are refused before any work "
-                                            "(vLLM decodes them to an empty string)"),
-    "stream_state_out_of_vocab": (400, "stream_state output ids outside the vocabulary are refused before a "
-                                       "replay decodes them (vLLM decodes them to an empty string)"),
+    "cmpl_stream_out_of_vocab_delta": (
+        400,
+        "token ids outside the vocabulary are refused before any work (vLLM decodes them to an empty string)",
+    ),
+    "stream_state_out_of_vocab": (
+        400,
+        "stream_state output ids outside the vocabulary are refused before a "
+        "replay decodes them (vLLM decodes them to an empty string)",
+    ),
 }
 
 
@@ -201,14 +214,16 @@ def _continuation_points(golden: dict[str, Any]) -> list[int]:
     return sorted(points)
 
 
-_CONTINUATIONS = [(name, i) for name in CONTINUATION_CASES if name in GOLDEN_BY_NAME
-                  for i in _continuation_points(GOLDEN_BY_NAME[name])]
+_CONTINUATIONS = [
+    (name, i)
+    for name in CONTINUATION_CASES
+    if name in GOLDEN_BY_NAME
+    for i in _continuation_points(GOLDEN_BY_NAME[name])
+]
 
 
-@pytest.mark.parametrize(("case_name", "call_index"), _CONTINUATIONS,
-                         ids=[f"{n}@{i}" for n, i in _CONTINUATIONS])
-def test_cross_implementation_continuation(case_name: str, call_index: int,
-                                           derender_client: ClientFactory) -> None:
+@pytest.mark.parametrize(("case_name", "call_index"), _CONTINUATIONS, ids=[f"{n}@{i}" for n, i in _CONTINUATIONS])
+def test_cross_implementation_continuation(case_name: str, call_index: int, derender_client: ClientFactory) -> None:
     golden = GOLDEN_BY_NAME[case_name]
     call = golden["calls"][call_index]
     request = call["request"]
@@ -222,7 +237,7 @@ def test_cross_implementation_continuation(case_name: str, call_index: int,
             if tid is not None and isinstance(idx, int) and idx < len(fed_ids) and tid != fed_ids[idx]:
                 diffs.append(f"tool call {idx}: ours re-issued id {tid}, vLLM's state pinned {fed_ids[idx]}")
         ours = (body.get("stream_state") or {}).get("last_tool_call_ids") or []
-        if ours[:len(fed_ids)] != fed_ids:
+        if ours[: len(fed_ids)] != fed_ids:
             diffs.append(f"stream_state.last_tool_call_ids: ours {ours}, fed {fed_ids}")
         diffs += ToolIdTracker().check(body, stream_lane(request["json"]))
     assert not diffs, _report(case_name, golden["config"], [(call_index, diffs)], 1, "vLLM (vLLM's state fed in)")
@@ -240,9 +255,12 @@ _LIVE = sorted(GOLDENS, key=lambda g: (list(CONFIGS).index(g["config"]), g["case
 
 @pytest.mark.live
 @pytest.mark.parametrize("case_name", [g["case"] for g in _LIVE])
-def test_live_derender_parity(case_name: str, derender_cases: dict[str, DerenderCase],
-                              live_oracle: Callable[[str], Oracle],
-                              derender_client: ClientFactory) -> None:
+def test_live_derender_parity(
+    case_name: str,
+    derender_cases: dict[str, DerenderCase],
+    live_oracle: Callable[[str], Oracle],
+    derender_client: ClientFactory,
+) -> None:
     import httpx
 
     case = derender_cases[case_name]

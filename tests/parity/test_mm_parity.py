@@ -39,8 +39,14 @@ KNOWN_FIELD_SLICES_DIFF = {"four_720p", "two_images_request_kwargs"}
 # Errors where vLLM's text is its exception chain ("Failed to apply Qwen3VLProcessor on data={...PIL
 # reprs...} with kwargs={...}", binascii's and PIL's messages) and `param` is null: ours names the
 # cause and the parameter. Same status and error type; every other error's message and param match.
-IMAGE_ERROR_TEXT_DIFFERS = {"error_aspect_ratio", "error_bad_base64", "error_not_an_image", "error_string_pixels",
-                            "error_zero_edge", "error_unsupported_key"}
+IMAGE_ERROR_TEXT_DIFFERS = {
+    "error_aspect_ratio",
+    "error_bad_base64",
+    "error_not_an_image",
+    "error_string_pixels",
+    "error_zero_edge",
+    "error_unsupported_key",
+}
 
 
 def _client(**options: Any) -> TestClient:
@@ -49,8 +55,9 @@ def _client(**options: Any) -> TestClient:
     # vLLM's mm_hash includes the model path as given: serve the folder from the recorded path.
     if not (Path(MM_MODEL_DIR) / "preprocessor_config.json").exists():
         build_example_model(MM_MODEL_DIR, "qwen3-vl")
-    settings = Settings(model=MM_MODEL_DIR, served_model_name=[MM_MODEL_NAME],
-                        max_model_len=MM_MAX_MODEL_LEN, **options).validate()
+    settings = Settings(
+        model=MM_MODEL_DIR, served_model_name=[MM_MODEL_NAME], max_model_len=MM_MAX_MODEL_LEN, **options
+    ).validate()
     return TestClient(create_app(settings))
 
 
@@ -106,8 +113,9 @@ def test_mm_trusted_kwargs_render_matches_vllm(trust_client: TestClient, path: P
 
 def test_untrusted_kwargs_are_refused(client: TestClient) -> None:
     """Without --trust-request-mm-kwargs, vLLM's 400; an empty mapping is no override."""
-    golden = json.loads((Path(__file__).resolve().parent / "golden_mm_trust" / "scoped_max_pixels.json"
-                         ).read_text(encoding="utf-8"))
+    golden = json.loads(
+        (Path(__file__).resolve().parent / "golden_mm_trust" / "scoped_max_pixels.json").read_text(encoding="utf-8")
+    )
     refused = client.post("/v1/chat/completions/render", json=golden["request"])
     assert refused.status_code == 400
     assert refused.json()["error"]["param"] == "mm_processor_kwargs"
@@ -125,7 +133,9 @@ def _check_golden(client: TestClient, golden: dict[str, Any]) -> None:
         assert body["error"]["type"] == expected["error"]["type"]
         if golden["name"] not in IMAGE_ERROR_TEXT_DIFFERS:
             assert (body["error"]["message"], body["error"]["param"]) == (
-                expected["error"]["message"], expected["error"]["param"])
+                expected["error"]["message"],
+                expected["error"]["param"],
+            )
         return
     full = body
     body = shrink(body)
@@ -170,7 +180,10 @@ def test_summary_is_order_free() -> None:
 
     tensor = ("uint8", [1, 2], msgspec.msgpack.Ext(3, b"ab"))
     grid = ("int64", [3], msgspec.msgpack.Ext(3, bytes(24)))
-    one = {"pixel_values": {"data": tensor, "field": ["flat", {}]}, "image_grid_thw": {"data": grid, "field": ["batched", {}]}}
+    one = {
+        "pixel_values": {"data": tensor, "field": ["flat", {}]},
+        "image_grid_thw": {"data": grid, "field": ["batched", {}]},
+    }
     two = dict(reversed(one.items()))
     encode = msgspec.msgpack.Encoder().encode
     a, b = (base64.b64encode(encode(x)).decode() for x in (one, two))

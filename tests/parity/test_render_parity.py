@@ -44,6 +44,7 @@ def parity_client(request: pytest.FixtureRequest) -> Iterator[ClientFactory]:
     """`get(config_name) -> (TestClient, model_dir)`: one app per config, started on first use."""
     clients: dict[str, tuple[TestClient, str]] = {}
     with ExitStack() as stack:
+
         def get(config_name: str) -> tuple[TestClient, str]:
             if config_name not in clients:
                 config = CONFIGS[config_name]
@@ -61,11 +62,14 @@ def test_goldens_match_corpus() -> None:
     goldens = {g["case"]: g for g in GOLDENS}
     missing = sorted(set(CASES) - set(goldens))
     stale = sorted(set(goldens) - set(CASES))
-    changed = sorted(name for name, case in CASES.items()
-                     if name in goldens and (goldens[name]["request"] != case.request()
-                                             or goldens[name]["config"] != case.config))
+    changed = sorted(
+        name
+        for name, case in CASES.items()
+        if name in goldens and (goldens[name]["request"] != case.request() or goldens[name]["config"] != case.config)
+    )
     assert not (missing or stale or changed), (
-        f"re-record with tests/parity/record.py: missing={missing} stale={stale} changed={changed}")
+        f"re-record with tests/parity/record.py: missing={missing} stale={stale} changed={changed}"
+    )
     assert {g["vllm_version"] for g in GOLDENS} == {VLLM_VERSION}
 
 
@@ -73,8 +77,15 @@ def test_goldens_match_corpus() -> None:
 def test_render_parity(golden: dict[str, Any], parity_client: ClientFactory) -> None:
     client, model_dir = parity_client(golden["config"])
     status, body = send(client, golden["request"])
-    diffs = compare_response(golden["request"], golden["status"], golden["response"], status, body,
-                             expected_model_dir=golden.get("model_dir"), actual_model_dir=model_dir)
+    diffs = compare_response(
+        golden["request"],
+        golden["status"],
+        golden["response"],
+        status,
+        body,
+        expected_model_dir=golden.get("model_dir"),
+        actual_model_dir=model_dir,
+    )
     assert not diffs, f"{golden['case']} ({golden['config']}): ours vs vLLM 0.33\n  " + "\n  ".join(diffs)
 
 
@@ -92,6 +103,13 @@ def test_live_parity(case_name: str, live_oracle: Callable[[str], Oracle], parit
         expected_status, expected = send(http, case.request())
     client, model_dir = parity_client(case.config)
     status, body = send(client, case.request())
-    diffs = compare_response(case.request(), expected_status, expected, status, body,
-                             expected_model_dir=model_dir, actual_model_dir=model_dir)
+    diffs = compare_response(
+        case.request(),
+        expected_status,
+        expected,
+        status,
+        body,
+        expected_model_dir=model_dir,
+        actual_model_dir=model_dir,
+    )
     assert not diffs, f"{case.name} ({case.config}): ours vs live vLLM\n  " + "\n  ".join(diffs)

@@ -85,7 +85,18 @@ def encode(tok: Any, segments: list[Any]) -> list[int]:
 
 PROMPTS = {
     "open": ["@<|im_start|>", "user\nWhat is the weather?", "@<|im_end|>", "\n", "@<|im_start|>", "assistant\n"],
-    "nothink": ["@<|im_start|>", "user\nhi", "@<|im_end|>", "\n", "@<|im_start|>", "assistant\n", "@<think>", "\n\n", "@</think>", "\n\n"],
+    "nothink": [
+        "@<|im_start|>",
+        "user\nhi",
+        "@<|im_end|>",
+        "\n",
+        "@<|im_start|>",
+        "assistant\n",
+        "@<think>",
+        "\n\n",
+        "@</think>",
+        "\n\n",
+    ],
     "closed": ["@<|im_start|>", "assistant\n", "@<think>", "x", "@</think>", "\n\n"],
 }
 
@@ -188,38 +199,336 @@ def concat(steps: list[tuple[Any, str | None]]) -> dict:
 
 # name -> (reasoning, tool, request, prompt, output segments, chunking, finish_reason)
 GOLDEN_CASES: dict[str, tuple[Any, ...]] = {
-    "think_content/one": ("qwen3", "hermes", "auto", "open", ["@<think>", "\nLet me think. é 😀 中文\n", "@</think>", "\n\nThe answer is 42.", "@<|im_end|>"], "one", "stop"),
-    "think_tool/one": ("qwen3", "hermes", "auto", "open", ["@<think>", "\nneed weather\n", "@</think>", "\n\n", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"], "one", "stop"),
-    "think_tool/all": ("qwen3", "hermes", "auto", "open", ["@<think>", "\nneed weather\n", "@</think>", "\n\n", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"], "all", "stop"),
-    "two_tools/mixed": ("qwen3", "hermes", "auto", "open", ["@<think>", "r", "@</think>", "\n\n", "@<tool_call>", TC, "@</tool_call>", "\n", "@<tool_call>", TC2, "@</tool_call>", "@<|im_end|>"], [1, 3, 2, 5], "stop"),
-    "content_then_tool/one": ("qwen3", "hermes", "auto", "open", ["@<think>", "r", "@</think>", "\n\nSure, checking. ", "@<tool_call>", TC, "@</tool_call>", " after", "@<|im_end|>"], "one", "stop"),
-    "tool_in_reasoning/one": ("qwen3", "hermes", "auto", "open", ["@<think>", "\nthinking", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"], "one", "stop"),
-    "malformed_brace/one": ("qwen3", "hermes", "auto", "open", ["@</think>", "@<tool_call>", '\n{"name": "get_weather", "arguments": {"city": "Paris"}\n', "@</tool_call>", "@<|im_end|>"], "one", "stop"),
-    "malformed_blocks_later/one": ("qwen3", "hermes", "auto", "open", ["@</think>", "\n\n", "@<tool_call>", "\nnot json\n", "@</tool_call>", "\n", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"], "one", "stop"),
-    "no_arguments/one": ("qwen3", "hermes", "auto", "open", ["@</think>", "@<tool_call>", '{"name": "search"}', "@</tool_call>", "@<|im_end|>"], "one", "stop"),
-    "no_arguments/all": ("qwen3", "hermes", "auto", "open", ["@</think>", "@<tool_call>", '{"name": "search"}', "@</tool_call>", "@<|im_end|>"], "all", "stop"),
-    "args_before_name/one": ("qwen3", "hermes", "auto", "open", ["@</think>", "@<tool_call>", '{"arguments": {"x": [1, 2]}, "name": "search"}', "@</tool_call>", "@<|im_end|>"], "one", "stop"),
-    "text_tags/one": ("qwen3", "hermes", "auto", "open", [("chars", "<think>"), "a < b and <tool", ("chars", "</think>"), "x", "@</think>", "c <tool_ ", ("chars", "<tool_call>"), "d", "@<|im_end|>"], "one", "stop"),
-    "truncated_args/one": ("qwen3", "hermes", "auto", "open", ["@<think>", "r", "@</think>", "@<tool_call>", '\n{"name": "get_weather", "arguments": {"city": "Par'], "one", "length"),
+    "think_content/one": (
+        "qwen3",
+        "hermes",
+        "auto",
+        "open",
+        ["@<think>", "\nLet me think. é 😀 中文\n", "@</think>", "\n\nThe answer is 42.", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "think_tool/one": (
+        "qwen3",
+        "hermes",
+        "auto",
+        "open",
+        ["@<think>", "\nneed weather\n", "@</think>", "\n\n", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "think_tool/all": (
+        "qwen3",
+        "hermes",
+        "auto",
+        "open",
+        ["@<think>", "\nneed weather\n", "@</think>", "\n\n", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"],
+        "all",
+        "stop",
+    ),
+    "two_tools/mixed": (
+        "qwen3",
+        "hermes",
+        "auto",
+        "open",
+        [
+            "@<think>",
+            "r",
+            "@</think>",
+            "\n\n",
+            "@<tool_call>",
+            TC,
+            "@</tool_call>",
+            "\n",
+            "@<tool_call>",
+            TC2,
+            "@</tool_call>",
+            "@<|im_end|>",
+        ],
+        [1, 3, 2, 5],
+        "stop",
+    ),
+    "content_then_tool/one": (
+        "qwen3",
+        "hermes",
+        "auto",
+        "open",
+        [
+            "@<think>",
+            "r",
+            "@</think>",
+            "\n\nSure, checking. ",
+            "@<tool_call>",
+            TC,
+            "@</tool_call>",
+            " after",
+            "@<|im_end|>",
+        ],
+        "one",
+        "stop",
+    ),
+    "tool_in_reasoning/one": (
+        "qwen3",
+        "hermes",
+        "auto",
+        "open",
+        ["@<think>", "\nthinking", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "malformed_brace/one": (
+        "qwen3",
+        "hermes",
+        "auto",
+        "open",
+        [
+            "@</think>",
+            "@<tool_call>",
+            '\n{"name": "get_weather", "arguments": {"city": "Paris"}\n',
+            "@</tool_call>",
+            "@<|im_end|>",
+        ],
+        "one",
+        "stop",
+    ),
+    "malformed_blocks_later/one": (
+        "qwen3",
+        "hermes",
+        "auto",
+        "open",
+        [
+            "@</think>",
+            "\n\n",
+            "@<tool_call>",
+            "\nnot json\n",
+            "@</tool_call>",
+            "\n",
+            "@<tool_call>",
+            TC,
+            "@</tool_call>",
+            "@<|im_end|>",
+        ],
+        "one",
+        "stop",
+    ),
+    "no_arguments/one": (
+        "qwen3",
+        "hermes",
+        "auto",
+        "open",
+        ["@</think>", "@<tool_call>", '{"name": "search"}', "@</tool_call>", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "no_arguments/all": (
+        "qwen3",
+        "hermes",
+        "auto",
+        "open",
+        ["@</think>", "@<tool_call>", '{"name": "search"}', "@</tool_call>", "@<|im_end|>"],
+        "all",
+        "stop",
+    ),
+    "args_before_name/one": (
+        "qwen3",
+        "hermes",
+        "auto",
+        "open",
+        ["@</think>", "@<tool_call>", '{"arguments": {"x": [1, 2]}, "name": "search"}', "@</tool_call>", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "text_tags/one": (
+        "qwen3",
+        "hermes",
+        "auto",
+        "open",
+        [
+            ("chars", "<think>"),
+            "a < b and <tool",
+            ("chars", "</think>"),
+            "x",
+            "@</think>",
+            "c <tool_ ",
+            ("chars", "<tool_call>"),
+            "d",
+            "@<|im_end|>",
+        ],
+        "one",
+        "stop",
+    ),
+    "truncated_args/one": (
+        "qwen3",
+        "hermes",
+        "auto",
+        "open",
+        ["@<think>", "r", "@</think>", "@<tool_call>", '\n{"name": "get_weather", "arguments": {"city": "Par'],
+        "one",
+        "length",
+    ),
     "truncated_reasoning/one": ("qwen3", None, "auto", "open", ["@<think>", "still thinking <thi"], "one", "length"),
-    "no_start/one": ("qwen3", None, "auto", "open", ["Reasoning without start", "@</think>", "content", "@<|im_end|>"], "one", "stop"),
-    "content_before_think/one": ("qwen3", "hermes", "auto", "open", ["Hello ", "@<think>", "inner", "@</think>", " after", "@<|im_end|>"], "one", "stop"),
-    "im_end_inside/one": ("qwen3", None, "auto", "open", ["@<think>", "a", "@<|im_end|>", "b", "@</think>", "c", "@<|endoftext|>", "d", "@<|im_end|>"], "one", "stop"),
-    "multibyte/one": ("qwen3", "hermes", "auto", "open", ["@<think>", "😀😀é", "@</think>", "🎉中文 content 👩‍👩‍👧", "@<|im_end|>"], "one", "stop"),
-    "whitespace_then_tool/one": ("qwen3", "hermes", "auto", "open", ["@</think>", "\n\n  \n", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"], "one", "stop"),
-    "prompt_closed/one": ("qwen3", "hermes", "auto", "closed", ["Answer", "@</think>", " more ", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"], "one", "stop"),
-    "nothink/one": ("qwen3", "hermes", "nothink", "nothink", ["Plain answer ", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"], "one", "stop"),
-    "noreason/one": ("qwen3", "hermes", "noreason", "open", ["@<think>", "hidden", "@</think>", "\n\nshown", "@<|im_end|>"], "one", "stop"),
-    "tool_choice_none/one": ("qwen3", "hermes", "none", "open", ["@<think>", "r", "@</think>", "x ", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"], "one", "stop"),
-    "required/one": ("qwen3", "hermes", "required", "open", ["@</think>", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"], "one", "stop"),
-    "named/one": ("qwen3", "hermes", "named", "open", ["@</think>", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"], "one", "stop"),
-    "noparallel/mixed": ("qwen3", "hermes", "noparallel", "open", ["@</think>", "@<tool_call>", TC, "@</tool_call>", "@<tool_call>", TC2, "@</tool_call>", "@<|im_end|>"], [2, 7, 1], "stop"),
-    "notools/one": ("qwen3", "hermes", "notools", "open", ["@</think>", "pre ", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"], "one", "stop"),
-    "hermes_only/one": (None, "hermes", "auto", "open", ["pre <tool", " text ", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"], "one", "stop"),
-    "qwen3_json/all": ("qwen3", "qwen3_json", "auto", "open", ["@<think>", "r", "@</think>", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"], "all", "stop"),
-    "ds_think/one": ("deepseek_r1", "hermes", "auto", "open", ["@<think>", "reason é😀", "@</think>", "answer ", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"], "one", "stop"),
-    "ds_think/mixed": ("deepseek_r1", None, "auto", "open", ["@<think>", "reason é😀", "@</think>", "answer", "@<|im_end|>"], [2, 3], "stop"),
-    "ds_nostart/all": ("deepseek_r1", None, "auto", "open", ["reason", "@</think>", "answer", "@<|im_end|>"], "all", "stop"),
+    "no_start/one": (
+        "qwen3",
+        None,
+        "auto",
+        "open",
+        ["Reasoning without start", "@</think>", "content", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "content_before_think/one": (
+        "qwen3",
+        "hermes",
+        "auto",
+        "open",
+        ["Hello ", "@<think>", "inner", "@</think>", " after", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "im_end_inside/one": (
+        "qwen3",
+        None,
+        "auto",
+        "open",
+        ["@<think>", "a", "@<|im_end|>", "b", "@</think>", "c", "@<|endoftext|>", "d", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "multibyte/one": (
+        "qwen3",
+        "hermes",
+        "auto",
+        "open",
+        ["@<think>", "😀😀é", "@</think>", "🎉中文 content 👩‍👩‍👧", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "whitespace_then_tool/one": (
+        "qwen3",
+        "hermes",
+        "auto",
+        "open",
+        ["@</think>", "\n\n  \n", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "prompt_closed/one": (
+        "qwen3",
+        "hermes",
+        "auto",
+        "closed",
+        ["Answer", "@</think>", " more ", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "nothink/one": (
+        "qwen3",
+        "hermes",
+        "nothink",
+        "nothink",
+        ["Plain answer ", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "noreason/one": (
+        "qwen3",
+        "hermes",
+        "noreason",
+        "open",
+        ["@<think>", "hidden", "@</think>", "\n\nshown", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "tool_choice_none/one": (
+        "qwen3",
+        "hermes",
+        "none",
+        "open",
+        ["@<think>", "r", "@</think>", "x ", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "required/one": (
+        "qwen3",
+        "hermes",
+        "required",
+        "open",
+        ["@</think>", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "named/one": (
+        "qwen3",
+        "hermes",
+        "named",
+        "open",
+        ["@</think>", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "noparallel/mixed": (
+        "qwen3",
+        "hermes",
+        "noparallel",
+        "open",
+        ["@</think>", "@<tool_call>", TC, "@</tool_call>", "@<tool_call>", TC2, "@</tool_call>", "@<|im_end|>"],
+        [2, 7, 1],
+        "stop",
+    ),
+    "notools/one": (
+        "qwen3",
+        "hermes",
+        "notools",
+        "open",
+        ["@</think>", "pre ", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "hermes_only/one": (
+        None,
+        "hermes",
+        "auto",
+        "open",
+        ["pre <tool", " text ", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "qwen3_json/all": (
+        "qwen3",
+        "qwen3_json",
+        "auto",
+        "open",
+        ["@<think>", "r", "@</think>", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"],
+        "all",
+        "stop",
+    ),
+    "ds_think/one": (
+        "deepseek_r1",
+        "hermes",
+        "auto",
+        "open",
+        ["@<think>", "reason é😀", "@</think>", "answer ", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"],
+        "one",
+        "stop",
+    ),
+    "ds_think/mixed": (
+        "deepseek_r1",
+        None,
+        "auto",
+        "open",
+        ["@<think>", "reason é😀", "@</think>", "answer", "@<|im_end|>"],
+        [2, 3],
+        "stop",
+    ),
+    "ds_nostart/all": (
+        "deepseek_r1",
+        None,
+        "auto",
+        "open",
+        ["reason", "@</think>", "answer", "@<|im_end|>"],
+        "all",
+        "stop",
+    ),
     "ds_prompt_closed/one": ("deepseek_r1", "hermes", "nothink", "nothink", ["Answer", "@<|im_end|>"], "one", "stop"),
 }
 
@@ -410,7 +719,9 @@ def test_json_check_accepts_valid_documents(value: Any, indent: Any) -> None:
 # -- behaviour ------------------------------------------------------------------------------------------
 
 
-def _parser(tok: Any, reasoning: str | None = "qwen3", tool: str | None = "hermes", thinking: bool = True) -> ChatParser:
+def _parser(
+    tok: Any, reasoning: str | None = "qwen3", tool: str | None = "hermes", thinking: bool = True
+) -> ChatParser:
     p = get_parser(tok, reasoning, tool, enable_auto_tools=True, thinking_enabled=thinking)
     assert p is not None
     return p
@@ -457,13 +768,17 @@ def test_malformed_tool_json(tok) -> None:
     prompt = encode(tok, PROMPTS["open"])
     # missing closing brace: arguments stream as raw text (the held "}" is released because the
     # region never becomes valid JSON), while the batch path finds no tool call at all
-    ids = encode(tok, ["@</think>", "@<tool_call>", '{"name": "f", "arguments": {"a": 1}', "@</tool_call>", "@<|im_end|>"])
+    ids = encode(
+        tok, ["@</think>", "@<tool_call>", '{"name": "f", "arguments": {"a": 1}', "@</tool_call>", "@<|im_end|>"]
+    )
     got = concat(run_stream(tok, p, REQ["auto"], prompt, chunk(ids, "one"), "stop"))
     assert got["names"] == {0: "f"} and got["args"] == {0: '{"a": 1}'}
     batch = run_batch(tok, p, REQ["auto"], prompt, ids, "stop")
     assert batch["tool_calls"] == [] and batch["content"].startswith("<tool_call>")
     # a nameless region blocks every later tool call (vLLM breaks there on every chunk)
-    ids = encode(tok, ["@</think>", "@<tool_call>", "oops", "@</tool_call>", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"])
+    ids = encode(
+        tok, ["@</think>", "@<tool_call>", "oops", "@</tool_call>", "@<tool_call>", TC, "@</tool_call>", "@<|im_end|>"]
+    )
     got = concat(run_stream(tok, p, REQ["auto"], prompt, chunk(ids, "one"), "stop"))
     assert got["names"] == {} and got["finish"] == "stop"
 
@@ -472,7 +787,20 @@ def test_several_tool_calls_and_content_before(tok) -> None:
     p = _parser(tok)
     ids = encode(
         tok,
-        ["@<think>", "plan", "@</think>", "\n\nLet me check. ", "@<tool_call>", TC, "@</tool_call>", "\n", "@<tool_call>", TC2, "@</tool_call>", "@<|im_end|>"],
+        [
+            "@<think>",
+            "plan",
+            "@</think>",
+            "\n\nLet me check. ",
+            "@<tool_call>",
+            TC,
+            "@</tool_call>",
+            "\n",
+            "@<tool_call>",
+            TC2,
+            "@</tool_call>",
+            "@<|im_end|>",
+        ],
     )
     prompt = encode(tok, PROMPTS["open"])
     for how in ("one", [4, 1, 3], "all"):
@@ -490,7 +818,10 @@ def test_ids_on_stream_and_batch(tok) -> None:
     ids = encode(tok, ["@</think>", "@<tool_call>", TC, "@</tool_call>", "@<tool_call>", TC2, "@</tool_call>"])
     steps = run_stream(tok, p, REQ["auto"], encode(tok, PROMPTS["open"]), chunk(ids, "all"), "length")
     delta = steps[-1][0]
-    assert [(tc.index, tc.id) for tc in delta.tool_calls if tc.id] == [(0, id_for("req-1", 0, 0)), (1, id_for("req-1", 0, 1))]
+    assert [(tc.index, tc.id) for tc in delta.tool_calls if tc.id] == [
+        (0, id_for("req-1", 0, 0)),
+        (1, id_for("req-1", 0, 1)),
+    ]
     opts = RequestOptions.from_request(REQ["auto"])
     r, c, calls = p.parse(tok.decode(ids), opts)
     _, _, pairs = p.assemble(r, c, calls, opts, tool_ids("req-1"))
@@ -516,7 +847,22 @@ def test_reasoning_closed_in_prompt_and_thinking_disabled(tok) -> None:
 def test_include_reasoning_false_tool_choice_none_parallel_false(tok) -> None:
     p = _parser(tok)
     prompt = encode(tok, PROMPTS["open"])
-    ids = encode(tok, ["@<think>", "secret", "@</think>", "x ", "@<tool_call>", TC, "@</tool_call>", "@<tool_call>", TC2, "@</tool_call>", "@<|im_end|>"])
+    ids = encode(
+        tok,
+        [
+            "@<think>",
+            "secret",
+            "@</think>",
+            "x ",
+            "@<tool_call>",
+            TC,
+            "@</tool_call>",
+            "@<tool_call>",
+            TC2,
+            "@</tool_call>",
+            "@<|im_end|>",
+        ],
+    )
     got = concat(run_stream(tok, p, REQ["noreason"], prompt, chunk(ids, "one"), "stop"))
     assert got["reasoning"] == "" and got["content"] == "x " and len(got["names"]) == 2
     got = concat(run_stream(tok, p, REQ["none"], prompt, chunk(ids, "one"), "stop"))
@@ -557,11 +903,15 @@ def _outputs(draw: Any) -> list[Any]:
         args = draw(
             hs.dictionaries(
                 hs.sampled_from(["city", "q", "n"]),
-                hs.one_of(hs.text(alphabet="ab é😀{}<>\"\\", max_size=8), hs.integers(), hs.lists(hs.integers(), max_size=3)),
+                hs.one_of(
+                    hs.text(alphabet='ab é😀{}<>"\\', max_size=8), hs.integers(), hs.lists(hs.integers(), max_size=3)
+                ),
                 max_size=3,
             )
         )
-        body = json.dumps({"name": draw(hs.sampled_from(["get_weather", "search"])), "arguments": args}, ensure_ascii=False)
+        body = json.dumps(
+            {"name": draw(hs.sampled_from(["get_weather", "search"])), "arguments": args}, ensure_ascii=False
+        )
         segs += ["@<tool_call>", "\n" + body + "\n", "@</tool_call>", "\n"]
     segs.append("@<|im_end|>")
     return segs
@@ -591,7 +941,22 @@ def test_random_chunking_equals_one_token_and_batch(tok, segs: list[Any], cuts: 
 def test_snapshot_roundtrip_every_chunk_is_identical(tok, config: tuple[str | None, str | None]) -> None:
     p = _parser(tok, *config)
     prompt = encode(tok, PROMPTS["open"])
-    ids = encode(tok, ["@<think>", "think <thi 😀", "@</think>", "\n\nok ", "@<tool_call>", TC, "@</tool_call>", "@<tool_call>", TC2, "@</tool_call>", "@<|im_end|>"])
+    ids = encode(
+        tok,
+        [
+            "@<think>",
+            "think <thi 😀",
+            "@</think>",
+            "\n\nok ",
+            "@<tool_call>",
+            TC,
+            "@</tool_call>",
+            "@<tool_call>",
+            TC2,
+            "@</tool_call>",
+            "@<|im_end|>",
+        ],
+    )
     for how in ("one", [3, 1, 2]):
         plain = run_stream(tok, p, REQ["auto"], prompt, chunk(ids, how), "stop")
         snap = run_stream(tok, p, REQ["auto"], prompt, chunk(ids, how), "stop", roundtrip_every=1)
@@ -603,7 +968,19 @@ def test_state_stays_bounded_as_the_stream_grows(tok) -> None:
     words = ["alpha", " beta", " é", " 😀", " 中文", " {", " }", " <", " >", "\n"]
     reasoning = "".join(rng.choice(words) for _ in range(1500))
     args = json.dumps({"text": "".join(rng.choice(words) for _ in range(1500))}, ensure_ascii=False)
-    ids = encode(tok, ["@<think>", reasoning, "@</think>", "\n\nok ", "@<tool_call>", '{"name": "search", "arguments": ' + args + "}", "@</tool_call>", "@<|im_end|>"])
+    ids = encode(
+        tok,
+        [
+            "@<think>",
+            reasoning,
+            "@</think>",
+            "\n\nok ",
+            "@<tool_call>",
+            '{"name": "search", "arguments": ' + args + "}",
+            "@</tool_call>",
+            "@<|im_end|>",
+        ],
+    )
     prompt = encode(tok, PROMPTS["open"])
     opts = RequestOptions.from_request(REQ["auto"])
     for config in (("qwen3", "hermes"), ("deepseek_r1", "hermes"), ("qwen3", None)):

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from render_service.render import templating
 from render_service.exceptions import BadRequestError
+from render_service.render import templating
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +24,9 @@ def test_content_format_detection() -> None:
 
 def test_kwargs_filtered_to_what_the_template_reads(tokenizer) -> None:
     template = tokenizer.chat_template
-    resolved = templating.resolve_template_kwargs(template, {"enable_thinking": False, "cohere_format": "cmd4",
-                                                             "add_generation_prompt": True})
+    resolved = templating.resolve_template_kwargs(
+        template, {"enable_thinking": False, "cohere_format": "cmd4", "add_generation_prompt": True}
+    )
     assert resolved == {"enable_thinking": False, "add_generation_prompt": True}
 
 
@@ -35,13 +36,18 @@ def test_minijinja_used_and_identical_for_the_example_templates(tokenizer, deeps
     deepseek = AutoTokenizer.from_pretrained(str(deepseek_model_dir))
     assert templating.fast_template(deepseek.chat_template, templating._special_tokens(deepseek)) is not None
     conversation = templating.build_conversation(
-        [{"role": "system", "content": "Résumé"}, {"role": "user", "content": [{"type": "text", "text": "a"},
-                                                                             {"type": "text", "text": "b"}]}],
-        "string")
-    fast = templating.render_prompt(tokenizer, tokenizer.chat_template, conversation, None,
-                                    {"add_generation_prompt": True})
-    reference = templating._reference_render(tokenizer, tokenizer.chat_template, conversation, None,
-                                             {"add_generation_prompt": True})
+        [
+            {"role": "system", "content": "Résumé"},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        ],
+        "string",
+    )
+    fast = templating.render_prompt(
+        tokenizer, tokenizer.chat_template, conversation, None, {"add_generation_prompt": True}
+    )
+    reference = templating._reference_render(
+        tokenizer, tokenizer.chat_template, conversation, None, {"add_generation_prompt": True}
+    )
     assert fast == reference
     assert "a\nb" in fast
 

@@ -18,9 +18,15 @@ CHAT = {"model": "tinyqwen3", "messages": [{"role": "user", "content": "Hello!"}
 
 @pytest.fixture(scope="module")
 def client(qwen3_model_dir: Path):
-    settings = Settings(model=str(qwen3_model_dir), served_model_name=["tinyqwen3", "alias"],
-                        reasoning_parser="qwen3", tool_call_parser="hermes", enable_auto_tool_choice=True,
-                        max_model_len=4096, max_request_body_bytes=1 << 20).validate()
+    settings = Settings(
+        model=str(qwen3_model_dir),
+        served_model_name=["tinyqwen3", "alias"],
+        reasoning_parser="qwen3",
+        tool_call_parser="hermes",
+        enable_auto_tool_choice=True,
+        max_model_len=4096,
+        max_request_body_bytes=1 << 20,
+    ).validate()
     with TestClient(create_app(settings)) as test_client:
         yield test_client
 
@@ -46,10 +52,26 @@ def test_chat_render_shape(client: TestClient) -> None:
     assert response.status_code == 200
     body = response.json()
     assert body["request_id"] == "chatcmpl-abc"
-    assert list(body) == ["request_id", "token_ids", "token_offsets", "features", "content_parts",
-                          "sampling_params", "model", "reasoning_ended", "reasoning_parser_kwargs",
-                          "return_token_ids", "output_mode", "parse_context", "stream", "stream_options",
-                          "cache_salt", "priority", "kv_transfer_params", "ec_transfer_params"]
+    assert list(body) == [
+        "request_id",
+        "token_ids",
+        "token_offsets",
+        "features",
+        "content_parts",
+        "sampling_params",
+        "model",
+        "reasoning_ended",
+        "reasoning_parser_kwargs",
+        "return_token_ids",
+        "output_mode",
+        "parse_context",
+        "stream",
+        "stream_options",
+        "cache_salt",
+        "priority",
+        "kv_transfer_params",
+        "ec_transfer_params",
+    ]
     assert body["token_ids"][:2] == [151644, 872]  # <|im_start|>user
     assert body["sampling_params"]["max_tokens"] == 4096 - len(body["token_ids"])
     assert body["reasoning_ended"] is False
@@ -59,9 +81,14 @@ def test_alias_and_unknown_model(client: TestClient) -> None:
     assert client.post("/v1/chat/completions/render", json={**CHAT, "model": "alias"}).status_code == 200
     response = client.post("/v1/chat/completions/render", json={**CHAT, "model": "nope"})
     assert response.status_code == 404
-    assert response.json() == {"error": {
-        "message": "The model `nope` does not exist. Valid aliases: tinyqwen3, alias.",
-        "type": "NotFoundError", "param": "model", "code": 404}}
+    assert response.json() == {
+        "error": {
+            "message": "The model `nope` does not exist. Valid aliases: tinyqwen3, alias.",
+            "type": "NotFoundError",
+            "param": "model",
+            "code": 404,
+        }
+    }
 
 
 def test_enable_thinking_false_ends_reasoning(client: TestClient) -> None:
@@ -71,8 +98,9 @@ def test_enable_thinking_false_ends_reasoning(client: TestClient) -> None:
     assert 151668 in rendered["token_ids"][-3:]  # the template closed <think> in the prompt
 
 
-@pytest.mark.parametrize("prompt, count", [
-    ("Hello, world", 1), (["a", "b", "c"], 3), ([9707, 11], 1), ([[9707], [11, 1879]], 2)])
+@pytest.mark.parametrize(
+    "prompt, count", [("Hello, world", 1), (["a", "b", "c"], 3), ([9707, 11], 1), ([[9707], [11, 1879]], 2)]
+)
 def test_completion_prompt_forms(client: TestClient, prompt: object, count: int) -> None:
     response = client.post("/v1/completions/render", json={"prompt": prompt}, headers={"X-Request-Id": "r"})
     assert response.status_code == 200
@@ -116,8 +144,7 @@ def test_body_limit(client: TestClient) -> None:
 
 def test_auto_tool_choice_requires_flag(keyed_client: TestClient) -> None:
     body = {**CHAT, "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}
-    response = keyed_client.post("/v1/chat/completions/render", json=body,
-                                 headers={"Authorization": "Bearer sekret"})
+    response = keyed_client.post("/v1/chat/completions/render", json=body, headers={"Authorization": "Bearer sekret"})
     assert response.status_code == 400
     assert "--enable-auto-tool-choice" in response.json()["error"]["message"]
 
@@ -140,7 +167,7 @@ def test_tokenize_detokenize(client: TestClient) -> None:
     rendered = client.post("/v1/chat/completions/render", json=CHAT).json()
     assert chat["tokens"] == rendered["token_ids"]
     # Like vLLM, unknown ids are dropped rather than failing the request.
-    assert client.post("/detokenize", json={"tokens": [9707, 10 ** 9]}).json() == {"prompt": "Hello"}
+    assert client.post("/detokenize", json={"tokens": [9707, 10**9]}).json() == {"prompt": "Hello"}
 
 
 def test_metrics_report_backend(client: TestClient) -> None:
@@ -169,11 +196,16 @@ print("clean")
     assert "clean" in result.stdout
 
 
-def test_error_logs_carry_the_callers_trace_and_request_ids(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+def test_error_logs_carry_the_callers_trace_and_request_ids(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG, logger="render_service.server.app")
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
-    response = client.post("/v1/chat/completions/render", json={"messages": "nope"},
-                           headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01", "X-Request-Id": "r-1"})
+    response = client.post(
+        "/v1/chat/completions/render",
+        json={"messages": "nope"},
+        headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01", "X-Request-Id": "r-1"},
+    )
     assert response.status_code == 400
     assert f"trace_id={trace_id} request_id=r-1" in caplog.text
 
@@ -184,9 +216,17 @@ def test_event_loop_metrics_separate_held_time_from_cpu_wait(qwen3_model_dir: Pa
     with TestClient(create_app(Settings(model=str(qwen3_model_dir)).validate())) as fresh:
         time.sleep(0.3)  # a few 50 ms samples
         text = fresh.get("/metrics").text
-    counts = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
-              if line.startswith(("render_event_loop_lag_seconds_count", "render_event_loop_held_seconds_count",
-                                  "render_event_loop_runqueue_wait_seconds_total"))}
+    counts = {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith(
+            (
+                "render_event_loop_lag_seconds_count",
+                "render_event_loop_held_seconds_count",
+                "render_event_loop_runqueue_wait_seconds_total",
+            )
+        )
+    }
     assert counts["render_event_loop_lag_seconds_count"] >= 2
     assert counts["render_event_loop_held_seconds_count"] >= 2  # Linux: schedstat is readable
     assert counts["render_event_loop_runqueue_wait_seconds_total"] >= 0

@@ -27,8 +27,9 @@ TARGET = "vllm.multimodal.registry"
 
 def _patch(module: ModuleType) -> None:
     original = module.cached_tokenizer_from_config
-    if getattr(original, "__qualname__", "") != "cached_tokenizer_from_config" or \
-            not hasattr(module.MultiModalRegistry, "_create_processing_ctx"):
+    if getattr(original, "__qualname__", "") != "cached_tokenizer_from_config" or not hasattr(
+        module.MultiModalRegistry, "_create_processing_ctx"
+    ):
         raise RuntimeError(f"{TARGET}: not the vLLM this patch knows (tests/integration/tokens_only_patch)")
 
     def processor_tokenizer(model_config: Any, **kwargs: Any) -> Any:
@@ -38,8 +39,12 @@ def _patch(module: ModuleType) -> None:
         return original(model_config, **kwargs)
 
     module.cached_tokenizer_from_config = processor_tokenizer
-    print(f"render-service tokens_only_patch: {TARGET}.cached_tokenizer_from_config loads the tokenizer for "
-          "the multimodal processor only", file=sys.stderr, flush=True)
+    print(
+        f"render-service tokens_only_patch: {TARGET}.cached_tokenizer_from_config loads the tokenizer for "
+        "the multimodal processor only",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 class _Hook(importlib.abc.MetaPathFinder):
