@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 def print_fingerprint(settings) -> int:
     import json
 
-    from render_service import __version__
+    from render_service import VLLM_VERSION, __version__
     from render_service.audit.fingerprint import fingerprint
     from render_service.model.loader import ModelLoadError, load_model
 
@@ -73,7 +73,7 @@ def print_fingerprint(settings) -> int:
         return 2
     print(
         json.dumps(
-            {**fingerprint(settings, model), "vllm_parity_version": "0.33.0", "service_version": __version__},
+            {**fingerprint(settings, model), "vllm_parity_version": VLLM_VERSION, "service_version": __version__},
             indent=2,
             ensure_ascii=False,
             default=str,

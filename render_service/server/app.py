@@ -28,7 +28,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from render_service import __version__
+from render_service import VLLM_VERSION, __version__
 from render_service.api import messages, responses
 from render_service.audit.fingerprint import components_header, fingerprint, fingerprint_conflict
 from render_service.derender import pipeline as derender
@@ -49,7 +49,6 @@ from render_service.settings import Settings
 
 logger = logging.getLogger("render_service.server.app")
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
-VLLM_COMPAT_VERSION = "0.33.0"
 
 
 class JSONResponse(Response):
@@ -462,7 +461,7 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
         return Response(status_code=200 if healthy else 503)
 
     async def version(request: Request) -> Response:
-        return JSONResponse({"version": VLLM_COMPAT_VERSION}, headers={"X-Render-Service-Version": __version__})
+        return JSONResponse({"version": VLLM_VERSION}, headers={"X-Render-Service-Version": __version__})
 
     async def models(request: Request) -> Response:
         max_model_len = state.model.max_model_len if state.model else None
@@ -501,7 +500,7 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
 
     async def render_config(request: Request) -> Response:
         return JSONResponse(
-            {**state.fingerprint, "vllm_parity_version": VLLM_COMPAT_VERSION, "service_version": __version__},
+            {**state.fingerprint, "vllm_parity_version": VLLM_VERSION, "service_version": __version__},
             headers={
                 "X-Render-Fingerprint": state.fingerprint["fingerprint"],
                 "X-Render-Fingerprint-Components": components_header(state.fingerprint),
