@@ -12,6 +12,7 @@ Linux only (/proc). Every server is stopped by its own PID (and the PIDs of its 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -314,12 +315,15 @@ def start_vllm_render(
 
 
 def example_model_dir(model_dir: str | None) -> str:
-    """`model_dir`, or the tiny Qwen3 example model (real Qwen3 vocabulary) built into a new temp folder."""
+    """`model_dir`, or the tiny Qwen3 example model (real Qwen3 vocabulary) built into a new temp folder
+    that is removed when the benchmark exits."""
     if model_dir:
         return model_dir
     from render_service.model.example import build_example_model
 
-    return str(build_example_model(Path(tempfile.mkdtemp(prefix="render-bench-")) / "tinyqwen3", "qwen3"))
+    folder = tempfile.mkdtemp(prefix="render-bench-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return str(build_example_model(Path(folder) / "tinyqwen3", "qwen3"))
 
 
 # -- statistics and tables ------------------------------------------------------------------
