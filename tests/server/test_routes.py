@@ -139,7 +139,7 @@ def test_json_routes_are_503_until_the_model_is_loaded(settings: Settings) -> No
 
 def test_overload_is_a_503_with_retry_after_and_counted(qwen3_model_dir: Path) -> None:
     with TestClient(create_app(make_settings(qwen3_model_dir, max_inflight=1))) as client:
-        state = client.app.state.render  # type: ignore[attr-defined]
+        state = client.app.state.render
         state.inflight = 1  # one request already in flight on this worker
         try:
             response = client.post("/v1/chat/completions/render", json=CHAT)
