@@ -29,5 +29,6 @@ ROUTES: list[Route] = [
     Route("/v1/models", info.models, methods=["GET"]),
     Route("/metrics", info.metrics, methods=["GET"]),
     Route("/load", info.load, methods=["GET"]),
+    Route("/kv_event_sources", info.kv_event_sources, methods=["GET"]),
     Route("/v1/render/config", info.render_config, methods=["GET"]),
 ]

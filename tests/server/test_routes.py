@@ -32,6 +32,7 @@ VLLM_RENDER_TIER = {
     ("/ping", "POST"),
     ("/version", "GET"),
     ("/load", "GET"),
+    ("/kv_event_sources", "GET"),
     ("/metrics", "GET"),
     ("/v1/models", "GET"),
 }
@@ -97,6 +98,12 @@ def test_every_route_answers_its_methods_and_405s_the_others(client: TestClient)
         assert response.json() == {"detail": "Method Not Allowed"}
     assert client.post("/health").status_code == 405
     assert client.head("/health").status_code == 200
+
+
+def test_kv_event_sources_is_empty_without_an_engine(client: TestClient) -> None:
+    # vLLM's render tier has no engine client, so its publisher config per DP rank is {}.
+    response = client.get("/kv_event_sources")
+    assert response.status_code == 200 and response.json() == {}
 
 
 def test_paths_outside_the_table_are_fastapis_404(client: TestClient) -> None:

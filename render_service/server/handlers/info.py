@@ -24,6 +24,11 @@ async def version(request: Request) -> Response:
     return JSONResponse({"version": VLLM_VERSION}, headers={"X-Render-Service-Version": __version__})
 
 
+async def kv_event_sources(request: Request) -> Response:
+    """vLLM's KV-event publisher config per data-parallel rank: always empty on a render tier (no engine)."""
+    return JSONResponse({})
+
+
 async def models(request: Request) -> Response:
     """vLLM's /v1/models: one card per served name."""
     state = State.of(request)
