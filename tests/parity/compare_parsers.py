@@ -113,7 +113,64 @@ def _qwen_output(rng: random.Random) -> list[Any]:
     return segs
 
 
+_XML_VALUES = ["Paris", "3", " 3 ", "\nLyon\n", "é 😀 <b>", "true", '{"a": [1, 2]}', "", "x < y", "null", "1e999", "-0.5"]
+
+
+def _qwen3_xml_call(rng: random.Random) -> list[Any]:
+    name = rng.choice(["get_weather", "search", "unknown_tool"])
+    parts: list[Any] = ["@<tool_call>" if rng.random() < 0.9 else "<tool_call>", "\n<function=" + name + ">\n"]
+    for _ in range(rng.randrange(0, 4)):
+        key = rng.choice(["city", "n", "q", "deep"])
+        value = rng.choice(_XML_VALUES)
+        spelled = rng.random() < 0.2
+        parts.append(("chars", f"<parameter={key}>") if spelled else f"<parameter={key}>")
+        parts.append(rng.choice(["\n", ""]) + value + rng.choice(["\n", ""]))
+        if rng.random() < 0.9:
+            parts.append("</parameter>\n")
+    shape = rng.random()
+    if shape < 0.8:
+        parts.append("</function>\n")
+    if shape < 0.7:
+        parts.append("@</tool_call>" if rng.random() < 0.9 else "</tool_call>")
+    if shape > 0.95:
+        parts = parts[: rng.randrange(1, len(parts) + 1)]  # truncated anywhere
+    return parts
+
+
+def _qwen3_xml_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    if rng.random() < 0.6:
+        segs.append("@<think>")
+        segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(0, 6)))
+        if rng.random() < 0.85:
+            segs.append("@</think>")
+    for _ in range(rng.randrange(0, 4)):
+        roll = rng.random()
+        if roll < 0.5:
+            segs.extend(_qwen3_xml_call(rng))
+        elif roll < 0.6:
+            segs.append(rng.choice(["<function=search>", "</function>", "<parameter=q>", "</parameter>", "<tool_call>"]))
+        else:
+            segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(1, 5)))
+    if rng.random() < 0.6:
+        segs.append("@<|im_end|>")
+    return segs
+
+
 FAMILIES: dict[str, Family] = {
+    "qwen3_coder": Family(
+        model="qwen3",
+        configs=(
+            ("qwen3", "qwen3_coder"),
+            (None, "qwen3_coder"),
+            ("deepseek_r1", "qwen3_coder"),
+            ("qwen3", "qwen3_xml"),
+        ),
+        segments=_qwen3_xml_output,
+        prompts=cases.PROMPTS,
+        requests=cases.REQ,
+        eos=(cases.EOS, cases.MODEL_EOS),
+    ),
     "qwen3": Family(
         model="qwen3",
         configs=(
@@ -335,6 +392,7 @@ def fuzz(family_name: str, family: Family, model_dir: Path, n: int, seed: int) -
     oracle = Oracle(model_dir, family.eos)
     rng = random.Random(seed)
     failures = 0
+    with_calls = streamed_calls = 0
     for case in range(n):
         reasoning, tool = rng.choice(family.configs)
         req_name = rng.choice(sorted(family.requests))
@@ -352,6 +410,8 @@ def fuzz(family_name: str, family: Family, model_dir: Path, n: int, seed: int) -
         mine_stream = ours_stream(tok, reasoning, tool, req, prompt, chunks, finish, snap)
         theirs_batch = oracle.batch(reasoning, tool, req, prompt, ids, finish)
         mine_batch = ours_batch(tok, reasoning, tool, req, prompt, ids, finish)
+        with_calls += bool(theirs_batch["tool_calls"])
+        streamed_calls += any(d and d.get("tool_calls") for d, _ in theirs_stream)
         if theirs_stream != mine_stream or theirs_batch != mine_batch:
             failures += 1
             where = _first_difference(theirs_stream, mine_stream) if theirs_stream != mine_stream else "batch"
@@ -361,7 +421,10 @@ def fuzz(family_name: str, family: Family, model_dir: Path, n: int, seed: int) -
             )
             if theirs_batch != mine_batch:
                 print(f"  vllm batch={theirs_batch}\n  ours batch={mine_batch}")
-    print(f"{family_name}: {n} cases, {failures} with differences")
+    print(
+        f"{family_name}: {n} cases ({with_calls} with tool calls in batch, {streamed_calls} streaming some), "
+        f"{failures} with differences"
+    )
     return failures
 
 
