@@ -13,8 +13,10 @@ from collections.abc import Callable
 from render_service.parsers.base import REGEX_WS
 from render_service.parsers.engine import ValueExt
 
-# `\s` of the `regex` module as a character class for the stdlib `re`.
-WS = "[" + "".join(re.escape(c) for c in sorted(REGEX_WS)) + "]"
+# `\s` of the `regex` module for the stdlib `re`: the characters (escaped, for use inside a
+# bracket expression) and the class.
+WS_CHARS = "".join(re.escape(c) for c in sorted(REGEX_WS))
+WS = "[" + WS_CHARS + "]"
 
 
 def ws_pattern(pattern: str) -> str:

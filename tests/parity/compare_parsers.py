@@ -157,7 +157,105 @@ def _qwen3_xml_output(rng: random.Random) -> list[Any]:
     return segs
 
 
+def _minimax_call(rng: random.Random) -> list[Any]:
+    parts: list[Any] = []
+    for _ in range(rng.randrange(1, 3)):
+        name = rng.choice(["get_weather", "search", "unknown_tool"])
+        quote = rng.choice(['"', "'", ""])
+        parts.append(f"<invoke name={quote}{name}{quote}>\n")
+        for _ in range(rng.randrange(0, 3)):
+            key = rng.choice(["city", "n", "q"])
+            kq = rng.choice(['"', '"', "'", ""])
+            opener = f"<parameter name={kq}{key}{kq}>"
+            parts.append(("chars", opener) if rng.random() < 0.2 else opener)
+            parts.append(rng.choice(_XML_VALUES))
+            if rng.random() < 0.9:
+                parts.append("</parameter>\n")
+        if rng.random() < 0.85:
+            parts.append("</invoke>\n")
+    out: list[Any] = ["@<minimax:tool_call>" if rng.random() < 0.9 else "<minimax:tool_call>", "\n", *parts]
+    if rng.random() < 0.85:
+        out.append("@</minimax:tool_call>")
+    if rng.random() < 0.05:
+        out = out[: rng.randrange(1, len(out) + 1)]
+    return out
+
+
+def _minimax_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    if rng.random() < 0.2:
+        segs.append("@<think>")
+    segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(0, 6)))
+    if rng.random() < 0.8:
+        segs.append("@</think>")
+    for _ in range(rng.randrange(0, 4)):
+        roll = rng.random()
+        if roll < 0.5:
+            segs.extend(_minimax_call(rng))
+        elif roll < 0.6:
+            segs.append(rng.choice(["<invoke name=\"search\">", "</invoke>", "<parameter name=\"q\">", "<think>", "</think>"]))
+        else:
+            segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(1, 5)))
+    if rng.random() < 0.6:
+        segs.append("@[e~[")
+    return segs
+
+
+def _seed_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    if rng.random() < 0.7:
+        segs.append("@<seed:think>")
+    segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(0, 6)))
+    if rng.random() < 0.8:
+        segs.append("@</seed:think>")
+    for _ in range(rng.randrange(0, 4)):
+        roll = rng.random()
+        if roll < 0.3:
+            segs.extend(_qwen3_xml_call(rng))
+        elif roll < 0.45:
+            segs.append(rng.choice(["<seed:think>", "</seed:think>", "@<seed:tool_call>", "@</seed:tool_call>", "<seed:"]))
+        else:
+            segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(1, 5)))
+    if rng.random() < 0.6:
+        segs.append("@<seed:eos>")
+    return segs
+
+
+_MINIMAX_PROMPTS = {
+    "open": ["@]~b]", "user\nhi", "@[e~[", "\n", "@]~b]", "ai\n", "@<think>", "\n"],
+    "bare": ["@]~b]", "user\nhi", "@[e~[", "\n", "@]~b]", "ai\n"],
+    "closed": ["@]~b]", "ai\n", "@<think>", "x", "@</think>", "\n"],
+}
+_SEED_PROMPTS = {
+    "open": ["@<seed:bos>", "user\nhi", "@<seed:eos>", "@<seed:bos>", "assistant\n"],
+    "nothink": ["@<seed:bos>", "assistant\n", "@<seed:think>", "@</seed:think>"],
+    "thinking": ["@<seed:bos>", "assistant\n", "@<seed:think>", "x"],
+}
+
 FAMILIES: dict[str, Family] = {
+    "minimax_m2": Family(
+        model="minimax_m2",
+        configs=(
+            ("minimax_m2", "minimax_m2"),
+            (None, "minimax_m2"),
+            ("minimax_m2", None),
+            ("minimax_m2_append_think", "minimax_m2"),
+            ("minimax_m2_append_think", None),
+            ("minimax_m2", "hermes"),
+        ),
+        segments=_minimax_output,
+        prompts=_MINIMAX_PROMPTS,
+        requests=cases.REQ,
+        eos=(151671, frozenset({151671, 151643})),
+    ),
+    "seed_oss": Family(
+        model="seed_oss",
+        configs=(("seed_oss", None), ("seed_oss", "qwen3_coder"), ("seed_oss", "hermes")),
+        segments=_seed_output,
+        prompts=_SEED_PROMPTS,
+        requests=cases.REQ,
+        eos=(151670, frozenset({151670, 151643})),
+    ),
     "qwen3_coder": Family(
         model="qwen3",
         configs=(
@@ -343,9 +441,10 @@ def ours_stream(
     chunks: list[list[int]],
     finish: str,
     snap: int,
+    eos: tuple[int, frozenset[int]] = (cases.EOS, cases.MODEL_EOS),
 ) -> list[tuple[dict[str, Any] | None, str | None]]:
     parser = _our_parser(tok, reasoning, tool, req)
-    steps = cases.run_stream(tok, parser, req, prompt, chunks, finish, roundtrip_every=snap)
+    steps = cases.run_stream(tok, parser, req, prompt, chunks, finish, roundtrip_every=snap, eos=eos)
     return [(cases.wire(d), fr) for d, fr in steps]
 
 
@@ -357,8 +456,9 @@ def ours_batch(
     prompt: list[int] | None,
     ids: list[int],
     finish: str,
+    eos: tuple[int, frozenset[int]] = (cases.EOS, cases.MODEL_EOS),
 ) -> dict[str, Any]:
-    return cases.run_batch(tok, _our_parser(tok, reasoning, tool, req), req, prompt, ids, finish)
+    return cases.run_batch(tok, _our_parser(tok, reasoning, tool, req), req, prompt, ids, finish, eos=eos)
 
 
 def _our_parser(tok: Any, reasoning: str | None, tool: str | None, req: dict[str, Any]) -> parsers.ChatParser:
@@ -407,9 +507,9 @@ def fuzz(family_name: str, family: Family, model_dir: Path, n: int, seed: int) -
         finish = rng.choice(["stop", "stop", "length"])
         snap = rng.randrange(0, 4)
         theirs_stream = oracle.stream(reasoning, tool, req, prompt, chunks, finish)
-        mine_stream = ours_stream(tok, reasoning, tool, req, prompt, chunks, finish, snap)
+        mine_stream = ours_stream(tok, reasoning, tool, req, prompt, chunks, finish, snap, family.eos)
         theirs_batch = oracle.batch(reasoning, tool, req, prompt, ids, finish)
-        mine_batch = ours_batch(tok, reasoning, tool, req, prompt, ids, finish)
+        mine_batch = ours_batch(tok, reasoning, tool, req, prompt, ids, finish, family.eos)
         with_calls += bool(theirs_batch["tool_calls"])
         streamed_calls += any(d and d.get("tool_calls") for d, _ in theirs_stream)
         if theirs_stream != mine_stream or theirs_batch != mine_batch:
