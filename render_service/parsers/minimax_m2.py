@@ -55,7 +55,11 @@ TOOL_CALL_START, TOOL_CALL_END = "<minimax:tool_call>", "</minimax:tool_call>"
 # `\s` outside brackets).
 _NAME = r"(?:\"(?P<dq_name>[^\"]*)\"|'(?P<sq_name>[^']*)'|(?P<bare_name>[^>" + WS_CHARS + "]+))"
 _PARAM_RE = re.compile(
-    ws_pattern(r"<\s*parameter\s+name\s*=\s*" + _NAME + r"\s*>(?P<value>.*?)(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s+name\s*=))"),
+    ws_pattern(
+        r"<\s*parameter\s+name\s*=\s*"
+        + _NAME
+        + r"\s*>(?P<value>.*?)(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s+name\s*=))"
+    ),
     re.DOTALL,
 )
 _PARTIAL_PARAM_RE = re.compile(ws_pattern(r"<\s*parameter\s+name\s*=\s*" + _NAME + r"\s*>(?P<value>.*)$"), re.DOTALL)
@@ -79,12 +83,12 @@ def _parse_args(raw_args: str, partial: bool) -> tuple[dict[str, object], re.Mat
             params[name] = match.group("value")
     open_match = None
     if partial:
-        match = _PARTIAL_PARAM_RE.search(_PARAM_RE.sub("", raw_args))
-        if match:
-            name = _param_name(match)
+        partial_match = _PARTIAL_PARAM_RE.search(_PARAM_RE.sub("", raw_args))
+        if partial_match:
+            name = _param_name(partial_match)
             if name:
-                params[name] = match.group("value")
-                open_match = match
+                params[name] = partial_match.group("value")
+                open_match = partial_match
     return params, open_match
 
 
@@ -232,5 +236,7 @@ class MinimaxM2AppendThinkReasoningParser(ReasoningParser):
         st.last_marker = self._last_marker(delta_ids, st.last_marker)
         return Delta(content=text), st.last_marker == 2
 
-    def extract(self, model_output: str, prompt_token_ids: Sequence[int] | None = None) -> tuple[str | None, str | None]:
+    def extract(
+        self, model_output: str, prompt_token_ids: Sequence[int] | None = None
+    ) -> tuple[str | None, str | None]:
         return None, "<think>" + model_output

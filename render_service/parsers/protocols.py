@@ -201,6 +201,8 @@ class ToolParser(ABC):
     def extract_tool_calls(self, model_output: str) -> tuple[bool, list[FunctionCall], str | None]:
         """Batch `extract_tool_calls`: (tools_called, calls, content)."""
 
-    def extract_for_request(self, model_output: str, opts: RequestOptions) -> tuple[bool, list[FunctionCall], str | None]:
+    def extract_for_request(
+        self, model_output: str, opts: RequestOptions
+    ) -> tuple[bool, list[FunctionCall], str | None]:
         """`extract_tool_calls` for parsers that read the request; the composition calls this."""
         return self.extract_tool_calls(model_output)

@@ -39,7 +39,13 @@ from render_service.parsers.engine import (
     ValueExt,
 )
 from render_service.parsers.registry import register_tool_parser
-from render_service.parsers.xml_args import PartialMatcher, end_window, trim_wrapping_newlines, value_extender_step, ws_pattern
+from render_service.parsers.xml_args import (
+    PartialMatcher,
+    end_window,
+    trim_wrapping_newlines,
+    value_extender_step,
+    ws_pattern,
+)
 
 THINK_START, THINK_END = "<think>", "</think>"
 TOOL_CALL_START, TOOL_CALL_END = "<tool_call>", "</tool_call>"
@@ -59,9 +65,9 @@ def qwen3_arg_converter(raw_args: str, partial: bool) -> str:
     for match in _PARAM_RE.finditer(raw_args):
         params[match.group(1)] = trim_wrapping_newlines(match.group(2))
     if partial:
-        match = _PARTIAL_PARAM_RE.search(_PARAM_RE.sub("", raw_args))
-        if match and match.group(1):
-            params[match.group(1)] = trim_wrapping_newlines(match.group(2))
+        open_match = _PARTIAL_PARAM_RE.search(_PARAM_RE.sub("", raw_args))
+        if open_match and open_match.group(1):
+            params[open_match.group(1)] = trim_wrapping_newlines(open_match.group(2))
     return json.dumps(params, ensure_ascii=False)
 
 
@@ -109,7 +115,12 @@ def qwen3_config(
             "PARAM_END": "</parameter>",
             "CLOSE_ANGLE": ">",
         },
-        token_id_terminals={"THINK_START": think_start, "THINK_END": think_end, "TOOL_START": tool_start, "TOOL_END": tool_end},
+        token_id_terminals={
+            "THINK_START": think_start,
+            "THINK_END": think_end,
+            "TOOL_START": tool_start,
+            "TOOL_END": tool_end,
+        },
         transitions={
             (REASONING, "THINK_START"): Transition(REASONING),
             (REASONING, "THINK_END"): Transition(CONTENT, (EV_REASONING_END,)),

@@ -113,7 +113,20 @@ def _qwen_output(rng: random.Random) -> list[Any]:
     return segs
 
 
-_XML_VALUES = ["Paris", "3", " 3 ", "\nLyon\n", "é 😀 <b>", "true", '{"a": [1, 2]}', "", "x < y", "null", "1e999", "-0.5"]
+_XML_VALUES = [
+    "Paris",
+    "3",
+    " 3 ",
+    "\nLyon\n",
+    "é 😀 <b>",
+    "true",
+    '{"a": [1, 2]}',
+    "",
+    "x < y",
+    "null",
+    "1e999",
+    "-0.5",
+]
 
 
 def _qwen3_xml_call(rng: random.Random) -> list[Any]:
@@ -149,7 +162,9 @@ def _qwen3_xml_output(rng: random.Random) -> list[Any]:
         if roll < 0.5:
             segs.extend(_qwen3_xml_call(rng))
         elif roll < 0.6:
-            segs.append(rng.choice(["<function=search>", "</function>", "<parameter=q>", "</parameter>", "<tool_call>"]))
+            segs.append(
+                rng.choice(["<function=search>", "</function>", "<parameter=q>", "</parameter>", "<tool_call>"])
+            )
         else:
             segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(1, 5)))
     if rng.random() < 0.6:
@@ -193,7 +208,9 @@ def _minimax_output(rng: random.Random) -> list[Any]:
         if roll < 0.5:
             segs.extend(_minimax_call(rng))
         elif roll < 0.6:
-            segs.append(rng.choice(["<invoke name=\"search\">", "</invoke>", "<parameter name=\"q\">", "<think>", "</think>"]))
+            segs.append(
+                rng.choice(['<invoke name="search">', "</invoke>", '<parameter name="q">', "<think>", "</think>"])
+            )
         else:
             segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(1, 5)))
     if rng.random() < 0.6:
@@ -213,7 +230,9 @@ def _seed_output(rng: random.Random) -> list[Any]:
         if roll < 0.3:
             segs.extend(_qwen3_xml_call(rng))
         elif roll < 0.45:
-            segs.append(rng.choice(["<seed:think>", "</seed:think>", "@<seed:tool_call>", "@</seed:tool_call>", "<seed:"]))
+            segs.append(
+                rng.choice(["<seed:think>", "</seed:think>", "@<seed:tool_call>", "@</seed:tool_call>", "<seed:"])
+            )
         else:
             segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(1, 5)))
     if rng.random() < 0.6:
@@ -535,6 +554,48 @@ def _first_difference(a: list[Any], b: list[Any]) -> str:
     return f"length: vllm {len(a)} chunks / ours {len(b)}"
 
 
+FAMILY_GOLDEN_DIR = Path(__file__).resolve().parents[1] / "parsers" / "golden_families"
+
+
+def record_family_goldens(family_name: str, family: Family, model_dir: Path, n: int, seed: int) -> int:
+    """Write `tests/parsers/golden_families/<family>.jsonl`: `n` fuzzed cases as token ids with
+    vLLM's stream and batch answers, replayed by `tests/parsers/test_family_goldens.py`."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    oracle = Oracle(model_dir, family.eos)
+    rng = random.Random(seed)
+    lines = []
+    while len(lines) < n:
+        reasoning, tool = rng.choice(family.configs)
+        req_name = rng.choice(sorted(family.requests))
+        req = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **family.requests[req_name]}
+        ids = cases.encode(tok, family.segments(rng))
+        if not ids:
+            continue
+        prompt = cases.encode(tok, family.prompts[rng.choice(sorted(family.prompts))])
+        chunks = random_chunks(rng, ids)
+        finish = rng.choice(["stop", "stop", "length"])
+        stream = oracle.stream(reasoning, tool, req, prompt, chunks, finish)
+        batch = oracle.batch(reasoning, tool, req, prompt, ids, finish)
+        record = {
+            "config": [reasoning, tool],
+            "request": req_name,
+            "prompt": prompt,
+            "chunks": chunks,
+            "finish": finish,
+            "eos": [family.eos[0], sorted(family.eos[1])],
+            "stream": [[d, fr] for d, fr in stream],
+            "batch": batch,
+        }
+        lines.append(json.dumps(record, ensure_ascii=False))
+    FAMILY_GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
+    path = FAMILY_GOLDEN_DIR / f"{family_name}.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"{path}: {len(lines)} cases")
+    return 0
+
+
 _GOLDEN_RE = re.compile(r'(_GOLDEN_JSONL = r""")\n.*?\n(""")', re.DOTALL)
 
 
@@ -570,6 +631,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", type=int, default=1000, help="random cases per family")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--golden", action="store_true", help="rewrite tests/parsers/test_parsers.py's GOLDEN block")
+    ap.add_argument("--record-families", type=int, metavar="N", help="record N golden cases per family")
     ap.add_argument("--models", type=Path, help="folder of example models, one sub-folder per model family")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -581,6 +643,11 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.golden:
             return record_golden(model_dir("qwen3"), Path(cases.__file__).with_name("test_parsers.py"))
+        if args.record_families:
+            for name in args.family or sorted(FAMILIES):
+                family = FAMILIES[name]
+                record_family_goldens(name, family, model_dir(family.model), args.record_families, args.seed)
+            return 0
         failures = 0
         for name in args.family or sorted(FAMILIES):
             family = FAMILIES[name]
