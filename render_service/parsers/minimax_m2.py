@@ -103,7 +103,8 @@ def minimax_m2_extender_start(raw_args: str) -> ValueExt | None:
     bare = match.group("bare_name")
     if _VALUE_END_RE.search(match.string, 0, match.start()) or (bare is not None and bare[0] in "\"'"):
         return None
-    return ValueExt(window=end_window(match.group("value"), _VALUE_ENDS))
+    value = match.group("value")
+    return ValueExt(window=end_window(value, _VALUE_ENDS), raw_len=len(value))
 
 
 minimax_m2_extender_step = value_extender_step(_VALUE_END_RE, _VALUE_ENDS, trim_newlines=False)

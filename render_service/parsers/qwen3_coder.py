@@ -80,7 +80,7 @@ def qwen3_extender_start(raw_args: str) -> ValueExt | None:
     if any(m.group(1) == name for m in _PARAM_RE.finditer(raw_args)):
         return None  # a repeated key keeps its first position: its value is not last
     held = "\n" if value.endswith("\n") and value != "\n" else ""
-    return ValueExt(window=end_window(value, _VALUE_ENDS), started=bool(value), held=held)
+    return ValueExt(window=end_window(value, _VALUE_ENDS), started=bool(value), held=held, raw_len=len(value))
 
 
 qwen3_extender_step = value_extender_step(_VALUE_END_RE, _VALUE_ENDS, trim_newlines=True)
@@ -149,6 +149,7 @@ def qwen3_config(
         stream_arg_deltas=True,
         strip_trailing_reasoning_whitespace=False,
         tool_args_json=False,
+        value_trims_newlines=True,
     )
 
 

@@ -93,7 +93,7 @@ def value_extender_step(
 
     def step(ext: ValueExt, delta: str) -> str | None:
         text = ext.window + delta
-        if end_re.search(text):
+        if "<" in text and end_re.search(text):  # every value end starts with "<"
             return None
         ext.window = end_window(text, ends)
         if trim_newlines:

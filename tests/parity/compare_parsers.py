@@ -129,12 +129,23 @@ _XML_VALUES = [
 ]
 
 
+_LONG_PARTS = ["word ", "x < y ", '"q" ', "\\ ", "\n", "é😀 ", "</para", "<b>", "{}", "\t", "1.5 ", "</parameter", "<"]
+
+
+def _value(rng: random.Random) -> str:
+    """A parameter value: mostly short, sometimes long (long streamed values are elided from
+    our state, see `Engine._elide`)."""
+    if rng.random() < 0.3:
+        return "".join(rng.choice(_LONG_PARTS) for _ in range(rng.randrange(20, 120)))
+    return rng.choice(_XML_VALUES)
+
+
 def _qwen3_xml_call(rng: random.Random) -> list[Any]:
     name = rng.choice(["get_weather", "search", "unknown_tool"])
     parts: list[Any] = ["@<tool_call>" if rng.random() < 0.9 else "<tool_call>", "\n<function=" + name + ">\n"]
     for _ in range(rng.randrange(0, 4)):
         key = rng.choice(["city", "n", "q", "deep"])
-        value = rng.choice(_XML_VALUES)
+        value = _value(rng)
         spelled = rng.random() < 0.2
         parts.append(("chars", f"<parameter={key}>") if spelled else f"<parameter={key}>")
         parts.append(rng.choice(["\n", ""]) + value + rng.choice(["\n", ""]))
@@ -183,7 +194,7 @@ def _minimax_call(rng: random.Random) -> list[Any]:
             kq = rng.choice(['"', '"', "'", ""])
             opener = f"<parameter name={kq}{key}{kq}>"
             parts.append(("chars", opener) if rng.random() < 0.2 else opener)
-            parts.append(rng.choice(_XML_VALUES))
+            parts.append(_value(rng))
             if rng.random() < 0.9:
                 parts.append("</parameter>\n")
         if rng.random() < 0.85:

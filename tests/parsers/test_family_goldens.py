@@ -77,3 +77,35 @@ def test_goldens_exercise_tool_calls_and_every_configuration() -> None:
         streamed = sum(any(d and d.get("tool_calls") for d, _ in r["stream"]) for r in records)
         assert streamed >= 5, family
         assert {r["request"] for r in records} >= {"none", "auto", "required", "named"}, family
+
+
+def test_engine_state_stays_bounded_while_a_long_argument_streams(tokenizers: dict[str, Any]) -> None:
+    """A 3,000-token parameter value streams through a state of a few hundred bytes (the
+    streamed middle of the value is elided), and the streamed arguments still add up to the
+    batch answer."""
+    tok = tokenizers["qwen3"]
+    words = ["alpha", " beta", " é", " 😀", " x < y", ' "q"', " \\", "\n", " </para", " {}"]
+    value = "".join(words[i % len(words)] for i in range(3000))
+    segments = ["@<think>", "plan", "@</think>", "@<tool_call>", "\n<function=search>\n<parameter=q>\n", value]
+    segments += ["\n</parameter>\n</function>\n", "@</tool_call>", "@<|im_end|>"]
+    ids = cases.encode(tok, segments)
+    prompt = cases.encode(tok, cases.PROMPTS["open"])
+    parser = parsers.get_parser(tok, "qwen3", "qwen3_coder", enable_auto_tools=True)
+    assert parser is not None
+    opts = parsers.RequestOptions.from_request(cases.REQ["auto"])
+    state = parsers.new_parsed_stream(parser, prompt)
+    sizes, args = [], ""
+    for i, t in enumerate(ids):
+        last = i == len(ids) - 1
+        delta, _ = parsers.advance(
+            parser, state, [] if last else [t], [t], "stop" if last else None, opts, parsers.tool_ids("r")
+        )
+        state = parsers.load_parsed_stream(parser, json.loads(json.dumps(state.to_obj())))
+        sizes.append(len(json.dumps(state.to_obj(), ensure_ascii=False)))
+        for call in delta.tool_calls if delta is not None else []:
+            args += call.arguments or ""
+    assert len(ids) > 3000
+    assert max(sizes) < 1000, max(sizes)
+    batch = cases.run_batch(tok, parser, cases.REQ["auto"], prompt, ids, "stop")
+    assert batch["tool_calls"] == [["search", args]]
+    assert json.loads(args) == {"q": value}
