@@ -202,6 +202,51 @@ class MinimaxM2ToolParser(EngineToolParser):
     structural_tag_model = "minimax"
     config = minimax_m2_config()
 
+    @classmethod
+    def structural_tag(cls, tools: list[dict[str, Any]], strict: list[bool], choice: str) -> dict[str, Any] | None:
+        """vLLM's `get_minimax_structural_tag` (xgrammar constructor arguments; defaults are
+        filled by the caller): one `<invoke name="...">` tag per tool, arguments as
+        `minimax_xml` JSON schema, inside `<minimax:tool_call>`."""
+        tags = []
+        for tool, is_strict in zip(tools, strict, strict=True):
+            function = tool["function"]
+            parameters = function.get("parameters")
+            schema = (parameters if parameters is not None else True) if is_strict else True
+            tags.append(
+                {
+                    "type": "tag",
+                    "begin": f'<invoke name="{function["name"]}">\n',
+                    "content": {"type": "json_schema", "json_schema": schema, "style": "minimax_xml"},
+                    "end": "</invoke>\n",
+                }
+            )
+        begin, end = TOOL_CALL_START + "\n", TOOL_CALL_END
+        if choice == "auto":
+            if not tags:
+                return {"type": "any_text", "excludes": [THINK_START, THINK_END]}
+            calls = {"type": "tags_with_separator", "tags": tags, "separator": "", "at_least_one": True}
+            return {
+                "type": "triggered_tags",
+                "triggers": [TOOL_CALL_START],
+                "tags": [{"type": "tag", "begin": begin, "content": calls, "end": end}],
+                "excludes": [THINK_START, THINK_END],
+            }
+        calls = {
+            "type": "tags_with_separator",
+            "tags": tags,
+            "separator": "",
+            "at_least_one": True,
+            "stop_after_first": choice == "forced",
+        }
+        return {
+            "type": "sequence",
+            "elements": [
+                {"type": "const_string", "value": "\n" + begin},
+                calls,
+                {"type": "const_string", "value": end},
+            ],
+        }
+
 
 # -- minimax_m2_append_think ------------------------------------------------------------------------------
 

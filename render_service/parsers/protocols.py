@@ -164,8 +164,9 @@ class ToolParser(ABC):
 
     @classmethod
     def structural_tag(cls, tools: list[dict[str, Any]], strict: list[bool], choice: str) -> dict[str, Any] | None:
-        """The dumped xgrammar structural-tag `format` for `structural_tag_model`, or None
-        when the family has none. `tools` are the resolved function tools, `strict[i]` whether
+        """The xgrammar structural-tag `format` for `structural_tag_model` (as xgrammar's
+        constructor arguments: fields left at their defaults may be omitted), or None when the
+        family has none (or it is not implemented: the request then goes unconstrained). `tools` are the resolved function tools, `strict[i]` whether
         tool i's parameters are enforced, `choice` "auto" | "required" | "forced"."""
         return None
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from functools import cache
+from typing import Any
 
 from render_service.parsers.engine import (
     CONTENT,
@@ -162,3 +163,33 @@ class Qwen3CoderToolParser(EngineToolParser):
     state_type = Qwen3CoderState
     structural_tag_model = "qwen_3_coder"
     config = qwen3_config(True)
+
+    @classmethod
+    def structural_tag(cls, tools: list[dict[str, Any]], strict: list[bool], choice: str) -> dict[str, Any] | None:
+        """xgrammar's builtin `qwen_3_coder` structural tag as vLLM requests it (reasoning
+        disabled, parallel calls allowed, `<think>`/`</think>` excluded from free text)."""
+        tags = []
+        for tool, is_strict in zip(tools, strict, strict=True):
+            function = tool["function"]
+            parameters = function.get("parameters")
+            schema = (parameters if parameters is not None else True) if is_strict else True
+            tags.append(
+                {
+                    "type": "tag",
+                    "begin": f"<tool_call>\n<function={function['name']}>\n",
+                    "content": {"type": "json_schema", "json_schema": schema, "style": "qwen_xml"},
+                    "end": "\n</function>\n</tool_call>",
+                }
+            )
+        excludes = [THINK_START, THINK_END]
+        if choice == "forced":
+            return tags[0]
+        if not tags:
+            return {"type": "any_text", "excludes": excludes}
+        return {
+            "type": "triggered_tags",
+            "triggers": ["<tool_call>\n<function="],
+            "tags": tags,
+            "excludes": excludes,
+            "at_least_one": choice == "required",
+        }

@@ -607,6 +607,56 @@ def record_family_goldens(family_name: str, family: Family, model_dir: Path, n: 
     return 0
 
 
+STRUCTURAL_TAG_PARSERS = {"hermes": "hermes", "qwen3_coder": "qwen_3_coder", "minimax_m2": "minimax"}
+STRUCTURAL_TAG_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            "strict": True,
+        },
+    },
+    {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {}}}},
+    {"type": "function", "function": {"name": "noop"}},
+]
+STRUCTURAL_TAG_CHOICES: list[Any] = ["auto", "required", {"type": "function", "function": {"name": "search"}}]
+
+
+def record_structural_tags(target: Path) -> int:
+    """vLLM's `get_model_structural_tag(...).model_dump()` for each tool parser's model, tool
+    choice and strict level, into `structural_tags.json` (checked by test_family_goldens)."""
+    from vllm.entrypoints.openai.chat_completion.protocol import (
+        ChatCompletionNamedToolChoiceParam,
+        ChatCompletionToolsParam,
+    )
+    from vllm.tool_parsers.structural_tag_registry import get_model_structural_tag
+    from vllm.tool_parsers.tool_strict_level import ToolStrictLevel
+
+    out = []
+    for parser, model in STRUCTURAL_TAG_PARSERS.items():
+        for choice in STRUCTURAL_TAG_CHOICES:
+            for level in ("AUTO", "FUNCTION", "PARAMETER"):
+                tools = [ChatCompletionToolsParam.model_validate(t) for t in STRUCTURAL_TAG_TOOLS]
+                vchoice = (
+                    ChatCompletionNamedToolChoiceParam.model_validate(choice) if isinstance(choice, dict) else choice
+                )
+                tag = get_model_structural_tag(
+                    model, tools, vchoice, reasoning=False, strict_level=ToolStrictLevel[level]
+                )
+                out.append(
+                    {
+                        "parser": parser,
+                        "tool_choice": choice,
+                        "strict_level": level,
+                        "tag": json.loads(json.dumps(tag.model_dump())) if tag is not None else None,
+                    }
+                )
+    target.write_text(json.dumps(out, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    print(f"{target}: {len(out)} structural tags")
+    return 0
+
+
 _GOLDEN_RE = re.compile(r'(_GOLDEN_JSONL = r""")\n.*?\n(""")', re.DOTALL)
 
 
@@ -643,6 +693,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--golden", action="store_true", help="rewrite tests/parsers/test_parsers.py's GOLDEN block")
     ap.add_argument("--record-families", type=int, metavar="N", help="record N golden cases per family")
+    ap.add_argument("--record-structural-tags", action="store_true", help="record vLLM's tool structural tags")
     ap.add_argument("--models", type=Path, help="folder of example models, one sub-folder per model family")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -654,6 +705,8 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.golden:
             return record_golden(model_dir("qwen3"), Path(cases.__file__).with_name("test_parsers.py"))
+        if args.record_structural_tags:
+            return record_structural_tags(FAMILY_GOLDEN_DIR / "structural_tags.json")
         if args.record_families:
             for name in args.family or sorted(FAMILIES):
                 family = FAMILIES[name]

@@ -109,3 +109,35 @@ def test_engine_state_stays_bounded_while_a_long_argument_streams(tokenizers: di
     batch = cases.run_batch(tok, parser, cases.REQ["auto"], prompt, ids, "stop")
     assert batch["tool_calls"] == [["search", args]]
     assert json.loads(args) == {"q": value}
+
+
+def test_structural_tags_match_vllm() -> None:
+    """Each tool parser's structural tag (`structural_tag_model`), as vLLM 0.33 builds it,
+    recorded by `python -m tests.parity.compare_parsers --record-structural-tags`."""
+    from render_service.api import structured
+
+    recorded = json.loads((GOLDEN_DIR / "structural_tags.json").read_text(encoding="utf-8"))
+    assert len(recorded) == 27
+    for case in recorded:
+        parser = parsers.tool_parser_class(case["parser"])
+        ours = structured._tools_structural_tag(
+            json.loads(json.dumps(_TAG_TOOLS)),
+            case["tool_choice"],
+            structured.ToolStrictLevel[case["strict_level"]],
+            parser,
+        )
+        assert ours == case["tag"], (case["parser"], case["tool_choice"], case["strict_level"])
+
+
+_TAG_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            "strict": True,
+        },
+    },
+    {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {}}}},
+    {"type": "function", "function": {"name": "noop"}},
+]
