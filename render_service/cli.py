@@ -101,7 +101,14 @@ def serve(settings) -> int:
     count = settings.workers or workers.available_cpus()
     if count > 1:
         workers.main_guard()
-    return workers.serve(lambda: create_app(settings, model), settings.host, settings.port, count, settings.log_level)
+    return workers.serve(
+        lambda: create_app(settings, model),
+        settings.host,
+        settings.port,
+        count,
+        settings.log_level,
+        tls=workers.tls_options(settings),
+    )
 
 
 if __name__ == "__main__":
