@@ -167,12 +167,20 @@ class RedisTarget:
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
 
-        timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        ssl_options = self.redis_py_ssl()
         if self.mode == SENTINEL:
             return self.async_sentinel(timeout).master_for(self.sentinel_master)
         if self.mode == CLUSTER:
-            return redis.RedisCluster.from_url(self.url, retry=Retry(NoBackoff(), 0), **timeouts, **self.redis_py_ssl())
-        return redis.Redis.from_url(self.url, retry_on_timeout=False, **timeouts, **self.redis_py_ssl())
+            return redis.RedisCluster.from_url(
+                self.url,
+                retry=Retry(NoBackoff(), 0),
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+                **ssl_options,
+            )
+        return redis.Redis.from_url(
+            self.url, socket_timeout=timeout, socket_connect_timeout=timeout, retry_on_timeout=False, **ssl_options
+        )
 
     def async_sentinel(self, timeout: float) -> Any:
         from redis.asyncio import sentinel

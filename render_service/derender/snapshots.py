@@ -7,7 +7,11 @@ the stream (a random id handed out on the first chunk) and the position the snap
 continues from, so a retried chunk finds the snapshot it needs again.
 
 Redis is reached with short timeouts; after a failure it is skipped for a cool-down so a
-dead or slow Redis adds a bounded delay, and the caller falls back to replay.
+dead or slow Redis adds a bounded delay, and the caller falls back to replay. The same holds for
+a Sentinel failover (the master is looked up again on the next connection; until the promoted
+replica answers, chunks replay) and for a Cluster resharding (redis-py follows MOVED and ASK).
+A stream's keys carry a hash tag, `{stream id}`, so in a Cluster they share one slot: the write of
+a snapshot and the delete of the one it supersedes go to one node in one round trip.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 import msgspec
 from cachetools import TTLCache
 
+from render_service.redis_target import RedisTarget
 from render_service.server.metrics import Metrics
 
 logger = logging.getLogger("render_service.derender.snapshots")
@@ -68,7 +73,7 @@ class SnapshotCodec:
 
 
 def snapshot_key(fingerprint: str, stream_id: str, position: int) -> str:
-    return f"rs:snap:{fingerprint[:16]}:{stream_id}:{position}"
+    return f"rs:snap:{fingerprint[:16]}:{{{stream_id}}}:{position}"
 
 
 class LocalStore:
@@ -100,7 +105,7 @@ class RedisStore:
 
     def __init__(
         self,
-        url: str,
+        target: RedisTarget | str,
         metrics: Metrics,
         *,
         timeout: float = 0.05,
@@ -108,11 +113,9 @@ class RedisStore:
         cooldown: float = 2.0,
         required_timeout: float = 0.5,
     ) -> None:
-        import redis.asyncio as redis
-
-        self._client = redis.Redis.from_url(
-            url, socket_timeout=required_timeout, socket_connect_timeout=required_timeout, retry_on_timeout=False
-        )
+        if isinstance(target, str):
+            target = RedisTarget(url=target)
+        self._client = target.async_client(required_timeout)
         self._timeout = timeout
         self._required_timeout = required_timeout
         self._ttl = ttl
