@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 from cachetools import TTLCache
 
-from render_service.redis_target import RedisTarget
+from render_service.redis_target import SENTINEL, RedisTarget
 from render_service.server.metrics import Metrics
 
 logger = logging.getLogger("render_service.derender.snapshots")
@@ -116,6 +116,13 @@ class RedisStore:
         if isinstance(target, str):
             target = RedisTarget(url=target)
         self._client = target.async_client(required_timeout)
+        # Sentinel: redis-py asks for the master when it opens a connection; kept connections are
+        # moved to a promoted replica by asking again at most every `locate_every` seconds (a forced
+        # failover leaves the old master answering, as a master, for a few seconds).
+        self._sentinel_pool = self._client.connection_pool if target.mode == SENTINEL else None
+        self._locate_every = 1.0
+        self._located_at = time.monotonic()
+        self._locating: asyncio.Task[Any] | None = None
         self._timeout = timeout
         self._required_timeout = required_timeout
         self._ttl = ttl
@@ -136,9 +143,35 @@ class RedisStore:
             )
         self._down_until = time.monotonic() + self._cooldown
 
+    async def connect(self) -> None:
+        """Open a first connection before serving: a TLS handshake (or a Sentinel lookup, or a
+        Cluster's slot map) can take longer than one operation's budget on a busy machine."""
+        try:
+            await asyncio.wait_for(self._client.ping(), self._required_timeout)
+        except Exception as exc:
+            self._failed("connect", exc)
+
+    def _relocate(self) -> None:
+        """Ask the sentinels for the master again, in the background, when it is time."""
+        now = time.monotonic()
+        if self._sentinel_pool is None or now - self._located_at < self._locate_every:
+            return
+        if self._locating is not None and not self._locating.done():
+            return
+        self._located_at = now
+        self._locating = asyncio.get_running_loop().create_task(self._locate())
+
+    async def _locate(self) -> None:
+        assert self._sentinel_pool is not None
+        try:  # drops the idle connections when the master changed
+            await asyncio.wait_for(self._sentinel_pool.get_master_address(), self._required_timeout)
+        except Exception as exc:  # no sentinel answers, or no master: the commands fail and cool down
+            logger.debug("sentinel lookup failed: %s", exc)
+
     async def get(self, key: str, required: bool = False) -> bytes | None:
         """`required`: the caller has no replay to fall back on (compact mode), so Redis is asked
         even during a cool-down, with a longer timeout."""
+        self._relocate()
         if not self.available and not required:
             return None
         start = time.perf_counter()
@@ -179,6 +212,8 @@ class RedisStore:
 
     async def close(self) -> None:
         await self.flush()
+        if self._locating is not None:
+            await asyncio.gather(self._locating, return_exceptions=True)
         try:
             await self._client.aclose()
         except Exception:
@@ -243,6 +278,10 @@ class SnapshotStore:
             if task is not None and self.write_wait > 0:
                 await asyncio.wait({task}, timeout=self.write_wait)
         return len(blob)
+
+    async def connect(self) -> None:
+        if self.redis is not None:
+            await self.redis.connect()
 
     async def close(self) -> None:
         if self.redis is not None:

@@ -73,6 +73,10 @@ _MAC_SIZE = 32
 _HEADER = struct.Struct("<BcII64s")  # version, kind, num_tokens, len(metadata), mm_hash
 _TENSORS, _LIGHT = b"t", b"l"
 _KEY_CONTEXT = "render-service processed-image cache (Redis tier) v1"
+# With Sentinel, how often the fast paths ask again where the master is (and on every connection).
+LOCATE_EVERY = 1.0
+
+Address = tuple[str, int]
 
 
 class EntryRejected(Exception):
@@ -216,6 +220,7 @@ class _Replies(asyncio.BufferedProtocol):
         # entry a replica writes, whatever its --mm-cache-redis-max-entry-bytes).
         self.max_bulk = max_bulk
         self._scratch = bytearray(1 << 16)
+        self._scratch_view = memoryview(self._scratch)
         self._pending = bytearray()
         self._target: memoryview | None = None  # the bulk string being filled
         self._filled = 0
@@ -225,6 +230,7 @@ class _Replies(asyncio.BufferedProtocol):
         self._bulk: bytearray | None = None
         self.broken = False
         self.progress_at = 0.0  # monotonic time of the last bytes received
+        self.address: Address | None = None  # the server, as FastReader named it
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -232,8 +238,11 @@ class _Replies(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(RedisError(f"connection lost: {exc}"))
 
-    def get_buffer(self, sizehint: int) -> memoryview | bytearray:
-        return self._target[self._filled :] if self._target is not None else self._scratch
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # Always a memoryview: asyncio's TLS transport fills the buffer in several reads through
+        # `buffer[offset:]`, which on a bytearray would be a copy (the bytes after the first TLS
+        # record were lost that way).
+        return self._target[self._filled :] if self._target is not None else self._scratch_view
 
     def buffer_updated(self, nbytes: int) -> None:
         self.progress_at = time.monotonic()
@@ -245,7 +254,7 @@ class _Replies(asyncio.BufferedProtocol):
                 self._target = None
                 self._bulk_done()
             else:
-                self._pending += memoryview(self._scratch)[:nbytes]
+                self._pending += self._scratch_view[:nbytes]
             self._parse()
         except (RedisError, ValueError) as exc:  # ValueError: a length that is not a number
             self._fail(RedisError(str(exc)))
@@ -340,9 +349,6 @@ class _Replies(asyncio.BufferedProtocol):
             raise
 
 
-Address = tuple[str, int]
-
-
 class FastReader:
     """MGET over a few TCP (or TLS) connections of `_Replies` (unix sockets go through redis-py).
     `locate`, when given, names the server each time a connection is opened (a Sentinel's
@@ -364,16 +370,28 @@ class FastReader:
         self.max_value_bytes = max_value_bytes
         self.username, self.password = username, password
         self.ssl_context, self.locate = ssl_context, locate
+        self._located: Address | None = None
+        self._located_at = -LOCATE_EVERY
         # Reads beyond this many wait for a connection (bounded by the caller's idle timeout).
         self.max_connections = max_connections
         self._slots = asyncio.Semaphore(max_connections)
         self._idle: list[_Replies] = []
         self._open = 0
 
-    async def _connect(self) -> _Replies:
+    async def _where(self) -> Address:
+        """The server's address: asked of `locate` at most every LOCATE_EVERY seconds, so a
+        promoted replica is found even while the old master still answers (a forced failover
+        reconfigures it a few seconds later)."""
+        if self.locate is None:
+            return self.host, self.port
+        if self._located is None or time.monotonic() - self._located_at >= LOCATE_EVERY:
+            self._located, self._located_at = await self.locate(), time.monotonic()
+        return self._located
+
+    async def _connect(self, where: Address) -> _Replies:
         self._open += 1
         try:
-            host, port = await self.locate() if self.locate is not None else (self.host, self.port)
+            host, port = where
             _, conn = await asyncio.get_running_loop().create_connection(
                 lambda: _Replies(self.max_value_bytes),
                 host,
@@ -381,6 +399,7 @@ class FastReader:
                 ssl=self.ssl_context,
                 server_hostname=host if self.ssl_context is not None else None,
             )
+            conn.address = where
             if self.password is not None:
                 auth = [self.username.encode(), self.password.encode()] if self.username else [self.password.encode()]
                 await conn.request(b"AUTH", *auth)
@@ -407,13 +426,16 @@ class FastReader:
             self._slots.release()
 
     async def _mget(self, keys: list[str], idle_timeout: float | None, asking: bool) -> list[memoryview | None]:
+        where = await self._where()
         while self._idle:
             conn = self._idle.pop()
-            if not conn.broken:
+            if not conn.broken and conn.address == where:
                 break
+            if conn.transport is not None:
+                conn.transport.close()
             self._open -= 1
         else:
-            conn = await self._connect()
+            conn = await self._connect(where)
         try:
             if asking:
                 await conn.request(b"ASKING", idle_timeout=idle_timeout)
@@ -461,8 +483,11 @@ class Writer:
             password,
             timeout,
         )
-        # `locate` (run in the writer's thread): a Sentinel's current master, asked per connection.
+        # `locate` (run in the writer's thread): a Sentinel's current master, asked per connection
+        # and at most every LOCATE_EVERY seconds while a connection is kept.
         self.ssl_context, self.locate = ssl_context, locate
+        self._sock_address: Address | None = None
+        self._located_at = -LOCATE_EVERY
         self._sock: Any = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="mm-redis-write")
 
@@ -482,8 +507,19 @@ class Writer:
         if errors:
             raise RedisError(errors[0].decode("utf-8", "replace"))
 
-    def _connect(self) -> Any:
-        host, port = self.locate() if self.locate is not None else self.address
+    def _where(self) -> Address:
+        if self.locate is None:
+            return self.address
+        if self._sock is None or time.monotonic() - self._located_at >= LOCATE_EVERY:
+            where, self._located_at = self.locate(), time.monotonic()
+            if self._sock is not None and where != self._sock_address:  # failed over: drop the old master
+                self._sock.close()
+                self._sock = None
+            return where
+        return self._sock_address or self.address
+
+    def _connect(self, where: Address) -> Any:
+        host, port = where
         sock = self._socket_module.create_connection((host, port), timeout=self.timeout)
         try:
             if self.ssl_context is not None:
@@ -516,7 +552,10 @@ class Writer:
 
     def _send_all(self, codec: EntryCodec, entries: list[tuple[str, ProcessedImage]], ttl: int) -> None:
         try:
-            sock = self._sock = self._sock or self._connect()
+            where = self._where()
+            if self._sock is None:
+                self._sock, self._sock_address = self._connect(where), where
+            sock = self._sock
             for key, item in entries:
                 mac, payload, body = codec.encode_parts(key, item)
                 size = len(mac) + len(payload) + len(body)
@@ -555,8 +594,11 @@ class SlotMap:
         self._ready = False
 
     async def refresh(self) -> None:
-        await self._cluster.initialize() if not self._ready else self._cluster.nodes_manager.initialize()
-        self._ready = True
+        if self._ready:
+            await self._cluster.nodes_manager.initialize()
+        else:
+            await self._cluster.initialize()
+            self._ready = True
 
     async def nodes(self, keys: list[str]) -> dict[Address, dict[int, list[int]]]:
         """node -> slot -> indexes into `keys`."""
