@@ -34,12 +34,16 @@ def parse_host_port(text: str, default_port: int = 26379) -> tuple[str, int]:
         host, port = text.split(":")
     else:
         host, port = text, ""
-    if not host:
-        raise ValueError(f"no host in {text!r}")
-    number = int(port) if port else default_port
-    if not 0 < number < 65536:
-        raise ValueError(f"port out of range in {text!r}")
+    if not host or (port and not port.isdigit()) or not 0 < (number := int(port or default_port)) < 65536:
+        raise ValueError(f"{text!r} is not HOST:PORT")
     return host, number
+
+
+def _sentinel_address(text: str) -> tuple[str, int]:
+    try:
+        return parse_host_port(text)
+    except ValueError as exc:
+        raise ValueError(f"--redis-sentinel {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ class RedisTarget:
             return None
         return cls(
             url=settings.redis_url or "redis://",
-            sentinels=tuple(parse_host_port(s) for s in settings.redis_sentinel),
+            sentinels=tuple(_sentinel_address(s) for s in settings.redis_sentinel),
             sentinel_master=settings.redis_sentinel_master,
             sentinel_password=settings.redis_sentinel_password,
             cluster=settings.redis_cluster,
