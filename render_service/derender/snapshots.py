@@ -148,8 +148,9 @@ class RedisStore:
         Cluster's slot map) can take longer than one operation's budget on a busy machine."""
         try:
             await asyncio.wait_for(self._client.ping(), self._required_timeout)
-        except Exception as exc:
-            self._failed("connect", exc)
+        except Exception as exc:  # counted and logged; the first chunks still try (no cool-down)
+            self._metrics.redis_errors.labels("connect").inc()
+            logger.warning("redis not reachable at start (%s: %s); chunks replay until it is", type(exc).__name__, exc)
 
     def _relocate(self) -> None:
         """Ask the sentinels for the master again, in the background, when it is time."""
