@@ -63,7 +63,7 @@ async def measure(url: str, keys: int, size: int, n: int, rounds: int) -> dict[s
             results[label].append((time.process_time() - cpu) / n * 1000)
             results[label + " (wall)"] = [*results.get(label + " (wall)", []), (time.perf_counter() - wall) / n * 1000]
     fast.close()
-    await slots.close()
+    await slots.aclose()
     await seed.aclose()
     return results
 

@@ -614,7 +614,7 @@ class SlotMap:
             routes.setdefault((node.host, int(node.port)), {}).setdefault(slot, []).append(index)
         return routes
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         try:
             await self._cluster.aclose()
         except Exception:
@@ -729,9 +729,9 @@ class ClusterWriter:
             writer.close()
 
 
-def fast_paths(target: RedisTarget, timeout: float) -> tuple[Any, Any, SlotMap | None]:
-    """(reader, writer, slot map) of the fast paths for `target`; (None, None, None) for a unix
-    socket, which redis-py serves."""
+def fast_paths(target: RedisTarget, timeout: float) -> tuple[Any, Any, Any]:
+    """(reader, writer, what else to close: an `aclose()`-able or None) of the fast paths for
+    `target`; (None, None, None) for a unix socket, which redis-py serves."""
     if target.unix:
         return None, None, None
     parts = target.url_parts()
@@ -761,7 +761,7 @@ def fast_paths(target: RedisTarget, timeout: float) -> tuple[Any, Any, SlotMap |
         return (
             FastReader("", 0, **common, locate=locate),
             Writer("", 0, **common, timeout=timeout * 4, locate=locate_sync),
-            None,
+            async_sentinel,
         )
     host, port = parts["host"] or "localhost", parts["port"]
     return FastReader(host, port, **common), Writer(host, port, **common, timeout=timeout * 4), None
@@ -795,7 +795,8 @@ class ImageTier:
         # The reads carry megabytes (7.2 MB per 720p image with tensors): a longer bound than the
         # snapshot store's 50 ms, still far below processing four such images (~65 ms of CPU).
         # redis-py serves only what the fast paths do not (unix sockets).
-        self._reader, self._writer, self._slots = fast_paths(target, timeout)
+        self._reader, self._writer, self._resources = fast_paths(target, timeout)
+        self._slots = self._resources if isinstance(self._resources, SlotMap) else None
         self._client = target.async_client(timeout) if self._reader is None else None
         self.codec = EntryCodec(secret)
         self.prefix = f"rs:mm:{namespace}:"
@@ -984,8 +985,11 @@ class ImageTier:
             self._reader.close()
         if self._writer is not None:
             self._writer.close()
-        if self._slots is not None:
-            await self._slots.close()
+        if self._resources is not None:
+            try:
+                await self._resources.aclose()
+            except Exception:
+                pass
         if self._client is not None:
             try:
                 await self._client.aclose()

@@ -106,7 +106,7 @@ def alternate(clients: list[TestClient], case: dict[str, Any], pause: float = 0.
 
     def post(index: int, body: dict[str, Any]) -> dict[str, Any]:
         if on_chunk is not None:
-            on_chunk(index)
+            on_chunk(index, body)
         response = clients[index % len(clients)].post("/v1/chat/completions/derender", json=body)
         assert response.status_code == 200, response.text
         if pause:
@@ -218,7 +218,7 @@ def test_sentinel_failover_during_streams(qwen3_model_dir: Path, model: Model, c
             hits = total(clients, "render_snapshot_hits_total", tier="redis")
             assert hits >= len(case["output"]) - 2
 
-            def fail_over(index: int) -> None:
+            def fail_over(index: int, body: dict[str, Any]) -> None:
                 if index != 5:
                     return
                 if fault == "master killed":
@@ -287,6 +287,19 @@ def test_snapshots_in_a_cluster_keep_each_stream_in_one_slot(
             streams.append(got["state"]["rs_sid"])
         assert total(clients, "render_snapshot_hits_total", tier="redis") >= 4 * (len(case["output"]) - 2)
         assert total(clients, "render_redis_errors_total", op="set") == 0
+
+        # Resharding mid-stream: the stream's slot (with its snapshot) moves to another node; redis-py
+        # follows the MOVED, and the stream keeps resuming from Redis.
+        def reshard(index: int, body: dict[str, Any]) -> None:
+            if index == 10:
+                slot = key_slot(body["stream_state"]["rs_sid"].encode())
+                keys = cluster.node_for_slot(slot).client().execute_command("CLUSTER GETKEYSINSLOT", slot, 100)
+                assert keys, "the stream's snapshot is in its slot"
+                _migrate_slot(cluster, slot, [k if isinstance(k, str) else k.decode() for k in keys], finish=True)
+
+        hits = total(clients, "render_snapshot_hits_total", tier="redis")
+        assert_matches_batch(alternate(clients, case, on_chunk=reshard), case["expected"])
+        assert total(clients, "render_snapshot_hits_total", tier="redis") - hits >= len(case["output"]) - 3
     for sid in streams:
         keys = [key.decode() for node in cluster.nodes for key in node.client().keys(f"rs:snap:*{{{sid}}}:*")]
         assert keys, sid
