@@ -92,6 +92,7 @@ def serve(settings) -> int:
     from render_service.model.loader import ModelLoadError, load_model
     from render_service.server import workers
     from render_service.server.app import create_app
+    from render_service.server.tls import tls_options
 
     try:
         model = load_model(settings)
@@ -107,7 +108,8 @@ def serve(settings) -> int:
         settings.port,
         count,
         settings.log_level,
-        tls=workers.tls_options(settings),
+        tls=tls_options(settings),
+        refresh_tls=settings.enable_ssl_refresh,
     )
 
 

@@ -70,6 +70,7 @@ class Settings:
     ssl_ca_certs: str | None = None
     ssl_cert_reqs: int = 0  # ssl.CERT_NONE; 1: optional, 2: required (mTLS)
     ssl_ciphers: str | None = None
+    enable_ssl_refresh: bool = False
     # Multimodal (a Qwen3-VL model folder): vLLM's names where vLLM has the option.
     limit_mm_per_prompt: dict[str, Any] = field(default_factory=dict)
     mm_processor_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -169,8 +170,10 @@ class Settings:
         if self.ssl_cert_reqs not in (ssl.CERT_NONE, ssl.CERT_OPTIONAL, ssl.CERT_REQUIRED):
             raise SettingsError("--ssl-cert-reqs must be 0 (none), 1 (optional) or 2 (required)")
         if not self.ssl_certfile:
-            if self.ssl_ca_certs or self.ssl_cert_reqs or self.ssl_ciphers:
-                raise SettingsError("--ssl-ca-certs, --ssl-cert-reqs and --ssl-ciphers need --ssl-certfile")
+            if self.ssl_ca_certs or self.ssl_cert_reqs or self.ssl_ciphers or self.enable_ssl_refresh:
+                raise SettingsError(
+                    "--ssl-ca-certs, --ssl-cert-reqs, --ssl-ciphers and --enable-ssl-refresh need --ssl-certfile"
+                )
             return
         if self.ssl_cert_reqs and not self.ssl_ca_certs:
             raise SettingsError("--ssl-cert-reqs 1 or 2 needs --ssl-ca-certs (the CA that signs client certificates)")
@@ -326,6 +329,11 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--ssl-ciphers", default=None, help="SSL cipher suites for HTTPS (TLS 1.2 and below only), OpenSSL syntax"
+    )
+    parser.add_argument(
+        "--enable-ssl-refresh",
+        action="store_true",
+        help="refresh SSL context when SSL certificate files change (checked once a second by every worker)",
     )
     parser.add_argument(
         "--audit-engine",

@@ -17,6 +17,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 @dataclass(frozen=True)
 class Pki:
     ca: Path  # the CA certificate (PEM)
+    ca_key: Path
     server_cert: Path
     server_key: Path
     client_cert: Path
@@ -113,6 +114,7 @@ def make_pki(folder: Path) -> Pki:
     stranger_key, stranger_cert = _leaf(other_key, other_cert, "stranger", server=False)
     return Pki(
         ca=_write_cert(ca_cert, folder / "ca.pem"),
+        ca_key=_write_key(ca_key, folder / "ca.key"),
         server_cert=_write_cert(server_cert, folder / "server.pem"),
         server_key=_write_key(server_key, folder / "server.key"),
         client_cert=_write_cert(client_cert, folder / "client.pem"),
@@ -120,3 +122,15 @@ def make_pki(folder: Path) -> Pki:
         stranger_cert=_write_cert(stranger_cert, folder / "stranger.pem"),
         stranger_key=_write_key(stranger_key, folder / "stranger.key"),
     )
+
+
+def new_server_certificate(pki: Pki) -> tuple[bytes, bytes, int]:
+    """Another server certificate (PEM, key PEM, serial number) from the same CA: a rotation."""
+    ca_cert = x509.load_pem_x509_certificate(pki.ca.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key, cert = _leaf(ca_key, ca_cert, "localhost", server=True)
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem, cert.serial_number

@@ -126,7 +126,7 @@ def test_redis_topology_and_tls_flags_parse(tmp_path: Path) -> None:
     args = _parser().parse_args(flags)
     settings = settings_from_args(args)
     from render_service.redis_target import SENTINEL, RedisTarget
-    from render_service.server.workers import tls_options
+    from render_service.server.tls import tls_options
 
     target = RedisTarget.from_settings(settings)
     assert target is not None and target.mode == SENTINEL and target.tls

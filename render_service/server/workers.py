@@ -67,21 +67,12 @@ def bind(host: str, port: int, *, listen: bool = True) -> socket.socket:
     return sock
 
 
-def tls_options(settings: Any) -> dict[str, Any]:
-    """uvicorn's TLS options from vLLM's flags, as vLLM passes them (empty: plain HTTP)."""
-    if not settings.ssl_certfile:
-        return {}
-    return {
-        "ssl_keyfile": settings.ssl_keyfile,
-        "ssl_certfile": settings.ssl_certfile,
-        "ssl_ca_certs": settings.ssl_ca_certs,
-        "ssl_cert_reqs": settings.ssl_cert_reqs,
-        "ssl_ciphers": settings.ssl_ciphers,
-    }
-
-
-def _run_worker(app: Any, sock: socket.socket, log_level: str, index: int, tls: dict[str, Any]) -> None:
+def _run_worker(
+    app: Any, sock: socket.socket, log_level: str, index: int, tls: dict[str, Any], refresh: bool = False
+) -> None:
     import uvicorn
+
+    from render_service.server.tls import watching_server
 
     os.environ["RENDER_WORKER_ID"] = str(index)
     # Each worker builds its own SSLContext from the files (after the fork: OpenSSL state is not
@@ -96,7 +87,7 @@ def _run_worker(app: Any, sock: socket.socket, log_level: str, index: int, tls: 
         lifespan="on",
         **tls,
     )
-    server = uvicorn.Server(config)
+    server = watching_server(config, tls) if tls and refresh else uvicorn.Server(config)
     server.run(sockets=[sock])
 
 
@@ -107,12 +98,14 @@ def serve(
     workers: int,
     log_level: str = "info",
     tls: dict[str, Any] | None = None,
+    refresh_tls: bool = False,
 ) -> int:
     """Run `workers` processes (each `app_factory()`), replace any that die, drain on SIGTERM.
-    `tls`: uvicorn's ssl_* options (`tls_options`), applied by every worker."""
+    `tls`: uvicorn's ssl_* options (`server.tls.tls_options`), applied by every worker;
+    `refresh_tls`: each worker reloads the files when they change."""
     tls = tls or {}
     if workers <= 1:
-        _run_worker(app_factory(), bind(host, port), log_level, 0, tls)
+        _run_worker(app_factory(), bind(host, port), log_level, 0, tls, refresh_tls)
         return 0
     # The parent holds the port (bound, not listening: it never receives connections) so that a
     # port already in use fails here, once, and a replaced worker can always bind again.
@@ -128,7 +121,7 @@ def serve(
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             try:
                 reservation.close()
-                _run_worker(app_factory(), bind(host, port), log_level, index, tls)
+                _run_worker(app_factory(), bind(host, port), log_level, index, tls, refresh_tls)
             finally:
                 os._exit(0)
         children[pid] = index

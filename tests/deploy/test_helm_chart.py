@@ -402,6 +402,7 @@ FLAGS_SET_ELSEWHERE = {
     "ssl_ca_certs": ("tls", "caKey"),
     "ssl_cert_reqs": ("tls", "certReqs"),
     "ssl_ciphers": ("tls", "ciphers"),
+    "enable_ssl_refresh": ("tls", "refresh"),
 }
 
 
@@ -799,6 +800,7 @@ def test_https_with_mutual_tls_mounts_the_secrets_and_probes_over_tcp(rendered):
     )
     assert args.ssl_ca_certs == "/etc/render-service/tls-ca/ca.crt"
     assert (args.ssl_cert_reqs, args.ssl_ciphers) == (2, "ECDHE+AESGCM")
+    assert args.enable_ssl_refresh  # a renewed Secret is loaded without a restart
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["tls"]["secret"] == {

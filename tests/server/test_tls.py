@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -17,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.certs import Pki, make_pki
+from tests.certs import Pki, make_pki, new_server_certificate
 from tests.helpers import free_port
 
 pytestmark = pytest.mark.timeout(180)
@@ -129,3 +131,45 @@ def test_mutual_tls_refuses_a_client_without_a_certificate(qwen3_model_dir: Path
         outside.set_ciphers("ECDHE-ECDSA-AES128-SHA256")
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"{url}/health", verify=outside, timeout=5)
+
+
+def served_serial(url: str, context: ssl.SSLContext) -> int:
+    """The serial number of the certificate a new connection is handed."""
+    host, port = url.removeprefix("https://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as raw:
+        with context.wrap_socket(raw, server_hostname=host) as tls:
+            der = tls.getpeercert(binary_form=True)
+    from cryptography import x509
+
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def test_rotated_certificate_is_served_without_a_restart(qwen3_model_dir: Path, pki: Pki, tmp_path: Path) -> None:
+    """--enable-ssl-refresh: every worker loads a rotated certificate for its next handshakes (the
+    key replaced after the certificate: the mismatch in between is retried, not served)."""
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    shutil.copy(pki.server_cert, cert)
+    shutil.copy(pki.server_key, key)
+    trusted = client_context(pki)
+    flags = ["--ssl-certfile", str(cert), "--ssl-keyfile", str(key), "--enable-ssl-refresh", "--workers", "2"]
+    with https_service(qwen3_model_dir, trusted, *flags) as url:
+        from cryptography import x509
+
+        first = x509.load_pem_x509_certificate(pki.server_cert.read_bytes()).serial_number
+        assert served_serial(url, trusted) == first
+        new_cert, new_key, serial = new_server_certificate(pki)
+        for path, data in ((cert, new_cert), (key, new_key)):  # replaced as a Secret volume does: atomically
+            staged = path.with_suffix(".new")
+            staged.write_bytes(data)
+            os.replace(staged, path)
+            time.sleep(1.5)
+        deadline = time.monotonic() + 20
+        served: set[int] = set()
+        while time.monotonic() < deadline:
+            served = {served_serial(url, trusted) for _ in range(12)}  # new connections: both workers
+            if served == {serial}:
+                break
+            time.sleep(0.5)
+        assert served == {serial}
+        assert httpx.get(f"{url}/health", verify=trusted, timeout=5).status_code == 200
