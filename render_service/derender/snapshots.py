@@ -117,12 +117,11 @@ class RedisStore:
             target = RedisTarget(url=target)
         self._client = target.async_client(required_timeout)
         # Sentinel: redis-py asks for the master when it opens a connection; kept connections are
-        # moved to a promoted replica by asking again at most every `locate_every` seconds (a forced
-        # failover leaves the old master answering, as a master, for a few seconds).
+        # moved to a promoted replica by asking again every `locate_every` seconds in the background
+        # (a forced failover leaves the old master answering, as a master, for seconds).
         self._sentinel_pool = self._client.connection_pool if target.mode == SENTINEL else None
         self._locate_every = 1.0
-        self._located_at = time.monotonic()
-        self._locating: asyncio.Task[Any] | None = None
+        self._watching: asyncio.Task[None] | None = None
         self._timeout = timeout
         self._required_timeout = required_timeout
         self._ttl = ttl
@@ -145,34 +144,39 @@ class RedisStore:
 
     async def connect(self) -> None:
         """Open a first connection before serving: a TLS handshake (or a Sentinel lookup, or a
-        Cluster's slot map) can take longer than one operation's budget on a busy machine."""
+        Cluster's slot map) can take longer than one operation's budget on a busy machine. With
+        Sentinel, also start following the master."""
+        if self._sentinel_pool is not None and self._watching is None:
+            self._watching = asyncio.get_running_loop().create_task(self._follow_master())
         try:
             await asyncio.wait_for(self._client.ping(), self._required_timeout)
         except Exception as exc:  # counted and logged; the first chunks still try (no cool-down)
             self._metrics.redis_errors.labels("connect").inc()
             logger.warning("redis not reachable at start (%s: %s); chunks replay until it is", type(exc).__name__, exc)
 
-    def _relocate(self) -> None:
-        """Ask the sentinels for the master again, in the background, when it is time."""
-        now = time.monotonic()
-        if self._sentinel_pool is None or now - self._located_at < self._locate_every:
-            return
-        if self._locating is not None and not self._locating.done():
-            return
-        self._located_at = now
-        self._locating = asyncio.get_running_loop().create_task(self._locate())
+    async def _follow_master(self) -> None:
+        while True:
+            await asyncio.sleep(self._locate_every)
+            await self._locate()
 
     async def _locate(self) -> None:
-        assert self._sentinel_pool is not None
-        try:  # drops the idle connections when the master changed
-            await asyncio.wait_for(self._sentinel_pool.get_master_address(), self._required_timeout)
+        pool = self._sentinel_pool
+        assert pool is not None
+        before = pool.master_address
+        try:  # redis-py drops the idle connections when the master changed
+            after = await asyncio.wait_for(pool.get_master_address(), self._required_timeout)
         except Exception as exc:  # no sentinel answers, or no master: the commands fail and cool down
             logger.debug("sentinel lookup failed: %s", exc)
+            return
+        if before is not None and after != before:
+            # ... but not those in use at that moment, which would go back to the old master for
+            # good: close them too (their commands fail once, and the store cools down).
+            logger.warning("redis master moved from %s to %s (Sentinel failover)", before, after)
+            await pool.disconnect(inuse_connections=True)
 
     async def get(self, key: str, required: bool = False) -> bytes | None:
         """`required`: the caller has no replay to fall back on (compact mode), so Redis is asked
         even during a cool-down, with a longer timeout."""
-        self._relocate()
         if not self.available and not required:
             return None
         start = time.perf_counter()
@@ -213,8 +217,9 @@ class RedisStore:
 
     async def close(self) -> None:
         await self.flush()
-        if self._locating is not None:
-            await asyncio.gather(self._locating, return_exceptions=True)
+        if self._watching is not None:
+            self._watching.cancel()
+            await asyncio.gather(self._watching, return_exceptions=True)
         try:
             await self._client.aclose()
         except Exception:
