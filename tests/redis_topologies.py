@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -62,18 +63,21 @@ def redis_node(*args: str, port: int | None = None, client_kwargs: dict[str, Any
     """One redis-server (or sentinel, with `--sentinel` in `args`) on 127.0.0.1, pinged before use."""
     binary = _binary("redis-server")
     port = port or free_port()
-    process = subprocess.Popen(
-        [binary, *args, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        + ([] if "--tls-port" in args else ["--port", str(port)]),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    node = Node(port, process, client_kwargs or {})
-    try:
-        wait_until(lambda: node.client().ping(), 10, f"redis on port {port}")
-        yield node
-    finally:
-        node.kill()
+    with tempfile.TemporaryDirectory(prefix="redis-") as folder:  # a replica's sync writes an RDB file here
+        process = subprocess.Popen(
+            [binary, *args, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+            + ([] if "--dir" in args else ["--dir", folder])
+            + ([] if "--tls-port" in args else ["--port", str(port)]),
+            cwd=folder,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        node = Node(port, process, client_kwargs or {})
+        try:
+            wait_until(lambda: node.client().ping(), 10, f"redis on port {port}")
+            yield node
+        finally:
+            node.kill()
 
 
 def tls_client_kwargs(pki: Pki) -> dict[str, Any]:
@@ -135,7 +139,10 @@ def sentinel_set(folder: Path, name: str = "mymaster") -> Iterator[SentinelSet]:
             f"sentinel parallel-syncs {name} 1\n"
         )
         process = subprocess.Popen(
-            [_binary("redis-server"), str(config), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [_binary("redis-server"), str(config), "--sentinel"],
+            cwd=folder,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         sentinel = Node(port, process)
         stack.callback(sentinel.kill)
