@@ -4,7 +4,7 @@ per-node fast reader (`imagecache.ClusterReader`: split per slot, one RESP2 `Fas
 values received straight into their buffers) against redis-py's `RedisCluster.mget_nonatomic`
 (split per slot, pipelined per node, redis-py's asyncio parser), side by side in one process.
 
-    PYTHONPATH=. python3 benchmarks/redis_cluster_bench.py [--keys 4] [--mb 7.2] [--n 20] [--rounds 5]
+    python3 -m benchmarks.redis_cluster_bench [--keys 4] [--mb 7.2] [--n 20] [--rounds 5]
 
 A 3-master cluster (redis-server, `redis-cli --cluster create`) on loopback holds `--keys` entries
 of `--mb` MB each (the size of a 1280x720 image with tensors), spread over the nodes by their
@@ -23,8 +23,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from render_service.multimodal import imagecache
 from render_service.redis_target import RedisTarget
