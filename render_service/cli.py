@@ -92,6 +92,7 @@ def serve(settings) -> int:
     from render_service.model.loader import ModelLoadError, load_model
     from render_service.server import workers
     from render_service.server.app import create_app
+    from render_service.server.tls import tls_options
 
     try:
         model = load_model(settings)
@@ -101,7 +102,15 @@ def serve(settings) -> int:
     count = settings.workers or workers.available_cpus()
     if count > 1:
         workers.main_guard()
-    return workers.serve(lambda: create_app(settings, model), settings.host, settings.port, count, settings.log_level)
+    return workers.serve(
+        lambda: create_app(settings, model),
+        settings.host,
+        settings.port,
+        count,
+        settings.log_level,
+        tls=tls_options(settings),
+        refresh_tls=settings.enable_ssl_refresh,
+    )
 
 
 if __name__ == "__main__":
