@@ -79,6 +79,14 @@ def _minimax(tok: Any, n: int, rng: random.Random) -> list[int]:
     return head + call + body + tail
 
 
+def _glm(tok: Any, n: int, rng: random.Random) -> list[int]:
+    head = _marker(tok, "<think>") + _text_ids(tok, n // 4, rng) + _marker(tok, "</think>") + _text_ids(tok, 50, rng)
+    call = _marker(tok, "<tool_call>") + _enc(tok, "search") + _marker(tok, "<arg_key>") + _enc(tok, "q")
+    call += _marker(tok, "</arg_key>") + _marker(tok, "<arg_value>")
+    tail = _marker(tok, "</arg_value>") + _marker(tok, "</tool_call>") + _marker(tok, "<|user|>")
+    return head + call + _text_ids(tok, n - len(head) - len(call) - len(tail), rng) + tail
+
+
 def _seed(tok: Any, n: int, rng: random.Random) -> list[int]:
     head = _marker(tok, "<seed:think>") + _text_ids(tok, n // 2, rng) + _marker(tok, "</seed:think>")
     return head + _text_ids(tok, n - len(head) - 1, rng) + _marker(tok, "<seed:eos>")
@@ -92,6 +100,7 @@ SCENARIOS: dict[str, Scenario] = {
         "minimax_m2", "minimax_m2_append_think", "minimax_m2", _minimax, ("]~b]", "ai\n")
     ),
     "seed_oss": Scenario("seed_oss", "seed_oss", None, _seed, ("<seed:bos>", "assistant\n")),
+    "glm45": Scenario("glm", "glm45", "glm45", _glm, ("<|assistant|>", "")),
 }
 
 REQUEST = {
