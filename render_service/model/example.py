@@ -299,6 +299,26 @@ SEED_OSS_MARKERS = (
 )
 
 
+# GLM-4.5/4.7: role markers, [gMASK]/<sop> and the argument tags are added special tokens
+# (<think>, </think>, <tool_call>, </tool_call> are already in the Qwen vocabulary).
+GLM_MARKERS = (
+    ("[gMASK]", True),
+    ("<sop>", True),
+    ("<|system|>", True),
+    ("<|user|>", True),
+    ("<|assistant|>", True),
+    ("<|observation|>", True),
+    ("<arg_key>", True),
+    ("</arg_key>", True),
+    ("<arg_value>", True),
+    ("</arg_value>", True),
+)
+
+
+def build_glm(target: Path) -> None:
+    _build_qwen3_with_markers(target, GLM_MARKERS, "glm.jinja", eos="<|user|>")
+
+
 def build_minimax_m2(target: Path) -> None:
     _build_qwen3_with_markers(target, MINIMAX_M2_MARKERS, "minimax_m2.jinja", eos="[e~[", bos="]~!b[")
 
@@ -313,6 +333,7 @@ FAMILIES = {
     "qwen3-vl": build_qwen3_vl,
     "minimax_m2": build_minimax_m2,
     "seed_oss": build_seed_oss,
+    "glm": build_glm,
 }
 
 

@@ -102,6 +102,8 @@ class EngineConfig:
     validate_tool_names: bool = False
     # The converter trims one wrapping newline of each value (Qwen3 XML).
     value_trims_newlines: bool = False
+    # Tool names are stripped of surrounding whitespace (GLM).
+    strip_tool_names: bool = False
     content_events: Mapping[int, int] = field(default_factory=lambda: dict(CONTENT_EVENTS))
 
     @property
@@ -864,6 +866,8 @@ class Engine:
     def _emit_name(
         self, st: EngineState, index: int, calls: list[ToolCallDelta], name: str | None, tool_id: ToolIdFn, tools: Any
     ) -> None:
+        if name is not None and self.config.strip_tool_names:
+            name = name.strip()
         if name is None or not self._accept_name(name, tools):
             return
         slot = self._slot(st, index)
@@ -900,6 +904,8 @@ class Engine:
         if index >= st.nslots:
             return
         slot = self._slot(st, index)
+        if self.config.strip_tool_names:
+            slot.name = slot.name.strip()
         remaining = self._flush_args(slot, tools)
         if not slot.name_sent:
             name = slot.name or _name_from_args(slot.args) or ""
@@ -1318,13 +1324,20 @@ class EngineToolParser(ToolParser):
 
     def __init__(self, tokenizer: TokenizerInfo) -> None:
         super().__init__(tokenizer)
-        self._engines: dict[bool, Engine] = {}
+        self._engines: dict[tuple[bool, bool], Engine] = {}
+
+    @classmethod
+    def config_for(cls, thinking: bool) -> EngineConfig:
+        """The config for a request with thinking on or off (vLLM builds the tool adapter's
+        engine from the request's template kwargs too); most families have one."""
+        return cls.config
 
     def engine(self) -> Engine:
-        skip = not self.reasoning_configured
-        engine = self._engines.get(skip)
+        key = (not self.reasoning_configured, self.thinking_enabled)
+        engine = self._engines.get(key)
         if engine is None:
-            engine = self._engines[skip] = Engine(self.config, self.info, skip_reasoning_parsing=skip)
+            engine = Engine(self.config_for(key[1]), self.info, skip_reasoning_parsing=key[0])
+            self._engines[key] = engine
         return engine
 
     @classmethod

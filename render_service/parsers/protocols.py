@@ -146,6 +146,9 @@ class ToolParser(ABC):
     # Set by the composition: whether a reasoning parser runs before this one (vLLM sets
     # `skip_reasoning_parsing` on engine-based tool parsers when none does).
     reasoning_configured: bool = True
+    # Set by the composition: the request's thinking switch as the reasoning parser reads it
+    # (families whose tool grammar depends on it, e.g. GLM, read this).
+    thinking_enabled: bool = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

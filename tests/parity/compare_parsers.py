@@ -251,6 +251,51 @@ def _seed_output(rng: random.Random) -> list[Any]:
     return segs
 
 
+def _glm_call(rng: random.Random) -> list[Any]:
+    name = rng.choice(["get_weather", "search", "unknown_tool", " search\n"])
+    parts: list[Any] = ["@<tool_call>" if rng.random() < 0.9 else "<tool_call>", name]
+    for _ in range(rng.randrange(0, 3)):
+        key = rng.choice(["city", "n", "q", " q "])
+        parts += ["@<arg_key>", key, "@</arg_key>", rng.choice(["", "\n"]), "@<arg_value>", _value(rng)]
+        if rng.random() < 0.9:
+            parts.append("@</arg_value>")
+    if rng.random() < 0.85:
+        parts.append("@</tool_call>")
+    if rng.random() < 0.05:
+        parts = parts[: rng.randrange(1, len(parts) + 1)]
+    return parts
+
+
+def _glm_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    if rng.random() < 0.5:
+        segs.append("@<think>")
+    segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(0, 6)))
+    if rng.random() < 0.8:
+        segs.append("@</think>")
+    for _ in range(rng.randrange(0, 4)):
+        roll = rng.random()
+        if roll < 0.45:
+            segs.extend(_glm_call(rng))
+        elif roll < 0.55:
+            segs.append(rng.choice(["<think>", "@<think>", "</think>", "<arg_key>", "<tool_call>"]))
+        else:
+            segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(1, 5)))
+    if rng.random() < 0.6:
+        segs.append("@<|user|>")
+    return segs
+
+
+_GLM_PROMPTS = {
+    "open": ["@[gMASK]", "@<sop>", "@<|user|>", "\nhi", "@<|assistant|>"],
+    "nothink": ["@<|user|>", "\nhi", "@<|assistant|>", "@<think>", "@</think>"],
+    "thinking": ["@<|assistant|>", "@<think>", "x"],
+}
+_GLM_REQUESTS = {
+    **cases.REQ,
+    "thinking_off": {"tools": cases.TOOLS, "chat_template_kwargs": {"thinking": False}},
+}
+
 _MINIMAX_PROMPTS = {
     "open": ["@]~b]", "user\nhi", "@[e~[", "\n", "@]~b]", "ai\n", "@<think>", "\n"],
     "bare": ["@]~b]", "user\nhi", "@[e~[", "\n", "@]~b]", "ai\n"],
@@ -263,6 +308,16 @@ _SEED_PROMPTS = {
 }
 
 FAMILIES: dict[str, Family] = {
+    "glm": Family(
+        model="glm",
+        # Not with another family's reasoning parser: a GLM tool parser follows the configured reasoning parser's
+        # reading of the thinking switch (see parsers/glm.py).
+        configs=(("glm45", "glm45"), ("glm47", "glm47"), (None, "glm45"), ("glm45", None)),
+        segments=_glm_output,
+        prompts=_GLM_PROMPTS,
+        requests=_GLM_REQUESTS,
+        eos=(151672, frozenset({151672, 151674, 151643})),
+    ),
     "minimax_m2": Family(
         model="minimax_m2",
         configs=(
@@ -592,6 +647,7 @@ def record_family_goldens(family_name: str, family: Family, model_dir: Path, n: 
         record = {
             "config": [reasoning, tool],
             "request": req_name,
+            "request_body": family.requests[req_name],
             "prompt": prompt,
             "chunks": chunks,
             "finish": finish,
@@ -607,7 +663,12 @@ def record_family_goldens(family_name: str, family: Family, model_dir: Path, n: 
     return 0
 
 
-STRUCTURAL_TAG_PARSERS = {"hermes": "hermes", "qwen3_coder": "qwen_3_coder", "minimax_m2": "minimax"}
+STRUCTURAL_TAG_PARSERS = {
+    "hermes": "hermes",
+    "qwen3_coder": "qwen_3_coder",
+    "minimax_m2": "minimax",
+    "glm45": "glm_4_7",
+}
 STRUCTURAL_TAG_TOOLS = [
     {
         "type": "function",
@@ -619,6 +680,20 @@ STRUCTURAL_TAG_TOOLS = [
     },
     {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {}}}},
     {"type": "function", "function": {"name": "noop"}},
+    {
+        "type": "function",
+        "function": {
+            "name": "typed",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "n": {"type": "integer"},
+                    "mode": {"enum": ["a", 1]},
+                    "x": {"type": ["string", "number", "null"]},
+                },
+            },
+        },
+    },
 ]
 STRUCTURAL_TAG_CHOICES: list[Any] = ["auto", "required", {"type": "function", "function": {"name": "search"}}]
 

@@ -22,7 +22,7 @@ from render_service.model.example import build_example_model
 from tests.parsers import cases
 
 GOLDEN_DIR = Path(__file__).with_name("golden_families")
-MODELS = {"qwen3_coder": "qwen3", "minimax_m2": "minimax_m2", "seed_oss": "seed_oss"}
+MODELS = {"qwen3_coder": "qwen3", "minimax_m2": "minimax_m2", "seed_oss": "seed_oss", "glm": "glm"}
 
 
 def _load(family: str) -> list[dict[str, Any]]:
@@ -49,7 +49,7 @@ def test_family_matches_vllm(tokenizers: dict[str, Any], family: str) -> None:
     failures = []
     for n, record in enumerate(records):
         reasoning, tool = record["config"]
-        req = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **cases.REQ[record["request"]]}
+        req = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **record["request_body"]}
         eos = (record["eos"][0], frozenset(record["eos"][1]))
         parser = parsers.get_parser(
             tok,
@@ -117,7 +117,7 @@ def test_structural_tags_match_vllm() -> None:
     from render_service.api import structured
 
     recorded = json.loads((GOLDEN_DIR / "structural_tags.json").read_text(encoding="utf-8"))
-    assert len(recorded) == 27
+    assert len(recorded) == 36
     for case in recorded:
         parser = parsers.tool_parser_class(case["parser"])
         ours = structured._tools_structural_tag(
@@ -140,4 +140,18 @@ _TAG_TOOLS = [
     },
     {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {}}}},
     {"type": "function", "function": {"name": "noop"}},
+    {
+        "type": "function",
+        "function": {
+            "name": "typed",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "n": {"type": "integer"},
+                    "mode": {"enum": ["a", 1]},
+                    "x": {"type": ["string", "number", "null"]},
+                },
+            },
+        },
+    },
 ]
