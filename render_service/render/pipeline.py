@@ -44,6 +44,7 @@ from render_service.model.loader import Model
 from render_service.multimodal import media
 from render_service.multimodal import qwen3_vl as multimodal
 from render_service.render import content_parts, templating
+from render_service.render import token_ids as token_id_checks
 from render_service.settings import Settings
 
 MAX_COMPLETION_PROMPTS = 1024  # VLLM_MAX_COMPLETION_PROMPTS
@@ -994,4 +995,5 @@ def render_completion(
                 token_offsets=offsets,
             )
         )
+        token_id_checks.check_generate_request(out[-1], ctx.model, client_prompt_ids=not isinstance(prompt, str))
     return out
