@@ -181,9 +181,10 @@ async def _workload(
     results: dict[str, dict[str, dict[str, Any]]],
     stop: asyncio.Event,
 ) -> None:
-    limits = httpx.Limits(
-        max_connections=config.concurrency + config.render_concurrency + 16, max_keepalive_connections=None
-    )
+    # A connection for every request in flight (both pools' streams and the renders): a client that
+    # queued for its own pool would measure that queue, not the service.
+    in_flight = len(MODES) * config.concurrency + config.render_concurrency
+    limits = httpx.Limits(max_connections=in_flight + 16, max_keepalive_connections=None)
 
     async def streams(mode: str, client: httpx.AsyncClient) -> None:
         queue = list(cases[mode])

@@ -29,7 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=10.0, help="total time budget (default 10)")
     parser.add_argument("--examples", type=int, default=2000, help="examples per property per round (default 2000)")
-    parser.add_argument("-k", dest="keyword", default=None, help="only the fuzz tests matching this pytest -k expression")
+    parser.add_argument(
+        "-k", dest="keyword", default=None, help="only the fuzz tests matching this pytest -k expression"
+    )
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.minutes * 60
     rounds = 0
