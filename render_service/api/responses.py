@@ -40,14 +40,17 @@ from render_service.render.pipeline import (
     MAX_MESSAGES,
     MAX_TOOLS,
     RenderContext,
+    _check_lengths,
     _hoist_transfer_params,
     _merge_kwargs,
+    _truncate,
     check_mm_kwargs,
     check_model,
     get_max_tokens,
     parser_adjustments,
     random_uuid,
     render_conversation,
+    reused_prompt_ids,
     tool_dicts,
     validate_length_params,
 )
@@ -481,9 +484,15 @@ def render_responses(
         "mm_payload": body.get("mm_payload", "tensors"),
         "mm_processor_kwargs": body.get("mm_processor_kwargs"),
     }
-    token_ids, offsets, features = render_conversation(
-        ctx, conversation, chat_template, rendered_tools, kwargs, max_output, "max_output_tokens", truncate, fetched
-    )
+    # Decode-side reuse, as for chat: forwarded prompt ids skip templating (vLLM's preprocess_chat).
+    reused = reused_prompt_ids(ctx, {"kv_transfer_params": body.get("kv_transfer_params"), "messages": messages})
+    if reused is not None:
+        token_ids, offsets, features = _truncate(reused, truncate, None, ctx.model.max_model_len), None, None
+        _check_lengths(ctx, len(token_ids), max_output, "max_output_tokens", truncate)
+    else:
+        token_ids, offsets, features = render_conversation(
+            ctx, conversation, chat_template, rendered_tools, kwargs, max_output, "max_output_tokens", truncate, fetched
+        )
     if not token_ids:
         raise BadRequestError("No token_ids rendered")
 

@@ -44,7 +44,8 @@ from render_service.exceptions import BadRequestError, NotFoundError
 from render_service.model.loader import Model
 from render_service.multimodal import media
 from render_service.multimodal import qwen3_vl as multimodal
-from render_service.render import templating
+from render_service.render import content_parts, templating
+from render_service.render import token_ids as token_id_checks
 from render_service.settings import Settings
 
 MAX_COMPLETION_PROMPTS = 1024  # VLLM_MAX_COMPLETION_PROMPTS
@@ -741,6 +742,8 @@ def render_chat(
         token_ids = _truncate(reused, truncate, body.get("truncation_side"), ctx.model.max_model_len)
         _check_lengths(ctx, len(token_ids), max_output, output_param, truncate)
     else:
+        if not converted:
+            content_parts.check_messages(body["messages"])
         token_ids, offsets, features = render_conversation(
             ctx, body, chat_template, rendered_tools, template_kwargs, max_output, output_param, truncate, fetched
         )
@@ -981,4 +984,5 @@ def render_completion(
                 token_offsets=offsets,
             )
         )
+        token_id_checks.check_generate_request(out[-1], ctx.model, client_prompt_ids=not isinstance(prompt, str))
     return out
