@@ -1,0 +1,319 @@
+"""DeepSeek V3 / V3.1 tool parsers (`deepseek_v3`, `deepseek_v31`) and the `deepseek_v3` reasoning parser.
+
+Tool calls (markers are added tokens of the DeepSeek vocabulary, non-special)::
+
+    V3:   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\\n```json\\n{...}\\n```<｜tool▁call▁end｜>...
+    V3.1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+
+A streaming re-implementation of vLLM 0.33's `DeepSeekV3ToolParser` / `DeepSeekV31ToolParser`
+(`tool_parsers/deepseekv3_tool_parser.py`, `deepseekv31_tool_parser.py`). vLLM re-counts the marker
+ids of the whole output and re-matches the open call's text on every chunk; here the counts are two
+ints and the open call is matched incrementally, with every decision of vLLM's kept, quirks included:
+
+- until `<｜tool▁calls▁begin｜>` is among the ids, every chunk is content verbatim;
+- a chunk that is exactly the `<｜tool▁call▁begin｜>` token starts a call and yields nothing; a
+  longer chunk that starts a call yields only the name (its argument text comes with the next update);
+- the name is sent once the header matches (V3: `TYPE<sep>NAME\\n`; V3.1: `NAME<sep>`), then argument
+  text streams as it grows (V3: after "```json\\n", holding back a trailing run of newlines and
+  backticks);
+- a chunk that closes a call streams only its text up to the last `"}` (nothing when it has none:
+  `{"a": 1}` loses its tail when `1}` and the end marker share a chunk), and content after a call is
+  content (with `<｜tool▁calls▁begin｜>`/`<｜tool▁calls▁end｜>` text removed);
+- batch uses vLLM's regexes over the whole text (V3 content keeps the text after `<｜tool▁calls▁end｜>`).
+
+State: two counters, flags, and the open call's own text (from its `<｜tool▁call▁begin｜>` up to its end
+marker; dropped when the next call starts), never the rest of the output.
+
+`deepseek_v3` reasoning (`DeepSeekV3ReasoningParser`): `deepseek_r1` when the request's
+`chat_template_kwargs` has `thinking` or `enable_thinking` truthy, else the identity parser (everything
+is content, the prompt always counts as past reasoning).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from render_service.parsers.base import Delta, FunctionCall, ToolCallDelta, ToolIdFn
+
+TOOL_CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
+TOOL_CALLS_END = "<｜tool▁calls▁end｜>"
+TOOL_CALL_BEGIN = "<｜tool▁call▁begin｜>"
+TOOL_CALL_END = "<｜tool▁call▁end｜>"
+TOOL_SEP = "<｜tool▁sep｜>"
+
+STATE_VERSION = 1
+
+# vLLM's regexes (`.` stops at "\n" only, as in the `regex` module).
+_V3_CALL = re.compile(
+    r"<｜tool▁call▁begin｜>(?P<type>.*)<｜tool▁sep｜>(?P<function_name>.*)\n```json\n(?P<function_arguments>[\s\S]*?)\n```<｜tool▁call▁end｜>"
+)
+_V3_PORTION = re.compile(
+    r"(?P<type>.*)<｜tool▁sep｜>(?P<function_name>.*)\n```json\n(?P<function_arguments>[\s\S]*[^\n`])"
+)
+_V3_NAME = re.compile(r"(?P<type>.*)<｜tool▁sep｜>(?P<function_name>.*)\n")
+_V31_CALL = re.compile(
+    r"<｜tool▁call▁begin｜>(?P<function_name>.*?)<｜tool▁sep｜>(?P<function_arguments>[\s\S]*?)<｜tool▁call▁end｜>"
+)
+_V31_PORTION = re.compile(r"(?P<function_name>.*)<｜tool▁sep｜>(?P<function_arguments>[\s\S]*)")
+_V31_NAME = re.compile(r"(?P<function_name>.*)<｜tool▁sep｜>")
+
+NO_ARGS = -1  # an `arguments`-less entry (vLLM's `{}`): `.get("arguments")` is None
+
+
+class DeepSeekToolState(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """One stream. `portion` is the open call's text after its `<｜tool▁call▁begin｜>` (vLLM's
+    `current_text.split(start)[-1]`), frozen at its first end marker. `prev_tool_call_arr` is kept as
+    its length and its last entry's arguments (`prev_text`, None for an `arguments`-less entry: only
+    the last entry is ever read); `streamed_args_for_tool` as its entries from index
+    `streamed_base` on (normally one: the entries below `len(prev_tool_call_arr) - 1` are never read)."""
+
+    version: int = STATE_VERSION
+    begun: bool = False  # `<｜tool▁calls▁begin｜>` among the ids
+    n_start: int = 0
+    n_end: int = 0
+    tool_id: int = -1  # current_tool_id
+    name_sent: bool = False
+    portion: str | None = None  # None: no start marker text seen yet (split()[-1] is the whole text)
+    closed: bool = False  # the portion reached an end marker
+    n_entries: int = 0
+    prev_text: str | None = None
+    streamed_base: int = 0
+    streamed: list[str] = msgspec.field(default_factory=list)
+
+    @classmethod
+    def from_obj(cls, obj: Any) -> DeepSeekToolState:
+        st = msgspec.convert(obj, cls)
+        if st.version != STATE_VERSION:
+            raise ValueError(f"unsupported deepseek tool state version {st.version!r}")
+        return st
+
+    def to_obj(self) -> Any:
+        return msgspec.to_builtins(self)
+
+
+class DeepSeekV3ToolParser:
+    """`deepseek_v3` (V3 markup, ```json fences) and, with `v31=True`, `deepseek_v31`."""
+
+    name = "deepseek_v3"
+    version = 1
+    engine_based_streaming = False
+    supports_required_and_named = False  # structural_tag_model set + strict tool calling (vLLM default)
+    structural_tag_model = "deepseek_r1"
+
+    def __init__(self, tokenizer: Any, *, v31: bool = False, **_: Any) -> None:
+        from render_service.derender.detokenize import TokenizerInfo
+
+        info = TokenizerInfo.of(tokenizer)
+        self.v31 = v31
+        if v31:
+            self.name, self.structural_tag_model = "deepseek_v31", "deepseek_v3_1"
+        ids = {m: info.token_to_id(m) for m in (TOOL_CALLS_BEGIN, TOOL_CALLS_END, TOOL_CALL_BEGIN, TOOL_CALL_END)}
+        if ids[TOOL_CALLS_BEGIN] is None or ids[TOOL_CALLS_END] is None:
+            label = "DeepSeek-V3.1" if v31 else "DeepSeek-V3"
+            raise ValueError(f"{label} Tool parser could not locate tool call start/end tokens in the tokenizer!")
+        self.calls_begin_id: int = ids[TOOL_CALLS_BEGIN]  # type: ignore[assignment]
+        self.start_id = ids[TOOL_CALL_BEGIN]
+        self.end_id = ids[TOOL_CALL_END]
+        self._portion_re = _V31_PORTION if v31 else _V3_PORTION
+        self._name_re = _V31_NAME if v31 else _V3_NAME
+
+    def new_state(self) -> DeepSeekToolState:
+        return DeepSeekToolState()
+
+    def load_state(self, obj: Any) -> DeepSeekToolState:
+        return DeepSeekToolState.from_obj(obj)
+
+    # -- streaming ---------------------------------------------------------------------------------
+
+    def _track(self, st: DeepSeekToolState, text: str) -> None:
+        """current_text += text, keeping only what `split(start)[-1]` (capped at the end marker) needs."""
+        if TOOL_CALL_BEGIN in text:
+            st.portion = text.rsplit(TOOL_CALL_BEGIN, 1)[1]
+            st.closed = False
+        elif st.portion is None:
+            return
+        elif not st.closed:
+            st.portion += text
+        else:
+            return
+        end = st.portion.find(TOOL_CALL_END)
+        if end >= 0:
+            st.portion = st.portion[: end + len(TOOL_CALL_END)]
+            st.closed = True
+
+    def _current_portion(self, st: DeepSeekToolState) -> str:
+        """`current_text.split(TOOL_CALL_BEGIN)[-1]`. Without any start marker text (its id arrived but
+        its text did not: not with this vocabulary, where the markers are not special) vLLM would
+        read the whole output; that text is not kept."""
+        return st.portion if st.portion is not None else ""
+
+    def _match(self, portion: str) -> tuple[str, str] | None:
+        """(name, arguments) of the open call as vLLM's portion/name regexes read it."""
+        m = self._portion_re.match(portion)
+        if m:
+            return m.group("function_name"), m.group("function_arguments")
+        m = self._name_re.match(portion)
+        if m:
+            # V3.1 stores `groups()` (a tuple) here; unreachable: its portion regex matches whenever
+            # the name regex does.
+            return m.group("function_name"), ""
+        return None
+
+    def feed(self, st: DeepSeekToolState, delta_text: str, delta_ids: Sequence[int], tool_id: ToolIdFn) -> Delta | None:
+        """`extract_tool_calls_streaming` for one chunk (the tool phase's text and ids)."""
+        prev_start, prev_end = st.n_start, st.n_end
+        if self.start_id is not None:
+            st.n_start += delta_ids.count(self.start_id)
+        if self.end_id is not None:
+            st.n_end += delta_ids.count(self.end_id)
+        cur_start, cur_end = st.n_start, st.n_end
+        if not st.begun and self.calls_begin_id in delta_ids:
+            st.begun = True
+        self._track(st, delta_text)
+        if not st.begun:
+            return Delta(content=delta_text)
+        delta_text = delta_text.replace(TOOL_CALLS_BEGIN, "").replace(TOOL_CALLS_END, "")
+        try:
+            return self._step(
+                st, delta_text, delta_ids, tool_id, prev_start, prev_end, cur_start, cur_end, before_closed
+            )
+        except _Skip:
+            return None
+
+    def _step(
+        self,
+        st: DeepSeekToolState,
+        delta_text: str,
+        delta_ids: Sequence[int],
+        tool_id: ToolIdFn,
+        prev_start: int,
+        prev_end: int,
+        cur_start: int,
+        cur_end: int,
+    ) -> Delta | None:
+        portion: str | None = None
+        text_portion: str | None = None
+        if cur_start == cur_end and prev_end == cur_end and TOOL_CALL_END not in delta_text:
+            return Delta(content=delta_text)
+
+        if TOOL_CALL_END in delta_text:
+            # vLLM: (current_text + delta_text).split(start)[-1].split(end)[0].rstrip()
+            if TOOL_CALL_BEGIN in delta_text:
+                portion = delta_text.rsplit(TOOL_CALL_BEGIN, 1)[1].split(TOOL_CALL_END)[0].rstrip()
+            else:
+                portion = self._current_portion(st).split(TOOL_CALL_END)[0].rstrip()
+            delta_text = delta_text.split(TOOL_CALL_END)[0].rstrip()
+            text_portion = delta_text.lstrip()
+
+        if cur_start > cur_end and cur_start > prev_start:
+            portion = self._current_portion(st) if len(delta_ids) > 1 else None
+            text_portion = None
+            st.tool_id += 1
+            st.name_sent = False
+            st.streamed.append("")
+        elif cur_start > cur_end and cur_start == prev_start:
+            portion = self._current_portion(st)
+            text_portion = None
+        elif cur_start == cur_end and cur_end >= prev_end:
+            if st.n_entries == 0:
+                return None
+            if st.tool_id >= st.n_entries:
+                raise _Skip  # IndexError in vLLM: the chunk yields nothing
+            if st.prev_text:  # (tool_id is the last entry's index: entries never run ahead of it)
+                if '"}' not in delta_text:
+                    return None
+                diff = delta_text[: delta_text.rindex('"}')] + '"}'
+                st.streamed[-1] += diff
+                return Delta(tool_calls=[ToolCallDelta(index=st.tool_id, arguments=diff)])
+        else:
+            text = delta_text.replace(TOOL_CALL_BEGIN, "").replace(TOOL_CALL_END, "")
+            return Delta(content=text)
+
+        current: tuple[str, str] | None = None
+        if portion:
+            current = self._match(portion)
+            if current is None:
+                return None
+
+        if not st.name_sent:
+            if current is None or not current[0]:
+                return None
+            st.name_sent = True
+            return Delta(
+                tool_calls=[ToolCallDelta(index=st.tool_id, id=tool_id(st.tool_id), type="function", name=current[0])]
+            )
+
+        if portion is None:
+            return Delta(content=delta_text) if text_portion is not None else None
+
+        if st.n_entries <= st.tool_id:
+            self._append_entry(st, None)
+        if st.tool_id >= st.n_entries:
+            raise _Skip  # IndexError in vLLM: one `{}` was appended, the chunk yields nothing
+        prev = st.prev_text
+        cur = current[1] if current is not None else None
+        delta: Delta | None = None
+        if cur and not prev:
+            delta = Delta(tool_calls=[ToolCallDelta(index=st.tool_id, arguments=cur)])
+            st.streamed[-1] = cur
+        elif cur and prev and cur != prev and len(cur) > len(prev) and cur.startswith(prev):
+            delta = Delta(tool_calls=[ToolCallDelta(index=st.tool_id, arguments=cur[len(prev) :])])
+            st.streamed[-1] = cur
+        st.prev_text = cur  # prev_tool_call_arr[current_tool_id] = current_tool_call
+        return delta
+
+    def _append_entry(self, st: DeepSeekToolState, args: str | None) -> None:
+        st.n_entries += 1
+        st.prev_text = args
+        while st.streamed_base < st.n_entries - 1 and st.streamed:
+            st.streamed.pop(0)
+            st.streamed_base += 1
+
+    def remaining_args(self, st: DeepSeekToolState) -> str:
+        """`get_remaining_unstreamed_args()`: the last entry's arguments not yet streamed."""
+        if not st.n_entries:
+            return ""
+        expected = st.prev_text if st.prev_text is not None else "{}"
+        index = st.n_entries - 1 - st.streamed_base
+        actual = st.streamed[index] if 0 <= index < len(st.streamed) else ""
+        return expected[len(actual) :] if expected.startswith(actual) else ""
+
+    # -- batch -------------------------------------------------------------------------------------
+
+    def extract_tool_calls(self, model_output: str) -> tuple[bool, list[FunctionCall], str | None]:
+        """`extract_tool_calls`: (tools_called, calls, content)."""
+        if TOOL_CALLS_BEGIN not in model_output:
+            return False, [], model_output
+        calls: list[FunctionCall] = []
+        if self.v31:
+            for m in _V31_CALL.finditer(model_output):
+                calls.append(FunctionCall(name=m.group("function_name"), arguments=m.group("function_arguments")))
+            content = model_output[: model_output.find(TOOL_CALLS_BEGIN)]
+            return True, calls, content or None
+        for m in _V3_CALL.finditer(model_output):
+            # ToolCall(type=...) accepts only "function": any other type fails the whole parse.
+            if m.group("type") != "function":
+                return False, [], model_output
+            calls.append(FunctionCall(name=m.group("function_name"), arguments=m.group("function_arguments")))
+        start = model_output.find(TOOL_CALLS_BEGIN)
+        end = model_output.rfind(TOOL_CALLS_END)
+        content = model_output[:start]
+        if end != -1:
+            content += model_output[end + len(TOOL_CALLS_END) :]
+        return True, calls, content or None
+
+
+class _Skip(Exception):
+    """vLLM's parser raised inside its try block: the chunk yields nothing."""
+
+
+class DeepSeekV31ToolParser(DeepSeekV3ToolParser):
+    name = "deepseek_v31"
+    structural_tag_model = "deepseek_v3_1"
+
+    def __init__(self, tokenizer: Any, **kwargs: Any) -> None:
+        super().__init__(tokenizer, v31=True, **kwargs)
