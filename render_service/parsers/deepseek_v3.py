@@ -178,9 +178,7 @@ class DeepSeekV3ToolParser:
             return Delta(content=delta_text)
         delta_text = delta_text.replace(TOOL_CALLS_BEGIN, "").replace(TOOL_CALLS_END, "")
         try:
-            return self._step(
-                st, delta_text, delta_ids, tool_id, prev_start, prev_end, cur_start, cur_end, before_closed
-            )
+            return self._step(st, delta_text, delta_ids, tool_id, prev_start, prev_end, cur_start, cur_end)
         except _Skip:
             return None
 
