@@ -220,16 +220,22 @@ class ChatParser:
         delta: Delta | None = None
         transitioned = False
         tool_text = delta_text  # what the tool parser consumes (vLLM: current_text - previous_text)
+        tool_ids = delta_token_ids
 
         if rp is not None and not st.reasoning_ended:
             delta, ended = rp.stream(st.reasoning, delta_text, delta_token_ids)  # type: ignore[arg-type]
             if ended:
                 st.reasoning_ended = True
                 transitioned = True
+                tool_ids = rp.content_ids(delta_token_ids)
                 # The engine buffers post-marker text (e.g. "<" of "<tool_call>"): flush it.
                 flush = rp.flush_on_transition(st.reasoning) if rp.engine_based_streaming else None  # type: ignore[arg-type]
                 handed = ((delta.content if delta else None) or "") + ((flush.content if flush else None) or "")
-                if self.engine_based:
+                if self.engine_based and tp is not None:
+                    if delta is not None:  # the tool phase below consumes the handed text
+                        delta.content = None
+                    tool_text = handed
+                elif self.engine_based:
                     if handed:  # no tool phase follows to consume it
                         if delta is None:
                             delta = Delta()
@@ -241,9 +247,13 @@ class ChatParser:
             st.tool_started = True
             reasoning_from_batch = delta.reasoning if delta else None
             if opts.tool_choice == "none":
-                delta = tp.feed_without_tools(st.tool, tool_text)
+                # engine-based pairs run their extraction and drop the calls; others pass through
+                if self.engine_based:
+                    delta = tp.feed_without_tools(st.tool, tool_text, tool_ids)
+                else:
+                    delta = Delta(content=tool_text) if tool_text else None
             else:  # required/named are parsed like auto (supports_required_and_named=False)
-                delta = tp.feed(st.tool, tool_text, tool_id)
+                delta = tp.feed_tokens(st.tool, tool_text, tool_ids, tool_id)
             if reasoning_from_batch:
                 if delta is None:
                     delta = Delta(reasoning=reasoning_from_batch)
@@ -260,9 +270,14 @@ class ChatParser:
             if tp is not None and delta is not None and delta.tool_calls:
                 last = delta.tool_calls[-1]
                 last.arguments = (last.arguments or "") + tp.remaining_args(st.tool)  # type: ignore[arg-type]
-            # _flush_engine_parsers: an engine still in reasoning flushes its buffers
+            # _flush_engine_parsers: an engine still in reasoning, and an engine tool parser,
+            # flush their buffers
+            flushes = []
             if rp is not None and rp.engine_based_streaming and not st.reasoning_ended:
-                flush = rp.finish(st.reasoning)  # type: ignore[arg-type]
+                flushes.append(rp.finish(st.reasoning))  # type: ignore[arg-type]
+            if tp is not None and tp.engine_based_streaming:
+                flushes.append(tp.finish(st.tool))
+            for flush in flushes:
                 if flush is not None:
                     if delta is None:
                         delta = flush
@@ -271,6 +286,8 @@ class ChatParser:
                             delta.content = (delta.content or "") + flush.content
                         if flush.reasoning:
                             delta.reasoning = (delta.reasoning or "") + flush.reasoning
+                        if flush.tool_calls:
+                            delta.tool_calls = delta.tool_calls + flush.tool_calls
 
         if delta is not None and not opts.include_reasoning:
             delta.reasoning = None
@@ -303,7 +320,7 @@ class ChatParser:
         if tp is None:
             return [], content
         if opts.tool_choice == "none":
-            return [], tp.content_without_tools(content)
+            return [], tp.content_without_tools(content) if self.engine_based else content
         forced = opts.tool_choice in ("named", "required")
         # supports_required_and_named is False for every registered parser: every choice but
         # "none" is auto here.
@@ -314,6 +331,8 @@ class ChatParser:
             return calls, parsed_content
         if forced and (content is None or not content.strip()):
             return [], None
+        if self.engine_based:  # the engine's content drops incomplete tool-call markup
+            return None, parsed_content or None
         return None, content
 
     def assemble(
@@ -334,7 +353,7 @@ class ChatParser:
         calls = list(tool_calls or [])
         if opts.parallel_tool_calls is False:
             calls = calls[:1]
-        return reasoning, content, [(tool_id(i), call) for i, call in enumerate(calls)]
+        return reasoning, content, [(call.id or tool_id(i), call) for i, call in enumerate(calls)]
 
 
 @lru_cache(maxsize=64)

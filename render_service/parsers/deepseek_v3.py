@@ -32,20 +32,22 @@ is content, the prompt always counts as past reasoning).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import msgspec
 
-from render_service.parsers.base import Delta, FunctionCall, ToolCallDelta, ToolIdFn
+from render_service.derender.detokenize import TokenizerInfo
+from render_service.parsers.base import Delta, FunctionCall, ToolCallDelta, ToolIdFn, json_schema_format
+from render_service.parsers.deepseek_r1 import DeepSeekR1ReasoningParser, DeepSeekR1State
+from render_service.parsers.protocols import ParserState, ToolParser
+from render_service.parsers.registry import register_reasoning_parser, register_tool_parser
 
 TOOL_CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
 TOOL_CALLS_END = "<｜tool▁calls▁end｜>"
 TOOL_CALL_BEGIN = "<｜tool▁call▁begin｜>"
 TOOL_CALL_END = "<｜tool▁call▁end｜>"
 TOOL_SEP = "<｜tool▁sep｜>"
-
-STATE_VERSION = 1
 
 # vLLM's regexes (`.` stops at "\n" only, as in the `regex` module).
 _V3_CALL = re.compile(
@@ -64,14 +66,13 @@ _V31_NAME = re.compile(r"(?P<function_name>.*)<｜tool▁sep｜>")
 NO_ARGS = -1  # an `arguments`-less entry (vLLM's `{}`): `.get("arguments")` is None
 
 
-class DeepSeekToolState(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+class DeepSeekToolState(ParserState, tag="deepseek_v3/1"):
     """One stream. `portion` is the open call's text after its `<｜tool▁call▁begin｜>` (vLLM's
     `current_text.split(start)[-1]`), frozen at its first end marker. `prev_tool_call_arr` is kept as
     its length and its last entry's arguments (`prev_text`, None for an `arguments`-less entry: only
     the last entry is ever read); `streamed_args_for_tool` as its entries from index
     `streamed_base` on (normally one: the entries below `len(prev_tool_call_arr) - 1` are never read)."""
 
-    version: int = STATE_VERSION
     begun: bool = False  # `<｜tool▁calls▁begin｜>` among the ids
     n_start: int = 0
     n_end: int = 0
@@ -84,48 +85,79 @@ class DeepSeekToolState(msgspec.Struct, array_like=True, forbid_unknown_fields=T
     streamed_base: int = 0
     streamed: list[str] = msgspec.field(default_factory=list)
 
-    @classmethod
-    def from_obj(cls, obj: Any) -> DeepSeekToolState:
-        st = msgspec.convert(obj, cls)
-        if st.version != STATE_VERSION:
-            raise ValueError(f"unsupported deepseek tool state version {st.version!r}")
-        return st
 
-    def to_obj(self) -> Any:
-        return msgspec.to_builtins(self)
+@register_tool_parser("deepseek_v3")
+class DeepSeekV3ToolParser(ToolParser):
+    """`deepseek_v3` (V3 markup, ```json fences); `DeepSeekV31ToolParser` below is `deepseek_v31`."""
 
-
-class DeepSeekV3ToolParser:
-    """`deepseek_v3` (V3 markup, ```json fences) and, with `v31=True`, `deepseek_v31`."""
-
-    name = "deepseek_v3"
     version = 1
-    engine_based_streaming = False
-    supports_required_and_named = False  # structural_tag_model set + strict tool calling (vLLM default)
-    structural_tag_model = "deepseek_r1"
+    state_type = DeepSeekToolState
+    structural_tag_model = "deepseek_r1"  # (strict tool calling: required/named parse like auto)
+    v31: ClassVar[bool] = False
 
-    def __init__(self, tokenizer: Any, *, v31: bool = False, **_: Any) -> None:
-        from render_service.derender.detokenize import TokenizerInfo
-
-        info = TokenizerInfo.of(tokenizer)
-        self.v31 = v31
-        if v31:
-            self.name, self.structural_tag_model = "deepseek_v31", "deepseek_v3_1"
-        ids = {m: info.token_to_id(m) for m in (TOOL_CALLS_BEGIN, TOOL_CALLS_END, TOOL_CALL_BEGIN, TOOL_CALL_END)}
+    def __init__(self, tokenizer: TokenizerInfo) -> None:
+        super().__init__(tokenizer)
+        ids = {m: tokenizer.token_to_id(m) for m in (TOOL_CALLS_BEGIN, TOOL_CALLS_END, TOOL_CALL_BEGIN, TOOL_CALL_END)}
         if ids[TOOL_CALLS_BEGIN] is None or ids[TOOL_CALLS_END] is None:
-            label = "DeepSeek-V3.1" if v31 else "DeepSeek-V3"
+            label = "DeepSeek-V3.1" if self.v31 else "DeepSeek-V3"
             raise ValueError(f"{label} Tool parser could not locate tool call start/end tokens in the tokenizer!")
         self.calls_begin_id: int = ids[TOOL_CALLS_BEGIN]  # type: ignore[assignment]
         self.start_id = ids[TOOL_CALL_BEGIN]
         self.end_id = ids[TOOL_CALL_END]
-        self._portion_re = _V31_PORTION if v31 else _V3_PORTION
-        self._name_re = _V31_NAME if v31 else _V3_NAME
+        self._portion_re = _V31_PORTION if self.v31 else _V3_PORTION
+        self._name_re = _V31_NAME if self.v31 else _V3_NAME
 
-    def new_state(self) -> DeepSeekToolState:
-        return DeepSeekToolState()
+    # -- render side -------------------------------------------------------------------------------
 
-    def load_state(self, obj: Any) -> DeepSeekToolState:
-        return DeepSeekToolState.from_obj(obj)
+    @classmethod
+    def _call_tag(cls, name: str) -> tuple[str, str]:
+        if cls.v31:
+            return f"{TOOL_CALL_BEGIN}{name}{TOOL_SEP}", TOOL_CALL_END
+        return f"{TOOL_CALL_BEGIN}function{TOOL_SEP}{name}\n```json\n", f"\n```{TOOL_CALL_END}"
+
+    @classmethod
+    def structural_tag(cls, tools: list[dict[str, Any]], strict: list[bool], choice: str) -> dict[str, Any] | None:
+        """xgrammar's builtin `deepseek_r1` / `deepseek_v3_1` structural tag `format`, dumped."""
+        tags: list[dict[str, Any]] = []
+        for tool, is_strict in zip(tools, strict, strict=True):
+            function = tool["function"]
+            parameters = function.get("parameters")
+            schema = (parameters if parameters is not None else True) if is_strict else True
+            begin, end = cls._call_tag(function["name"])
+            tags.append({"type": "tag", "begin": begin, "content": json_schema_format(schema), "end": end})
+        separator = "" if cls.v31 else "\n"
+        if choice == "forced":
+            tag = tags[0]
+            return {
+                "type": "tag",
+                "begin": TOOL_CALLS_BEGIN + tag["begin"],
+                "content": tag["content"],
+                "end": tag["end"] + TOOL_CALLS_END,
+            }
+        calls = {
+            "type": "tag",
+            "begin": TOOL_CALLS_BEGIN,
+            "content": {
+                "type": "tags_with_separator",
+                "tags": tags,
+                "separator": separator,
+                "at_least_one": True,
+                "stop_after_first": False,
+            },
+            "end": TOOL_CALLS_END,
+        }
+        if choice == "required":
+            return calls
+        if not tags:
+            return {"type": "any_text", "excludes": ["<think>", "</think>"]}
+        return {
+            "type": "triggered_tags",
+            "triggers": [TOOL_CALLS_BEGIN],
+            "tags": [calls],
+            "at_least_one": False,
+            "stop_after_first": False,
+            "excludes": ["<think>", "</think>"],
+        }
 
     # -- streaming ---------------------------------------------------------------------------------
 
@@ -163,7 +195,13 @@ class DeepSeekV3ToolParser:
             return m.group("function_name"), ""
         return None
 
-    def feed(self, st: DeepSeekToolState, delta_text: str, delta_ids: Sequence[int], tool_id: ToolIdFn) -> Delta | None:
+    def feed(self, st: DeepSeekToolState, text: str, tool_id: ToolIdFn) -> Delta | None:
+        """Without ids no marker is counted (vLLM keys every decision on the ids)."""
+        return self.feed_tokens(st, text, (), tool_id)
+
+    def feed_tokens(
+        self, st: DeepSeekToolState, delta_text: str, delta_ids: Sequence[int], tool_id: ToolIdFn
+    ) -> Delta | None:
         """`extract_tool_calls_streaming` for one chunk (the tool phase's text and ids)."""
         prev_start, prev_end = st.n_start, st.n_end
         if self.start_id is not None:
@@ -309,9 +347,37 @@ class _Skip(Exception):
     """vLLM's parser raised inside its try block: the chunk yields nothing."""
 
 
+@register_tool_parser("deepseek_v31")
 class DeepSeekV31ToolParser(DeepSeekV3ToolParser):
-    name = "deepseek_v31"
     structural_tag_model = "deepseek_v3_1"
+    v31 = True
 
-    def __init__(self, tokenizer: Any, **kwargs: Any) -> None:
-        super().__init__(tokenizer, v31=True, **kwargs)
+
+@register_reasoning_parser("deepseek_v3")
+class DeepSeekV3ReasoningParser(DeepSeekR1ReasoningParser):
+    """`deepseek_r1` when thinking, else vLLM's identity parser (all content)."""
+
+    version = 1
+    state_type = DeepSeekR1State
+
+    @classmethod
+    def thinking_enabled_for(cls, template_kwargs: Mapping[str, Any]) -> bool:
+        return bool(template_kwargs.get("thinking", False)) or bool(template_kwargs.get("enable_thinking", False))
+
+    def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
+        return super().prompt_ends_reasoning(prompt_token_ids) if self.thinking_enabled else True
+
+    def stream(self, st: DeepSeekR1State, delta_text: str, delta_ids: Sequence[int]) -> tuple[Delta | None, bool]:
+        if self.thinking_enabled:
+            return super().stream(st, delta_text, delta_ids)
+        return (Delta(content=delta_text) if delta_text else None), True
+
+    def content_ids(self, delta_ids: Sequence[int]) -> Sequence[int]:
+        return super().content_ids(delta_ids) if self.thinking_enabled else delta_ids
+
+    def extract(
+        self, model_output: str, prompt_token_ids: Sequence[int] | None = None
+    ) -> tuple[str | None, str | None]:
+        if self.thinking_enabled:
+            return super().extract(model_output, prompt_token_ids)
+        return None, model_output

@@ -111,6 +111,11 @@ class ReasoningParser(ABC):
         """Buffered text to hand over when reasoning ends (engine-based parsers)."""
         return None
 
+    def content_ids(self, delta_ids: Sequence[int]) -> Sequence[int]:
+        """vLLM's `extract_content_ids` on the chunk that ends reasoning: the ids the tool phase
+        starts with (only families whose tool parser reads ids care)."""
+        return delta_ids
+
     def finish(self, st: Any) -> Delta | None:
         """Buffered text to flush when the stream finishes still in reasoning."""
         return None
@@ -173,9 +178,18 @@ class ToolParser(ABC):
     def feed(self, st: Any, text: str, tool_id: ToolIdFn) -> Delta | None:
         """`extract_tool_calls_streaming` for the new text only."""
 
-    def feed_without_tools(self, st: Any, text: str) -> Delta | None:
-        """`tool_choice="none"`: vLLM passes the text through (engine-based parsers override
-        this to run their content extraction and drop the calls)."""
+    def feed_tokens(self, st: Any, text: str, token_ids: Sequence[int], tool_id: ToolIdFn) -> Delta | None:
+        """The chunk with its token ids, as vLLM passes both: families that read ids (marker
+        counts, special tokens) override this; the others get `feed`."""
+        return self.feed(st, text, tool_id)
+
+    def finish(self, st: Any) -> Delta | None:
+        """Engine-based parsers: what `finish_streaming()` flushes when the stream ends."""
+        return None
+
+    def feed_without_tools(self, st: Any, text: str, token_ids: Sequence[int] = ()) -> Delta | None:
+        """`tool_choice="none"` when both parsers are engine-based (vLLM runs the extraction and
+        drops the calls; otherwise the text passes through without calling this)."""
         return Delta(content=text) if text else None
 
     @abstractmethod
