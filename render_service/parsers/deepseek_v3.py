@@ -21,8 +21,10 @@ ints and the open call is matched incrementally, with every decision of vLLM's k
   content (with `<｜tool▁calls▁begin｜>`/`<｜tool▁calls▁end｜>` text removed);
 - batch uses vLLM's regexes over the whole text (V3 content keeps the text after `<｜tool▁calls▁end｜>`).
 
-State: two counters, flags, and the open call's own text (from its `<｜tool▁call▁begin｜>` up to its end
-marker; dropped when the next call starts), never the rest of the output.
+State: two counters, flags, and the open call's own text (from its `<｜tool▁call▁begin｜>` to its end
+marker, or on while the marker counts say a call is still open; replaced when the next call starts),
+never the rest of the output. Per chunk the work is the new text plus, while a call is open, one
+anchored regex match over that call's text (vLLM's own per-chunk step, minus the re-count).
 
 `deepseek_v3` reasoning (`DeepSeekV3ReasoningParser`): `deepseek_r1` when the request's
 `chat_template_kwargs` has `thinking` or `enable_thinking` truthy, else the identity parser (everything
@@ -68,7 +70,7 @@ NO_ARGS = -1  # an `arguments`-less entry (vLLM's `{}`): `.get("arguments")` is 
 
 class DeepSeekToolState(ParserState, tag="deepseek_v3/1"):
     """One stream. `portion` is the open call's text after its `<｜tool▁call▁begin｜>` (vLLM's
-    `current_text.split(start)[-1]`), frozen at its first end marker. `prev_tool_call_arr` is kept as
+    `current_text.split(start)[-1]`), no longer extended once it holds its end marker and the counts balance. `prev_tool_call_arr` is kept as
     its length and its last entry's arguments (`prev_text`, None for an `arguments`-less entry: only
     the last entry is ever read); `streamed_args_for_tool` as its entries from index
     `streamed_base` on (normally one: the entries below `len(prev_tool_call_arr) - 1` are never read)."""
@@ -79,7 +81,7 @@ class DeepSeekToolState(ParserState, tag="deepseek_v3/1"):
     tool_id: int = -1  # current_tool_id
     name_sent: bool = False
     portion: str | None = None  # None: no start marker text seen yet (split()[-1] is the whole text)
-    closed: bool = False  # the portion reached an end marker
+    closed: bool = False  # the portion holds an end marker
     n_entries: int = 0
     prev_text: str | None = None
     streamed_base: int = 0
@@ -162,20 +164,17 @@ class DeepSeekV3ToolParser(ToolParser):
     # -- streaming ---------------------------------------------------------------------------------
 
     def _track(self, st: DeepSeekToolState, text: str) -> None:
-        """current_text += text, keeping only what `split(start)[-1]` (capped at the end marker) needs."""
+        """current_text += text, keeping only what `split(start)[-1]` is read for: the open call.
+
+        Once the call's end marker is in and the marker counts balance, nothing after it is ever
+        read (only `split(end)[0]` of it), so the text stops growing there."""
         if TOOL_CALL_BEGIN in text:
             st.portion = text.rsplit(TOOL_CALL_BEGIN, 1)[1]
-            st.closed = False
-        elif st.portion is None:
+        elif st.portion is None or (st.closed and st.n_start <= st.n_end):
             return
-        elif not st.closed:
-            st.portion += text
         else:
-            return
-        end = st.portion.find(TOOL_CALL_END)
-        if end >= 0:
-            st.portion = st.portion[: end + len(TOOL_CALL_END)]
-            st.closed = True
+            st.portion += text
+        st.closed = TOOL_CALL_END in st.portion
 
     def _current_portion(self, st: DeepSeekToolState) -> str:
         """`current_text.split(TOOL_CALL_BEGIN)[-1]`. Without any start marker text (its id arrived but

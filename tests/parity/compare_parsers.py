@@ -58,6 +58,7 @@ class Family:
     prompts: dict[str, list[Any]]
     requests: dict[str, dict[str, Any]]
     eos: tuple[int, frozenset[int]]  # (eos id, the model's eos ids) for `_drop_stop_token`
+    builder: Callable[[Path], Path] | None = None  # builds `model` (default: render_service.model.example)
 
 
 _QWEN_WORDS = ["the", " quick", " é", " 😀", " 中文", " <", " >", " {", " }", "\n", " data", " a<b", "  ", "\n\n"]
@@ -130,6 +131,11 @@ FAMILIES: dict[str, Family] = {
         eos=(cases.EOS, cases.MODEL_EOS),
     ),
 }
+
+# The DeepSeek, Kimi K2 and Gemma 4 families (their outputs, prompts, requests and model builders).
+from tests.parsers.families.outputs import FAMILIES as _MORE_FAMILIES  # noqa: E402
+
+FAMILIES.update({name: Family(**spec) for name, spec in _MORE_FAMILIES.items()})
 
 # -- vLLM's side -------------------------------------------------------------------------------------
 
@@ -246,7 +252,7 @@ class Oracle:
             "stop_reason": stop_reason,
             "reasoning": fields.reasoning,
             "content": fields.content,
-            "tool_calls": [[c.function.name, c.function.arguments] for c in tool_calls],
+            "tool_calls": [cases.batch_call(c.function.name, c.function.arguments, c.id) for c in tool_calls],
             "finish_reason": resolve_finish_reason(finish, request, bool(tool_calls)),
         }
 
@@ -260,7 +266,7 @@ def _vllm_wire(delta: Any) -> dict[str, Any] | None:
     for tc in delta.tool_calls or []:
         c: dict[str, Any] = {}
         if tc.id is not None:
-            c["id"] = "ID"
+            c["id"] = cases.shown_id(tc.id)
         if tc.type is not None:
             c["type"] = tc.type
         c["index"] = tc.index
@@ -286,9 +292,10 @@ def ours_stream(
     chunks: list[list[int]],
     finish: str,
     snap: int,
+    eos: tuple[int, frozenset[int]] = (cases.EOS, cases.MODEL_EOS),
 ) -> list[tuple[dict[str, Any] | None, str | None]]:
     parser = _our_parser(tok, reasoning, tool, req)
-    steps = cases.run_stream(tok, parser, req, prompt, chunks, finish, roundtrip_every=snap)
+    steps = cases.run_stream(tok, parser, req, prompt, chunks, finish, roundtrip_every=snap, eos=eos)
     return [(cases.wire(d), fr) for d, fr in steps]
 
 
@@ -300,8 +307,9 @@ def ours_batch(
     prompt: list[int] | None,
     ids: list[int],
     finish: str,
+    eos: tuple[int, frozenset[int]] = (cases.EOS, cases.MODEL_EOS),
 ) -> dict[str, Any]:
-    return cases.run_batch(tok, _our_parser(tok, reasoning, tool, req), req, prompt, ids, finish)
+    return cases.run_batch(tok, _our_parser(tok, reasoning, tool, req), req, prompt, ids, finish, eos=eos)
 
 
 def _our_parser(tok: Any, reasoning: str | None, tool: str | None, req: dict[str, Any]) -> parsers.ChatParser:
@@ -349,9 +357,9 @@ def fuzz(family_name: str, family: Family, model_dir: Path, n: int, seed: int) -
         finish = rng.choice(["stop", "stop", "length"])
         snap = rng.randrange(0, 4)
         theirs_stream = oracle.stream(reasoning, tool, req, prompt, chunks, finish)
-        mine_stream = ours_stream(tok, reasoning, tool, req, prompt, chunks, finish, snap)
+        mine_stream = ours_stream(tok, reasoning, tool, req, prompt, chunks, finish, snap, family.eos)
         theirs_batch = oracle.batch(reasoning, tool, req, prompt, ids, finish)
-        mine_batch = ours_batch(tok, reasoning, tool, req, prompt, ids, finish)
+        mine_batch = ours_batch(tok, reasoning, tool, req, prompt, ids, finish, family.eos)
         if theirs_stream != mine_stream or theirs_batch != mine_batch:
             failures += 1
             where = _first_difference(theirs_stream, mine_stream) if theirs_stream != mine_stream else "batch"
@@ -412,16 +420,18 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = args.models or Path(tmp)
 
-        def model_dir(model: str) -> Path:
+        def model_dir(model: str, builder: Callable[[Path], Path] | None = None) -> Path:
             path = root / model
-            return path if (path / "tokenizer.json").exists() else build_example_model(path, model)
+            if (path / "tokenizer.json").exists():
+                return path
+            return builder(path) if builder is not None else build_example_model(path, model)
 
         if args.golden:
             return record_golden(model_dir("qwen3"), Path(cases.__file__).with_name("test_parsers.py"))
         failures = 0
         for name in args.family or sorted(FAMILIES):
             family = FAMILIES[name]
-            failures += fuzz(name, family, model_dir(family.model), args.cases, args.seed)
+            failures += fuzz(name, family, model_dir(family.model, family.builder), args.cases, args.seed)
     return 1 if failures else 0
 
 
