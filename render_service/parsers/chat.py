@@ -53,9 +53,12 @@ def parser_versions(reasoning: str | None, tool: str | None) -> dict[str, int]:
     return out
 
 
-def thinking_enabled(reasoning: str | None, template_kwargs: Mapping[str, Any] | None) -> bool:
-    """What the reasoning parser reads from the request's chat template kwargs."""
+def thinking_enabled(reasoning: str | None, template_kwargs: Mapping[str, Any] | None, tool: str | None = None) -> bool:
+    """What the reasoning parser reads from the request's chat template kwargs (without one, what
+    an engine-based tool parser reads from them)."""
     if reasoning is None:
+        if tool is not None and tool_parser_class(tool).reads_thinking:
+            return tool_parser_class(tool).thinking_enabled_for(template_kwargs or {})
         return True
     return reasoning_parser_class(reasoning).thinking_enabled_for(template_kwargs or {})
 
@@ -131,7 +134,16 @@ class ChatParser:
         self.reasoning: ReasoningParser | None = (
             reasoning_cls(self.info, thinking_enabled=thinking_enabled) if reasoning_cls is not None else None
         )
-        self.tool: ToolParser | None = tool_cls(self.info) if tool_cls is not None and enable_auto_tools else None
+        self.tool: ToolParser | None = None
+        if tool_cls is not None and enable_auto_tools:
+            self.tool = (
+                tool_cls(self.info, thinking_enabled=thinking_enabled)  # type: ignore[call-arg]
+                if tool_cls.reads_thinking
+                else tool_cls(self.info)
+            )
+            if self.reasoning is None and hasattr(self.tool, "skip_reasoning_parsing"):
+                # no reasoning parser: reasoning markup is plain content to an engine tool parser
+                self.tool.skip_reasoning_parsing = True
         r, t = self.reasoning, self.tool
         self.engine_based = (r is None or r.engine_based_streaming) and (t is None or t.engine_based_streaming)
 
@@ -249,7 +261,7 @@ class ChatParser:
             if opts.tool_choice == "none":
                 # engine-based pairs run their extraction and drop the calls; others pass through
                 if self.engine_based:
-                    delta = tp.feed_without_tools(st.tool, tool_text, tool_ids)
+                    delta = tp.feed_without_tools(st.tool, tool_text, tool_ids, has_tools=opts.has_tools)
                 else:
                     delta = Delta(content=tool_text) if tool_text else None
             else:  # required/named are parsed like auto (supports_required_and_named=False)
@@ -276,7 +288,7 @@ class ChatParser:
             if rp is not None and rp.engine_based_streaming and not st.reasoning_ended:
                 flushes.append(rp.finish(st.reasoning))  # type: ignore[arg-type]
             if tp is not None and tp.engine_based_streaming:
-                flushes.append(tp.finish(st.tool))
+                flushes.append(tp.finish(st.tool, tool_id))
             for flush in flushes:
                 if flush is not None:
                     if delta is None:
@@ -320,7 +332,7 @@ class ChatParser:
         if tp is None:
             return [], content
         if opts.tool_choice == "none":
-            return [], tp.content_without_tools(content) if self.engine_based else content
+            return [], tp.content_without_tools(content, has_tools=opts.has_tools) if self.engine_based else content
         forced = opts.tool_choice in ("named", "required")
         # supports_required_and_named is False for every registered parser: every choice but
         # "none" is auto here.

@@ -143,6 +143,9 @@ class ToolParser(ABC):
     # a class until they are.
     supports_required_and_named: ClassVar[bool] = True
     default_tool_strict_level: ClassVar[ToolStrictLevel] = ToolStrictLevel.AUTO
+    # Engine-based families build their tool parser from the chat template kwargs too (vLLM
+    # passes them to both adapters): the constructor then takes `thinking_enabled`.
+    reads_thinking: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -153,6 +156,11 @@ class ToolParser(ABC):
         self.info = tokenizer
 
     # -- render side ------------------------------------------------------------------------------
+
+    @classmethod
+    def thinking_enabled_for(cls, template_kwargs: Mapping[str, Any]) -> bool:
+        """What a `reads_thinking` family makes of the chat template kwargs."""
+        return True
 
     @classmethod
     def adjust_request(cls, request: RequestAdjustment) -> None:
@@ -183,13 +191,16 @@ class ToolParser(ABC):
         counts, special tokens) override this; the others get `feed`."""
         return self.feed(st, text, tool_id)
 
-    def finish(self, st: Any) -> Delta | None:
+    def finish(self, st: Any, tool_id: ToolIdFn) -> Delta | None:
         """Engine-based parsers: what `finish_streaming()` flushes when the stream ends."""
         return None
 
-    def feed_without_tools(self, st: Any, text: str, token_ids: Sequence[int] = ()) -> Delta | None:
+    def feed_without_tools(
+        self, st: Any, text: str, token_ids: Sequence[int] = (), *, has_tools: bool = True
+    ) -> Delta | None:
         """`tool_choice="none"` when both parsers are engine-based (vLLM runs the extraction and
-        drops the calls; otherwise the text passes through without calling this)."""
+        drops the calls; otherwise the text passes through without calling this). `has_tools`:
+        the request lists tools (then the engine suppresses tool events altogether)."""
         return Delta(content=text) if text else None
 
     @abstractmethod
@@ -200,6 +211,6 @@ class ToolParser(ABC):
     def extract_tool_calls(self, model_output: str) -> tuple[bool, list[FunctionCall], str | None]:
         """Batch `extract_tool_calls`: (tools_called, calls, content)."""
 
-    def content_without_tools(self, content: str | None) -> str | None:
+    def content_without_tools(self, content: str | None, *, has_tools: bool = True) -> str | None:
         """Batch content for `tool_choice="none"` (engine-based parsers strip tool markup)."""
         return content

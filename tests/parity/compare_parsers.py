@@ -318,7 +318,7 @@ def _our_parser(tok: Any, reasoning: str | None, tool: str | None, req: dict[str
         reasoning,
         tool,
         enable_auto_tools=True,
-        thinking_enabled=parsers.thinking_enabled(reasoning, req.get("chat_template_kwargs")),
+        thinking_enabled=parsers.thinking_enabled(reasoning, req.get("chat_template_kwargs"), tool),
     )
     assert parser is not None
     return parser

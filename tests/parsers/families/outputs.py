@@ -11,7 +11,7 @@ import random
 from typing import Any
 
 from tests.parsers.cases import TOOLS
-from tests.parsers.families import deepseek
+from tests.parsers.families import deepseek, kimi
 
 WORDS = ["the", " quick", " é", " 😀", " 中文", " <", " >", " {", " }", "\n", " data", " a<b", "  ", "\n\n", '"}']
 ARGS = [
@@ -106,6 +106,98 @@ DS_PROMPTS: dict[str, list[Any]] = {
     "bare": ["@<｜begin▁of▁sentence｜>", "@<｜User｜>", "hi", "@<｜Assistant｜>"],
 }
 
+# -- Kimi K2 ---------------------------------------------------------------------------------------------
+
+KIMI_TEXT_MARKERS = ["<|tool_call_begin|>", "<|tool_calls_section_begin|>", "<think>", "</think>", "functions.", ":0"]
+
+
+def _kimi_call(rng: random.Random, index: int) -> list[Any]:
+    name = rng.choice(["get_weather", "search"])
+    header = rng.choice([f"functions.{name}:{index}", f" functions.{name}:{index} ", f"{name}:{index}", name, ""])
+    out: list[Any] = ["@<|tool_call_begin|>", header]
+    if rng.random() < 0.92:
+        out.append("@<|tool_call_argument_begin|>")
+        args = _json_args(rng)
+        if rng.random() < 0.1:
+            args = json.dumps({"name": name, "arguments": rng.choice(ARGS)})
+        out.append(args)
+    if rng.random() < 0.9:
+        out.append("@<|tool_call_end|>")
+    return out
+
+
+def kimi_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    if rng.random() < 0.5:
+        segs.append("@<think>")
+    if rng.random() < 0.7:
+        segs.extend(rng.choice(WORDS) for _ in range(rng.randrange(0, 6)))
+        if rng.random() < 0.7:
+            segs.append("@</think>")
+    segs.extend(rng.choice(WORDS) for _ in range(rng.randrange(0, 4)))
+    if rng.random() < 0.75:
+        segs.append("@<|tool_calls_section_begin|>")
+        for i in range(rng.randrange(1, 4)):
+            segs.extend(_kimi_call(rng, i))
+            if rng.random() < 0.15:
+                segs.append(rng.choice(["\n", " ", "x"]))
+        if rng.random() < 0.8:
+            segs.append("@<|tool_calls_section_end|>")
+    for _ in range(rng.randrange(0, 3)):
+        roll = rng.random()
+        if roll < 0.3:
+            segs.append(rng.choice(KIMI_TEXT_MARKERS))
+        elif roll < 0.4:
+            segs.append(("chars", rng.choice(KIMI_TEXT_MARKERS)))
+        else:
+            segs.append(rng.choice(WORDS))
+    if rng.random() < 0.5:
+        segs.append("@<|im_end|>")
+    return segs
+
+
+KIMI_REQ: dict[str, dict[str, Any]] = {
+    "auto": {"tools": TOOLS},
+    "nothink": {"tools": TOOLS, "chat_template_kwargs": {"thinking": False}},
+    "enable_thinking_off": {"tools": TOOLS, "chat_template_kwargs": {"enable_thinking": False}},
+    "none": {"tools": TOOLS, "tool_choice": "none"},
+    "required": {"tools": TOOLS, "tool_choice": "required"},
+    "named": {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+    "noparallel": {"tools": TOOLS, "parallel_tool_calls": False},
+    "noreason": {"tools": TOOLS, "include_reasoning": False},
+    "notools": {},
+}
+KIMI_PROMPTS: dict[str, list[Any]] = {
+    "open": [
+        "@<|im_user|>",
+        "user",
+        "@<|im_middle|>",
+        "hi",
+        "@<|im_end|>",
+        "@<|im_assistant|>",
+        "assistant",
+        "@<|im_middle|>",
+    ],
+    "closed": ["@<|im_assistant|>", "assistant", "@<|im_middle|>", "@<think>", "@</think>"],
+    "history": [
+        "@<|im_assistant|>",
+        "assistant",
+        "@<|im_middle|>",
+        "@<think>",
+        "x",
+        "@</think>",
+        "ok",
+        "@<|im_end|>",
+        "@<|im_user|>",
+        "more",
+        "@<|im_end|>",
+        "@<|im_assistant|>",
+        "assistant",
+        "@<|im_middle|>",
+        "@<think>",
+    ],
+}
+
 FAMILIES: dict[str, dict[str, Any]] = {
     "deepseek": {
         "model": "deepseek",
@@ -123,5 +215,16 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "requests": DS_REQ,
         "eos": (1, frozenset({1})),
         "builder": deepseek.build,
+    },
+    "kimi": {
+        "model": "kimi",
+        # (a reasoning parser of another family beside kimi_k2 tools reads the template kwargs its
+        # own way; ours then builds the tool engine with the reasoning parser's thinking decision)
+        "configs": (("kimi_k2", "kimi_k2"), (None, "kimi_k2"), ("kimi_k2", None)),
+        "segments": kimi_output,
+        "prompts": KIMI_PROMPTS,
+        "requests": KIMI_REQ,
+        "eos": (kimi.IDS["<|im_end|>"], frozenset({kimi.IDS["<|im_end|>"]})),
+        "builder": kimi.build,
     },
 }
