@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.parsers.families import deepseek as ds_fixture
+from tests.parsers.families import kimi as kimi_fixture
 
 from .corpus import CONFIGS, ServerConfig
 from .derender_corpus import (
@@ -72,13 +73,24 @@ class ModelFamily:
     derender: Family
 
 
-DS_IDS = {"eos": 1, "think": 128821, "end_think": 128822}
+KIMI_IDS = kimi_fixture.IDS
 MODEL_FAMILIES: dict[str, ModelFamily] = {
     "dsv3": ModelFamily(
         "dsv3",
         ds_fixture.build,
         ds_fixture.SERVED_NAME,
         Family(ds_fixture.SERVED_NAME, eos=1, think=128821, end_think=128822),
+    ),
+    "kimi": ModelFamily(
+        "kimi",
+        kimi_fixture.build,
+        kimi_fixture.SERVED_NAME,
+        Family(
+            kimi_fixture.SERVED_NAME,
+            eos=KIMI_IDS["<|im_end|>"],
+            think=KIMI_IDS["<think>"],
+            end_think=KIMI_IDS["</think>"],
+        ),
     ),
 }
 
@@ -99,6 +111,21 @@ FAMILY_CONFIGS: dict[str, ServerConfig] = {
             served_model_name=ds_fixture.SERVED_NAME,
             reasoning_parser="deepseek_v3",
             tool_call_parser="deepseek_v31",
+            enable_auto_tool_choice=True,
+        ),
+        ServerConfig(
+            "kimi_tools",
+            family="kimi",
+            served_model_name=kimi_fixture.SERVED_NAME,
+            reasoning_parser="kimi_k2",
+            tool_call_parser="kimi_k2",
+            enable_auto_tool_choice=True,
+        ),
+        ServerConfig(
+            "kimi_tools_only",
+            family="kimi",
+            served_model_name=kimi_fixture.SERVED_NAME,
+            tool_call_parser="kimi_k2",
             enable_auto_tool_choice=True,
         ),
     )
@@ -243,6 +270,127 @@ def _deepseek_cases(b: FamilyCorpus) -> None:
         )
 
 
+def _kimi_cases(b: FamilyCorpus) -> None:
+    k = KIMI_IDS
+    model = kimi_fixture.SERVED_NAME
+    think, end_think, eos = k["<think>"], k["</think>"], k["<|im_end|>"]
+    sec, sec_end = k["<|tool_calls_section_begin|>"], k["<|tool_calls_section_end|>"]
+    call, arg, call_end = k["<|tool_call_begin|>"], k["<|tool_call_argument_begin|>"], k["<|tool_call_end|>"]
+    user = [{"role": "user", "content": "What's the weather in Paris and Tokyo?"}]
+    history = [
+        *user,
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "functions.get_weather:0",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                },
+                {
+                    "id": "functions.get_weather:1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'},
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "functions.get_weather:1", "content": "rain"},
+        {"role": "user", "content": "And Tokyo?"},
+    ]
+
+    def kcall(header: str, args: str, close: bool = True) -> tuple[Seg, ...]:
+        return (call, header, arg, args, *((call_end,) if close else ()))
+
+    paris = kcall("functions.get_weather:0", '{"city": "Paris", "unit": "celsius"}')
+    tokyo = kcall("functions.get_weather:1", '{"city": "東京"}')
+    search = kcall("functions.search:2", '{\n  "q": "weather 🎉",\n  "n": 3\n}')
+    calls = (sec, *paris, *tokyo, *search, sec_end, eos)
+    reasoning = (think, "The user wants two cities. I'll call get_weather twice.\n", end_think)
+    nothink = {"chat_template_kwargs": {"thinking": False}}
+    for cfg, tag in (("kimi_tools", "kimi"), ("kimi_tools_only", "kimit")):
+        req = chat(user, model, tools=TOOLS)
+        b.render(f"{tag}_render_auto", cfg, req)
+        b.render(f"{tag}_render_nothink", cfg, {**req, **nothink})
+        b.render(f"{tag}_render_required", cfg, {**req, "tool_choice": "required"})
+        b.render(
+            f"{tag}_render_named", cfg, {**req, "tool_choice": {"type": "function", "function": {"name": "search"}}}
+        )
+        b.render(f"{tag}_render_none", cfg, {**req, "tool_choice": "none"})
+        b.render(f"{tag}_render_notools", cfg, chat(user, model))
+        b.render(f"{tag}_render_strict", cfg, chat(user, model, tools=[STRICT_WEATHER, SEARCH]))
+        b.render(f"{tag}_render_history", cfg, chat(history, model, tools=TOOLS))
+        b.chat_all(f"{tag}_calls", cfg, req, [Out((*reasoning, *calls))])
+        b.chat_all(f"{tag}_content", cfg, req, [Out((*reasoning, "Sunny in Paris — 晴れ ☀️.", eos))])
+        b.chat_all(f"{tag}_nothink_calls", cfg, {**req, **nothink}, [Out(("Checking. ", *calls))])
+        b.chat_all(
+            f"{tag}_history_calls",
+            cfg,
+            chat(history, model, tools=TOOLS),
+            [Out((*reasoning, sec, *kcall("functions.get_weather:2", '{"city": "Tokyo"}'), sec_end, eos))],
+        )
+        b.chat_all(
+            f"{tag}_content_after", cfg, req, [Out((*reasoning, sec, *paris, sec_end, " trailing text", eos))], "b1"
+        )
+        b.chat_all(
+            f"{tag}_bad_header",
+            cfg,
+            req,
+            [Out((sec, *kcall("get_weather", '{"city": "Paris"}'), *kcall("functions.search:1", "{}"), sec_end, eos))],
+            "b1",
+        )
+        b.chat_all(
+            f"{tag}_malformed",
+            cfg,
+            req,
+            [Out((sec, *kcall("functions.get_weather:0", '{"city": "Par'), sec_end, eos))],
+            "b1",
+        )
+        b.chat_all(
+            f"{tag}_length_in_call",
+            cfg,
+            req,
+            [Out((*reasoning, sec, *kcall("functions.get_weather:0", '{"city": "Paris", "un', close=False)), "length")],
+        )
+        b.chat_all(f"{tag}_none", cfg, {**req, "tool_choice": "none"}, [Out((*reasoning, "ok ", *calls))], "b1")
+        b.chat_all(f"{tag}_notools", cfg, chat(user, model), [Out((*reasoning, "ok ", *calls))], "b1")
+        b.chat_all(f"{tag}_required", cfg, {**req, "tool_choice": "required"}, [Out(calls)], "b1")
+        b.chat_all(
+            f"{tag}_named",
+            cfg,
+            {**req, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+            [Out((sec, *paris, sec_end, eos))],
+            "b1",
+        )
+        b.chat_all(f"{tag}_noparallel", cfg, {**req, "parallel_tool_calls": False}, [Out(calls)], "b1")
+        b.chat_all(f"{tag}_noreason", cfg, {**req, "include_reasoning": False}, [Out((*reasoning, *calls))], "b1")
+        b.chat_all(
+            f"{tag}_split",
+            cfg,
+            req,
+            [
+                Out(
+                    (
+                        think,
+                        ("<", "thi", "nk>"),
+                        " é\n\n",
+                        end_think,
+                        "  ",
+                        sec,
+                        call,
+                        ("functions.", "get_", "weather:0"),
+                        arg,
+                        ('{"city": "東', '京"}'),
+                        call_end,
+                        sec_end,
+                    )
+                )
+            ],
+            "1r",
+        )
+
+
 def history_req(messages: list[dict[str, Any]], model: str) -> dict[str, Any]:
     return chat(messages, model, tools=TOOLS)
 
@@ -250,6 +398,7 @@ def history_req(messages: list[dict[str, Any]], model: str) -> dict[str, Any]:
 def build_corpus(encoders: Mapping[str, Encoder]) -> FamilyCorpus:
     b = FamilyCorpus(encoders)
     _deepseek_cases(b)
+    _kimi_cases(b)
     return b
 
 
