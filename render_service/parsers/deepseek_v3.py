@@ -65,7 +65,13 @@ _V31_CALL = re.compile(
 _V31_PORTION = re.compile(r"(?P<function_name>.*)<｜tool▁sep｜>(?P<function_arguments>[\s\S]*)")
 _V31_NAME = re.compile(r"(?P<function_name>.*)<｜tool▁sep｜>")
 
-NO_ARGS = -1  # an `arguments`-less entry (vLLM's `{}`): `.get("arguments")` is None
+LITERAL, FIXED_ARGS, FIXED_NAME, FIXED_NONE = range(4)
+# `streamed_args_for_tool` entries whose text is not kept: equal to the last entry's arguments, or
+# those plus a closing diff (never a prefix of them). No model argument text starts with NUL.
+STREAMED_EQ = "\x00="
+STREAMED_LONGER = "\x00+"
+PREV_KEPT = "\x00"  # a truthy last entry whose text is not kept (only its truthiness is read)
+JSON_FENCE = "\n```json\n"
 
 
 class DeepSeekToolState(ParserState, tag="deepseek_v3/1"):
@@ -86,6 +92,15 @@ class DeepSeekToolState(ParserState, tag="deepseek_v3/1"):
     prev_text: str | None = None
     streamed_base: int = 0
     streamed: list[str] = msgspec.field(default_factory=list)
+    # Once the open call's header is complete its match can only grow at the end: `fixed` says how
+    # (FIXED_ARGS: arguments from `args_at` on; FIXED_NAME: name only, empty arguments; FIXED_NONE:
+    # no match), `portion` then keeps only the text from `cut` on (what is not streamed yet) and
+    # `prev_len` stands for `prev_text` (the arguments `full[args_at:args_at + prev_len]`; -1: none).
+    fixed: int = 0
+    name: str = ""
+    args_at: int = 0
+    cut: int = 0
+    prev_len: int = -1
 
 
 @register_tool_parser("deepseek_v3")
@@ -170,11 +185,14 @@ class DeepSeekV3ToolParser(ToolParser):
         read (only `split(end)[0]` of it), so the text stops growing there."""
         if TOOL_CALL_BEGIN in text:
             st.portion = text.rsplit(TOOL_CALL_BEGIN, 1)[1]
-        elif st.portion is None or (st.closed and st.n_start <= st.n_end):
+            st.closed = TOOL_CALL_END in st.portion
+            if st.fixed:
+                self._leave_fixed(st)
             return
-        else:
-            st.portion += text
-        st.closed = TOOL_CALL_END in st.portion
+        if st.portion is None or (st.closed and st.n_start <= st.n_end):
+            return
+        st.portion += text
+        st.closed = st.closed or TOOL_CALL_END in (text if st.fixed else st.portion)
 
     def _current_portion(self, st: DeepSeekToolState) -> str:
         """`current_text.split(TOOL_CALL_BEGIN)[-1]`. Without any start marker text (its id arrived but
@@ -218,6 +236,119 @@ class DeepSeekV3ToolParser(ToolParser):
             return self._step(st, delta_text, delta_ids, tool_id, prev_start, prev_end, cur_start, cur_end)
         except _Skip:
             return None
+        finally:
+            if not st.fixed and st.name_sent and st.portion is not None and not st.closed:
+                self._try_fix(st)
+
+    # -- the open call once its header is complete (O(new text) per chunk) -----------------------------
+
+    def _prev_truthy(self, st: DeepSeekToolState) -> bool:
+        return st.prev_len > 0 if st.fixed else bool(st.prev_text)
+
+    def _try_fix(self, st: DeepSeekToolState) -> None:
+        """Enter the fixed mode when the header can no longer change the match and the kept
+        `prev_tool_call_arr` / `streamed_args_for_tool` entries agree with it."""
+        portion = st.portion
+        assert portion is not None
+        if st.tool_id != st.n_entries - 1 or st.streamed_base + len(st.streamed) - 1 != st.tool_id:
+            return
+        nl = portion.find("\n")
+        if nl < 0:
+            return
+        line1 = portion[:nl]
+        sep = line1.rfind(TOOL_SEP)
+        if sep < 0:
+            kind, name, args_at = FIXED_NONE, "", 0
+        elif self.v31:
+            kind, name, args_at = FIXED_ARGS, line1[:sep], sep + len(TOOL_SEP)
+        else:
+            fence = portion[nl : nl + len(JSON_FENCE)]
+            if fence == JSON_FENCE:
+                kind, name, args_at = FIXED_ARGS, line1[sep + len(TOOL_SEP) :], nl + len(JSON_FENCE)
+            elif JSON_FENCE.startswith(fence):
+                return  # the fence is still arriving
+            else:
+                kind, name, args_at = FIXED_NAME, line1[sep + len(TOOL_SEP) :], 0
+        prev = st.prev_text
+        last = st.streamed[-1]
+        if kind == FIXED_ARGS:
+            if prev and (portion[args_at : args_at + len(prev)] != prev or last != prev):
+                return
+        elif prev:
+            return
+        if not prev and last != "":
+            return
+        st.fixed, st.name, st.args_at = kind, name, args_at
+        st.prev_len = -1 if prev is None else len(prev)
+        st.prev_text = None
+        if prev:
+            st.streamed[-1] = STREAMED_EQ
+        st.cut = args_at + max(st.prev_len, 0) if kind == FIXED_ARGS else len(portion)
+        st.portion = portion[st.cut :]
+
+    def _leave_fixed(self, st: DeepSeekToolState) -> None:
+        if st.prev_len >= 0:
+            st.prev_text = PREV_KEPT if st.prev_len > 0 else ""
+        st.fixed, st.name, st.args_at, st.cut, st.prev_len = LITERAL, "", 0, 0, -1
+
+    def _current_args_len(self, st: DeepSeekToolState, tail: str) -> int:
+        """Length of the arguments vLLM's portion regex reads (0: only the name regex matches)."""
+        assert st.portion is not None
+        if self.v31:
+            return st.cut + len(tail) - st.args_at
+        stripped = tail.rstrip("\n`")
+        if stripped:
+            return st.cut + len(stripped) - st.args_at
+        return max(st.cut - st.args_at, 0)
+
+    def _set_prev(self, st: DeepSeekToolState, length: int) -> None:
+        """prev_tool_call_arr[current] = the current arguments; drop the text now streamed."""
+        assert st.portion is not None
+        st.prev_len = length
+        drop = st.args_at + max(length, 0) - st.cut
+        if drop > 0:
+            st.portion = st.portion[drop:]
+            st.cut += drop
+
+    def _emit_fixed(self, st: DeepSeekToolState, cur_len: int) -> Delta | None:
+        assert st.portion is not None
+        prev_len = st.prev_len
+        delta = None
+        if cur_len > 0 and prev_len <= 0:
+            start = st.args_at - st.cut
+            delta = Delta(tool_calls=[ToolCallDelta(index=st.tool_id, arguments=st.portion[start : start + cur_len])])
+            st.streamed[-1] = STREAMED_EQ
+        elif cur_len > prev_len > 0:
+            start = st.args_at + prev_len - st.cut
+            text = st.portion[start : start + cur_len - prev_len]
+            delta = Delta(tool_calls=[ToolCallDelta(index=st.tool_id, arguments=text)])
+            st.streamed[-1] = STREAMED_EQ
+        self._set_prev(st, cur_len)
+        return delta
+
+    def _update_fixed(self, st: DeepSeekToolState) -> Delta | None:
+        """The update branch (call still open) in the fixed mode."""
+        if st.fixed == FIXED_NONE:
+            return None
+        if st.fixed == FIXED_NAME:
+            st.prev_len = 0
+            return None
+        assert st.portion is not None
+        return self._emit_fixed(st, self._current_args_len(st, st.portion))
+
+    def _closing_fixed(self, st: DeepSeekToolState) -> Delta | None:
+        """The closing branch with no arguments streamed yet, in the fixed mode: the call's text
+        up to its end marker, stripped, matched again."""
+        if st.fixed == FIXED_NONE:
+            return None
+        if st.fixed == FIXED_NAME:
+            st.prev_len = 0
+            return None
+        assert st.portion is not None
+        args = st.portion[st.args_at - st.cut :].split(TOOL_CALL_END)[0].rstrip()
+        if not self.v31:
+            args = args.rstrip("\n`") if args.rstrip("\n`") else ""
+        return self._emit_fixed(st, len(args))
 
     def _step(
         self,
@@ -239,6 +370,8 @@ class DeepSeekV3ToolParser(ToolParser):
             # vLLM: (current_text + delta_text).split(start)[-1].split(end)[0].rstrip()
             if TOOL_CALL_BEGIN in delta_text:
                 portion = delta_text.rsplit(TOOL_CALL_BEGIN, 1)[1].split(TOOL_CALL_END)[0].rstrip()
+            elif st.fixed:
+                portion = None  # matched below from the kept tail (`_closing_fixed`)
             else:
                 portion = self._current_portion(st).split(TOOL_CALL_END)[0].rstrip()
             delta_text = delta_text.split(TOOL_CALL_END)[0].rstrip()
@@ -251,6 +384,8 @@ class DeepSeekV3ToolParser(ToolParser):
             st.name_sent = False
             st.streamed.append("")
         elif cur_start > cur_end and cur_start == prev_start:
+            if st.fixed and st.name_sent:
+                return self._update_fixed(st)
             portion = self._current_portion(st)
             text_portion = None
         elif cur_start == cur_end and cur_end >= prev_end:
@@ -258,12 +393,15 @@ class DeepSeekV3ToolParser(ToolParser):
                 return None
             if st.tool_id >= st.n_entries:
                 raise _Skip  # IndexError in vLLM: the chunk yields nothing
-            if st.prev_text:  # (tool_id is the last entry's index: entries never run ahead of it)
+            if self._prev_truthy(st):  # (tool_id is the last entry's index: entries never run ahead of it)
                 if '"}' not in delta_text:
                     return None
                 diff = delta_text[: delta_text.rindex('"}')] + '"}'
-                st.streamed[-1] += diff
+                last = st.streamed[-1]
+                st.streamed[-1] = STREAMED_LONGER if last in (STREAMED_EQ, STREAMED_LONGER) else last + diff
                 return Delta(tool_calls=[ToolCallDelta(index=st.tool_id, arguments=diff)])
+            if st.fixed and TOOL_CALL_BEGIN not in delta_text:
+                return self._closing_fixed(st)
         else:
             text = delta_text.replace(TOOL_CALL_BEGIN, "").replace(TOOL_CALL_END, "")
             return Delta(content=text)
@@ -304,6 +442,7 @@ class DeepSeekV3ToolParser(ToolParser):
     def _append_entry(self, st: DeepSeekToolState, args: str | None) -> None:
         st.n_entries += 1
         st.prev_text = args
+        st.prev_len = -1
         while st.streamed_base < st.n_entries - 1 and st.streamed:
             st.streamed.pop(0)
             st.streamed_base += 1
@@ -312,9 +451,14 @@ class DeepSeekV3ToolParser(ToolParser):
         """`get_remaining_unstreamed_args()`: the last entry's arguments not yet streamed."""
         if not st.n_entries:
             return ""
-        expected = st.prev_text if st.prev_text is not None else "{}"
         index = st.n_entries - 1 - st.streamed_base
         actual = st.streamed[index] if 0 <= index < len(st.streamed) else ""
+        if actual in (STREAMED_EQ, STREAMED_LONGER):
+            return ""
+        if st.fixed:
+            expected = "{}" if st.prev_len < 0 else ""  # (a truthy prev always streamed: EQ above)
+        else:
+            expected = st.prev_text if st.prev_text is not None else "{}"
         return expected[len(actual) :] if expected.startswith(actual) else ""
 
     # -- batch -------------------------------------------------------------------------------------
