@@ -101,6 +101,8 @@ class DeepSeekToolState(ParserState, tag="deepseek_v3/1"):
     args_at: int = 0
     cut: int = 0
     prev_len: int = -1
+    line_open: bool = False  # V3.1: no newline yet, a later separator on the first line moves the match
+    moved: bool = False  # ... and one did since the last update
 
 
 @register_tool_parser("deepseek_v3")
@@ -191,6 +193,14 @@ class DeepSeekV3ToolParser(ToolParser):
             return
         if st.portion is None or (st.closed and st.n_start <= st.n_end):
             return
+        if st.fixed and st.line_open:
+            nl = text.find("\n")
+            head = text if nl < 0 else text[:nl]
+            k = head.rfind(TOOL_SEP)
+            if k >= 0:  # the last separator of the first line moved: the arguments start after it
+                st.args_at = st.cut + len(st.portion) + k + len(TOOL_SEP)
+                st.moved = True
+            st.line_open = nl < 0
         st.portion += text
         st.closed = st.closed or TOOL_CALL_END in (text if st.fixed else st.portion)
 
@@ -253,10 +263,13 @@ class DeepSeekV3ToolParser(ToolParser):
         if st.tool_id != st.n_entries - 1 or st.streamed_base + len(st.streamed) - 1 != st.tool_id:
             return
         nl = portion.find("\n")
-        if nl < 0:
+        line_open = nl < 0
+        if line_open and not self.v31:
             return
-        line1 = portion[:nl]
+        line1 = portion if line_open else portion[:nl]
         sep = line1.rfind(TOOL_SEP)
+        if sep < 0 and line_open:
+            return  # a separator may still come
         if sep < 0:
             kind, name, args_at = FIXED_NONE, "", 0
         elif self.v31:
@@ -279,6 +292,7 @@ class DeepSeekV3ToolParser(ToolParser):
         if not prev and last != "":
             return
         st.fixed, st.name, st.args_at = kind, name, args_at
+        st.line_open, st.moved = line_open, False
         st.prev_len = -1 if prev is None else len(prev)
         st.prev_text = None
         if prev:
@@ -290,6 +304,7 @@ class DeepSeekV3ToolParser(ToolParser):
         if st.prev_len >= 0:
             st.prev_text = PREV_KEPT if st.prev_len > 0 else ""
         st.fixed, st.name, st.args_at, st.cut, st.prev_len = LITERAL, "", 0, 0, -1
+        st.line_open = st.moved = False
 
     def _current_args_len(self, st: DeepSeekToolState, tail: str) -> int:
         """Length of the arguments vLLM's portion regex reads (0: only the name regex matches)."""
@@ -314,6 +329,15 @@ class DeepSeekV3ToolParser(ToolParser):
         assert st.portion is not None
         prev_len = st.prev_len
         delta = None
+        if st.moved:
+            st.moved = False
+            if prev_len > 0:
+                # vLLM compares the new arguments with the old ones, whose text is gone here:
+                # taken as different (they differ unless the text after the new separator
+                # repeats them), and the old ones as streamed beyond the new ones.
+                st.streamed[-1] = STREAMED_LONGER
+                self._set_prev(st, cur_len)
+                return None
         if cur_len > 0 and prev_len <= 0:
             start = st.args_at - st.cut
             delta = Delta(tool_calls=[ToolCallDelta(index=st.tool_id, arguments=st.portion[start : start + cur_len])])
