@@ -54,12 +54,11 @@ def parser_versions(reasoning: str | None, tool: str | None) -> dict[str, int]:
 
 
 def thinking_enabled(reasoning: str | None, template_kwargs: Mapping[str, Any] | None, tool: str | None = None) -> bool:
-    """What the reasoning parser reads from the request's chat template kwargs (without one, what
-    an engine-based tool parser reads from them)."""
+    """What the reasoning parser reads from the request's chat template kwargs; without one,
+    what a tool parser that builds its grammar from them reads (`tool_thinking_enabled_for`)."""
     if reasoning is None:
-        if tool is not None and tool_parser_class(tool).reads_thinking:
-            return tool_parser_class(tool).thinking_enabled_for(template_kwargs or {})
-        return True
+        read = getattr(tool_parser_class(tool), "tool_thinking_enabled_for", None) if tool else None
+        return bool(read(template_kwargs or {})) if read is not None else True
     return reasoning_parser_class(reasoning).thinking_enabled_for(template_kwargs or {})
 
 
@@ -134,16 +133,10 @@ class ChatParser:
         self.reasoning: ReasoningParser | None = (
             reasoning_cls(self.info, thinking_enabled=thinking_enabled) if reasoning_cls is not None else None
         )
-        self.tool: ToolParser | None = None
-        if tool_cls is not None and enable_auto_tools:
-            self.tool = (
-                tool_cls(self.info, thinking_enabled=thinking_enabled)  # type: ignore[call-arg]
-                if tool_cls.reads_thinking
-                else tool_cls(self.info)
-            )
-            if self.reasoning is None and hasattr(self.tool, "skip_reasoning_parsing"):
-                # no reasoning parser: reasoning markup is plain content to an engine tool parser
-                self.tool.skip_reasoning_parsing = True
+        self.tool: ToolParser | None = tool_cls(self.info) if tool_cls is not None and enable_auto_tools else None
+        if self.tool is not None:
+            self.tool.reasoning_configured = self.reasoning is not None
+            self.tool.thinking_enabled = thinking_enabled
         r, t = self.reasoning, self.tool
         self.engine_based = (r is None or r.engine_based_streaming) and (t is None or t.engine_based_streaming)
 
@@ -231,23 +224,19 @@ class ChatParser:
         rp, tp = self.reasoning, self.tool
         delta: Delta | None = None
         transitioned = False
-        tool_text = delta_text  # what the tool parser consumes (vLLM: current_text - previous_text)
-        tool_ids = delta_token_ids
+        # What the tool parser consumes (vLLM: current_text / current_token_ids).
+        tool_text, tool_ids_ = delta_text, delta_token_ids
 
         if rp is not None and not st.reasoning_ended:
-            delta, ended = rp.stream(st.reasoning, delta_text, delta_token_ids)  # type: ignore[arg-type]
+            delta, ended = rp.stream(st.reasoning, delta_text, delta_token_ids)
             if ended:
                 st.reasoning_ended = True
                 transitioned = True
-                tool_ids = rp.content_ids(delta_token_ids)
                 # The engine buffers post-marker text (e.g. "<" of "<tool_call>"): flush it.
-                flush = rp.flush_on_transition(st.reasoning) if rp.engine_based_streaming else None  # type: ignore[arg-type]
+                flush = rp.flush_on_transition(st.reasoning) if rp.engine_based_streaming else None
                 handed = ((delta.content if delta else None) or "") + ((flush.content if flush else None) or "")
-                if self.engine_based and tp is not None:
-                    if delta is not None:  # the tool phase below consumes the handed text
-                        delta.content = None
-                    tool_text = handed
-                elif self.engine_based:
+                tool_ids_ = rp.extract_content_ids(delta_token_ids)
+                if self.engine_based and tp is None:
                     if handed:  # no tool phase follows to consume it
                         if delta is None:
                             delta = Delta()
@@ -259,13 +248,14 @@ class ChatParser:
             st.tool_started = True
             reasoning_from_batch = delta.reasoning if delta else None
             if opts.tool_choice == "none":
-                # engine-based pairs run their extraction and drop the calls; others pass through
-                if self.engine_based:
-                    delta = tp.feed_without_tools(st.tool, tool_text, tool_ids, has_tools=opts.has_tools)
+                if self.engine_based:  # the engine runs, its calls are dropped
+                    delta = tp.feed_for_request(st.tool, tool_text, tool_ids_, tool_id, opts)
+                    if delta is not None:
+                        delta.tool_calls = []
                 else:
                     delta = Delta(content=tool_text) if tool_text else None
             else:  # required/named are parsed like auto (supports_required_and_named=False)
-                delta = tp.feed_tokens(st.tool, tool_text, tool_ids, tool_id)
+                delta = tp.feed_for_request(st.tool, tool_text, tool_ids_, tool_id, opts)
             if reasoning_from_batch:
                 if delta is None:
                     delta = Delta(reasoning=reasoning_from_batch)
@@ -281,25 +271,25 @@ class ChatParser:
             # finalize_generation: append parsed-but-unstreamed tool arguments
             if tp is not None and delta is not None and delta.tool_calls:
                 last = delta.tool_calls[-1]
-                last.arguments = (last.arguments or "") + tp.remaining_args(st.tool)  # type: ignore[arg-type]
-            # _flush_engine_parsers: an engine still in reasoning, and an engine tool parser,
-            # flush their buffers
-            flushes = []
+                last.arguments = (last.arguments or "") + tp.remaining_args(st.tool)
+            # _flush_engine_parsers: a reasoning engine still in reasoning, then a tool engine
+            flushes: list[Delta | None] = []
             if rp is not None and rp.engine_based_streaming and not st.reasoning_ended:
-                flushes.append(rp.finish(st.reasoning))  # type: ignore[arg-type]
+                flushes.append(rp.finish(st.reasoning))
             if tp is not None and tp.engine_based_streaming:
-                flushes.append(tp.finish(st.tool, tool_id))
+                flushes.append(tp.finish_for_request(st.tool, tool_id, opts))
             for flush in flushes:
-                if flush is not None:
-                    if delta is None:
-                        delta = flush
-                    else:
-                        if flush.content:
-                            delta.content = (delta.content or "") + flush.content
-                        if flush.reasoning:
-                            delta.reasoning = (delta.reasoning or "") + flush.reasoning
-                        if flush.tool_calls:
-                            delta.tool_calls = delta.tool_calls + flush.tool_calls
+                if flush is None:
+                    continue
+                if delta is None:
+                    delta = flush
+                    continue
+                if flush.content:
+                    delta.content = (delta.content or "") + flush.content
+                if flush.reasoning:
+                    delta.reasoning = (delta.reasoning or "") + flush.reasoning
+                if flush.tool_calls:
+                    delta.tool_calls = delta.tool_calls + flush.tool_calls
 
         if delta is not None and not opts.include_reasoning:
             delta.reasoning = None
@@ -332,18 +322,20 @@ class ChatParser:
         if tp is None:
             return [], content
         if opts.tool_choice == "none":
-            return [], tp.content_without_tools(content, has_tools=opts.has_tools) if self.engine_based else content
+            if self.engine_based:  # the engine drops the calls' markup
+                return [], tp.extract_for_request(content or "", opts)[2]
+            return [], content
         forced = opts.tool_choice in ("named", "required")
         # supports_required_and_named is False for every registered parser: every choice but
         # "none" is auto here.
-        called, calls, parsed_content = tp.extract_tool_calls(content if content is not None else "")
+        called, calls, parsed_content = tp.extract_for_request(content if content is not None else "", opts)
         if called:
             if parsed_content and parsed_content.strip() == "":
                 parsed_content = None
             return calls, parsed_content
         if forced and (content is None or not content.strip()):
             return [], None
-        if self.engine_based:  # the engine's content drops incomplete tool-call markup
+        if self.engine_based:  # incomplete call markup is dropped, as in streaming
             return None, parsed_content or None
         return None, content
 

@@ -40,7 +40,14 @@ from typing import Any, ClassVar
 import msgspec
 
 from render_service.derender.detokenize import TokenizerInfo
-from render_service.parsers.base import Delta, FunctionCall, ToolCallDelta, ToolIdFn, json_schema_format
+from render_service.parsers.base import (
+    Delta,
+    FunctionCall,
+    RequestOptions,
+    ToolCallDelta,
+    ToolIdFn,
+    json_schema_format,
+)
 from render_service.parsers.deepseek_r1 import DeepSeekR1ReasoningParser, DeepSeekR1State
 from render_service.parsers.protocols import ParserState, ToolParser
 from render_service.parsers.registry import register_reasoning_parser, register_tool_parser
@@ -224,9 +231,14 @@ class DeepSeekV3ToolParser(ToolParser):
 
     def feed(self, st: DeepSeekToolState, text: str, tool_id: ToolIdFn) -> Delta | None:
         """Without ids no marker is counted (vLLM keys every decision on the ids)."""
-        return self.feed_tokens(st, text, (), tool_id)
+        return self._feed(st, text, (), tool_id)
 
-    def feed_tokens(
+    def feed_for_request(
+        self, st: DeepSeekToolState, text: str, token_ids: Sequence[int], tool_id: ToolIdFn, opts: RequestOptions
+    ) -> Delta | None:
+        return self._feed(st, text, token_ids, tool_id)
+
+    def _feed(
         self, st: DeepSeekToolState, delta_text: str, delta_ids: Sequence[int], tool_id: ToolIdFn
     ) -> Delta | None:
         """`extract_tool_calls_streaming` for one chunk (the tool phase's text and ids)."""
@@ -539,8 +551,8 @@ class DeepSeekV3ReasoningParser(DeepSeekR1ReasoningParser):
             return super().stream(st, delta_text, delta_ids)
         return (Delta(content=delta_text) if delta_text else None), True
 
-    def content_ids(self, delta_ids: Sequence[int]) -> Sequence[int]:
-        return super().content_ids(delta_ids) if self.thinking_enabled else delta_ids
+    def extract_content_ids(self, delta_ids: Sequence[int]) -> Sequence[int]:
+        return super().extract_content_ids(delta_ids) if self.thinking_enabled else delta_ids
 
     def extract(
         self, model_output: str, prompt_token_ids: Sequence[int] | None = None

@@ -11,14 +11,13 @@ each with its own engine. Kimi's quirks, kept:
 - the header before `<|tool_call_argument_begin|>` is the tool-call id, verbatim (`functions.NAME:N`,
   the longest `.+:\\d+` prefix of the stripped header); the name is its part before `:` without
   `functions.`; a header that does not parse gives no call (unless the arguments carry a
-  `"name": "..."`);
+  `"name": "..."`, then with an id of ours);
 - the name goes out with the first argument text, in the same delta; the arguments stream as JSON
   text (a top-level closing brace is held until more text or the end confirms it); batch arguments
   are the stripped text (or "{}");
 - text after `<|tool_calls_section_end|>` is dropped (the engine stays in a tool state);
 - `thinking` / `enable_thinking` in the chat template kwargs (default: thinking) choose the config:
-  without thinking there are no reasoning terminals, the output is all content, and `<think>` /
-  `</think>` are dropped as special tokens;
+  without thinking there are no reasoning terminals and the output is all content;
 - render: the reasoning parser sets `skip_special_tokens=False`; the tool parser does when the request
   has tools and `tool_choice` is not "none"; required/named/strict tools get xgrammar's builtin `kimi`
   structural tag.
@@ -35,19 +34,20 @@ from render_service.derender.detokenize import TokenizerInfo
 from render_service.parsers.base import ToolCallDelta, ToolIdFn, json_schema_format
 from render_service.parsers.engine import (
     CONTENT,
+    EV_REASONING_END,
+    EV_TOOL_END,
+    EV_TOOL_START,
     REASONING,
-    REASONING_END,
     TOOL_ARGS,
     TOOL_BETWEEN,
-    TOOL_END,
     TOOL_NAME,
     TOOL_PREAMBLE,
-    TOOL_START,
+    Engine,
     EngineConfig,
-    EngineParser,
-    EngineReasoningAdapter,
+    EngineReasoningParser,
     EngineState,
-    EngineToolAdapter,
+    EngineToolParser,
+    Transition,
 )
 from render_service.parsers.protocols import RequestAdjustment
 from render_service.parsers.registry import register_reasoning_parser, register_tool_parser
@@ -68,9 +68,9 @@ def kimi_k2_config(thinking: bool = True) -> EngineConfig:
     reasoning_terminals = {"THINK_START": THINK_START, "THINK_END": THINK_END} if thinking else {}
     reasoning_transitions = (
         {
-            (REASONING, "THINK_START"): (REASONING, ()),
-            (REASONING, "THINK_END"): (CONTENT, (REASONING_END,)),
-            (CONTENT, "THINK_END"): (CONTENT, ()),
+            (REASONING, "THINK_START"): Transition(REASONING),
+            (REASONING, "THINK_END"): Transition(CONTENT, (EV_REASONING_END,)),
+            (CONTENT, "THINK_END"): Transition(CONTENT),
         }
         if thinking
         else {}
@@ -90,15 +90,15 @@ def kimi_k2_config(thinking: bool = True) -> EngineConfig:
         token_id_terminals={**reasoning_terminals, **tool_terminals},
         transitions={
             **reasoning_transitions,
-            (REASONING, "TOOL_SECTION_START"): (TOOL_PREAMBLE, (REASONING_END,)),
-            (CONTENT, "TOOL_SECTION_START"): (TOOL_PREAMBLE, ()),
-            (TOOL_PREAMBLE, "TOOL_START"): (TOOL_NAME, (TOOL_START,)),
-            (TOOL_NAME, "ARG_START"): (TOOL_ARGS, ()),
-            (TOOL_ARGS, "TOOL_END"): (TOOL_BETWEEN, (TOOL_END,)),
-            (TOOL_ARGS, "TOOL_SECTION_END"): (TOOL_PREAMBLE, (TOOL_END,)),
-            (TOOL_BETWEEN, "TOOL_START"): (TOOL_NAME, (TOOL_START,)),
-            (TOOL_PREAMBLE, "TOOL_SECTION_END"): (TOOL_PREAMBLE, ()),
-            (TOOL_BETWEEN, "TOOL_SECTION_END"): (TOOL_PREAMBLE, ()),
+            (REASONING, "TOOL_SECTION_START"): Transition(TOOL_PREAMBLE, (EV_REASONING_END,)),
+            (CONTENT, "TOOL_SECTION_START"): Transition(TOOL_PREAMBLE),
+            (TOOL_PREAMBLE, "TOOL_START"): Transition(TOOL_NAME, (EV_TOOL_START,)),
+            (TOOL_NAME, "ARG_START"): Transition(TOOL_ARGS),
+            (TOOL_ARGS, "TOOL_END"): Transition(TOOL_BETWEEN, (EV_TOOL_END,)),
+            (TOOL_ARGS, "TOOL_SECTION_END"): Transition(TOOL_PREAMBLE, (EV_TOOL_END,)),
+            (TOOL_BETWEEN, "TOOL_START"): Transition(TOOL_NAME, (EV_TOOL_START,)),
+            (TOOL_PREAMBLE, "TOOL_SECTION_END"): Transition(TOOL_PREAMBLE),
+            (TOOL_BETWEEN, "TOOL_SECTION_END"): Transition(TOOL_PREAMBLE),
         },
         tool_args_json=True,
         strip_trailing_reasoning_whitespace=True,
@@ -125,86 +125,121 @@ def _id_and_name(header: str | None) -> tuple[str | None, str | None]:
     return tool_id, tool_id.split(":")[0].removeprefix("functions.")
 
 
-class KimiK2Engine(EngineParser):
-    def __init__(self, info: TokenizerInfo, thinking: bool) -> None:
-        super().__init__(info, kimi_k2_config(thinking))
+class KimiK2Engine(Engine):
+    """The engine with `KimiK2Parser`'s hooks."""
+
+    def __init__(self, thinking: bool, info: TokenizerInfo, **kwargs: Any) -> None:
+        super().__init__(kimi_k2_config(thinking), info, **kwargs)
         self.thinking = thinking
         self.section_start_id = info.token_to_id(TOOL_SECTION_START)
 
-    def _emit_name_delta(
-        self, st: EngineState, index: int, calls: list[ToolCallDelta], name: str | None, tool_id: ToolIdFn
+    def _emit_name(
+        self, st: EngineState, index: int, calls: list[ToolCallDelta], name: str | None, tool_id: ToolIdFn, tools: Any
     ) -> None:
         call_id, tool_name = _id_and_name(name)
         if not tool_name:
-            if 0 <= index < len(st.slots):
-                st.slots[index].name = ""
+            if 0 <= index < st.nslots and st.slot is not None:
+                st.slot.name = ""
             return
-        st.slots[index].id = call_id or ""
-        super()._emit_name_delta(st, index, calls, tool_name, tool_id)
+        self._slot(st, index).id = call_id or ""
+        super()._emit_name(st, index, calls, tool_name, tool_id, tools)
 
-    def _handle_tool_end(self, st: EngineState, index: int, calls: list[ToolCallDelta], tool_id: ToolIdFn) -> None:
-        if 0 <= index < len(st.slots) and not st.slots[index].name_sent:
-            call_id, tool_name = _id_and_name(st.slots[index].name)
+    def _tool_end(self, st: EngineState, index: int, calls: list[ToolCallDelta], tool_id: ToolIdFn, tools: Any) -> None:
+        if 0 <= index < st.nslots and st.slot is not None and not st.slot.name_sent:
+            call_id, tool_name = _id_and_name(st.slot.name)
             if tool_name:
-                st.slots[index].id = call_id or ""
-                st.slots[index].name = tool_name
-        super()._handle_tool_end(st, index, calls, tool_id)
+                st.slot.id = call_id or ""
+                st.slot.name = tool_name
+        super()._tool_end(st, index, calls, tool_id, tools)
 
-    def _handle_arg_chunk(
-        self, st: EngineState, index: int, value: str, calls: list[ToolCallDelta], tool_id: ToolIdFn
+    def _arg_chunk(
+        self,
+        st: EngineState,
+        index: int,
+        value: str,
+        calls: list[ToolCallDelta],
+        tool_id: ToolIdFn,
+        tools: Any,
+        *,
+        elide: bool = False,
     ) -> None:
-        sent_before = 0 <= index < len(st.slots) and st.slots[index].name_sent
-        super()._handle_arg_chunk(st, index, value, calls, tool_id)
-        if value and not sent_before and 0 <= index < len(st.slots) and st.slots[index].name_sent:
+        sent_before = 0 <= index < st.nslots and st.slot is not None and st.slot.name_sent
+        super()._arg_chunk(st, index, value, calls, tool_id, tools, elide=elide)
+        if value and not sent_before and 0 <= index < st.nslots and st.slot is not None and st.slot.name_sent:
             calls.append(ToolCallDelta(index=index, arguments=value))
 
-    def _extract_args_json(self, raw: str, name: str) -> str:
+    def _extract_args_json(self, raw: str) -> str:
         return raw.strip() or "{}"
 
-    def extract_content_ids(self, input_ids: Sequence[int]) -> Sequence[int]:
+    def extract_content_ids(self, ids: Sequence[int]) -> Sequence[int]:
         if not self.thinking:
-            return input_ids
-        end_id = self.t.end_id
-        if end_id is not None and end_id in input_ids:
-            last = len(input_ids) - 1 - list(input_ids)[::-1].index(end_id)
-            return input_ids[last + 1 :]
+            return ids
+        end_id = self.end_id
+        if end_id is not None and end_id in ids:
+            last = len(ids) - 1 - list(ids)[::-1].index(end_id)
+            return ids[last + 1 :]
         section = self.section_start_id
-        if section is not None and section in input_ids:
-            last = len(input_ids) - 1 - list(input_ids)[::-1].index(section)
-            return input_ids[last:]
+        if section is not None and section in ids:
+            last = len(ids) - 1 - list(ids)[::-1].index(section)
+            return ids[last:]
         return []
 
-    def extract_reasoning(self, model_output: str) -> tuple[str | None, str | None]:
-        if not self.thinking:
-            return None, model_output
-        return super().extract_reasoning(model_output)
+
+class KimiK2ReasoningState(EngineState, tag="kimi_k2.reasoning/1"):
+    pass
+
+
+class KimiK2ToolState(EngineState, tag="kimi_k2.tool/1"):
+    pass
 
 
 @register_reasoning_parser("kimi_k2")
-class KimiK2ReasoningParser(EngineReasoningAdapter):
+class KimiK2ReasoningParser(EngineReasoningParser):
     version = 1
+    state_type = KimiK2ReasoningState
 
-    @classmethod
-    def make_engine(cls, info: TokenizerInfo, thinking: bool) -> EngineParser:
-        return KimiK2Engine(info, thinking)
+    def __init__(self, tokenizer: TokenizerInfo, *, thinking_enabled: bool = True) -> None:
+        super().__init__(tokenizer, thinking_enabled=thinking_enabled)
+        self.engine = KimiK2Engine(thinking_enabled, tokenizer, skip_tool_parsing=True)
+
+    @staticmethod
+    def config_for(thinking: bool) -> EngineConfig:
+        return kimi_k2_config(thinking)
 
     @classmethod
     def thinking_enabled_for(cls, template_kwargs: Mapping[str, Any]) -> bool:
         return _thinking(template_kwargs)
+
+    def extract(
+        self, model_output: str, prompt_token_ids: Sequence[int] | None = None
+    ) -> tuple[str | None, str | None]:
+        if not self.thinking_enabled:
+            return None, model_output
+        return super().extract(model_output, prompt_token_ids)
 
 
 @register_tool_parser("kimi_k2")
-class KimiK2ToolParser(EngineToolAdapter):
+class KimiK2ToolParser(EngineToolParser):
     version = 1
+    state_type = KimiK2ToolState
     structural_tag_model = "kimi"
 
     @classmethod
-    def make_engine(cls, info: TokenizerInfo, thinking: bool) -> EngineParser:
-        return KimiK2Engine(info, thinking)
+    def config_for(cls, thinking: bool) -> EngineConfig:
+        return kimi_k2_config(thinking)
 
     @classmethod
-    def thinking_enabled_for(cls, template_kwargs: Mapping[str, Any]) -> bool:
+    def tool_thinking_enabled_for(cls, template_kwargs: Mapping[str, Any]) -> bool:
+        """vLLM builds the tool adapter's engine from the template kwargs too."""
         return _thinking(template_kwargs)
+
+    def engine(self) -> Engine:
+        key = (not self.reasoning_configured, self.thinking_enabled)
+        engine = self._engines.get(key)
+        if engine is None:
+            engine = KimiK2Engine(key[1], self.info, skip_reasoning_parsing=key[0])
+            self._engines[key] = engine
+        return engine
 
     @classmethod
     def adjust_request(cls, request: RequestAdjustment) -> None:

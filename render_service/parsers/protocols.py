@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from render_service.derender.detokenize import TokenizerInfo
-from render_service.parsers.base import Delta, FunctionCall, ToolIdFn
+from render_service.parsers.base import Delta, FunctionCall, RequestOptions, ToolIdFn
 
 
 class ParserState(msgspec.Struct, array_like=True):
@@ -111,14 +111,14 @@ class ReasoningParser(ABC):
         """Buffered text to hand over when reasoning ends (engine-based parsers)."""
         return None
 
-    def content_ids(self, delta_ids: Sequence[int]) -> Sequence[int]:
-        """vLLM's `extract_content_ids` on the chunk that ends reasoning: the ids the tool phase
-        starts with (only families whose tool parser reads ids care)."""
-        return delta_ids
-
     def finish(self, st: Any) -> Delta | None:
         """Buffered text to flush when the stream finishes still in reasoning."""
         return None
+
+    def extract_content_ids(self, delta_ids: Sequence[int]) -> Sequence[int]:
+        """`extract_content_ids` of the chunk that ended reasoning: the ids the tool parser
+        sees with the handed-over text."""
+        return delta_ids
 
     @abstractmethod
     def extract(
@@ -143,9 +143,12 @@ class ToolParser(ABC):
     # a class until they are.
     supports_required_and_named: ClassVar[bool] = True
     default_tool_strict_level: ClassVar[ToolStrictLevel] = ToolStrictLevel.AUTO
-    # Engine-based families build their tool parser from the chat template kwargs too (vLLM
-    # passes them to both adapters): the constructor then takes `thinking_enabled`.
-    reads_thinking: ClassVar[bool] = False
+    # Set by the composition: whether a reasoning parser runs before this one (vLLM sets
+    # `skip_reasoning_parsing` on engine-based tool parsers when none does).
+    reasoning_configured: bool = True
+    # Set by the composition: the request's thinking switch as the reasoning parser reads it
+    # (families whose tool grammar depends on it, e.g. GLM, read this).
+    thinking_enabled: bool = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -158,19 +161,15 @@ class ToolParser(ABC):
     # -- render side ------------------------------------------------------------------------------
 
     @classmethod
-    def thinking_enabled_for(cls, template_kwargs: Mapping[str, Any]) -> bool:
-        """What a `reads_thinking` family makes of the chat template kwargs."""
-        return True
-
-    @classmethod
     def adjust_request(cls, request: RequestAdjustment) -> None:
         """vLLM's `ToolParser.adjust_request` effects other than structured outputs."""
         return None
 
     @classmethod
     def structural_tag(cls, tools: list[dict[str, Any]], strict: list[bool], choice: str) -> dict[str, Any] | None:
-        """The dumped xgrammar structural-tag `format` for `structural_tag_model`, or None
-        when the family has none. `tools` are the resolved function tools, `strict[i]` whether
+        """The xgrammar structural-tag `format` for `structural_tag_model` (as xgrammar's
+        constructor arguments: fields left at their defaults may be omitted), or None when the
+        family has none (or it is not implemented: the request then goes unconstrained). `tools` are the resolved function tools, `strict[i]` whether
         tool i's parameters are enforced, `choice` "auto" | "required" | "forced"."""
         return None
 
@@ -186,22 +185,17 @@ class ToolParser(ABC):
     def feed(self, st: Any, text: str, tool_id: ToolIdFn) -> Delta | None:
         """`extract_tool_calls_streaming` for the new text only."""
 
-    def feed_tokens(self, st: Any, text: str, token_ids: Sequence[int], tool_id: ToolIdFn) -> Delta | None:
-        """The chunk with its token ids, as vLLM passes both: families that read ids (marker
-        counts, special tokens) override this; the others get `feed`."""
+    def feed_for_request(
+        self, st: Any, text: str, token_ids: Sequence[int], tool_id: ToolIdFn, opts: RequestOptions
+    ) -> Delta | None:
+        """`feed` for parsers that read the chunk's token ids or the request (its tools,
+        `tool_choice`); the composition always calls this one."""
         return self.feed(st, text, tool_id)
 
-    def finish(self, st: Any, tool_id: ToolIdFn) -> Delta | None:
-        """Engine-based parsers: what `finish_streaming()` flushes when the stream ends."""
+    def finish_for_request(self, st: Any, tool_id: ToolIdFn, opts: RequestOptions) -> Delta | None:
+        """What an engine-based parser still holds when the stream finishes
+        (`finish_streaming`)."""
         return None
-
-    def feed_without_tools(
-        self, st: Any, text: str, token_ids: Sequence[int] = (), *, has_tools: bool = True
-    ) -> Delta | None:
-        """`tool_choice="none"` when both parsers are engine-based (vLLM runs the extraction and
-        drops the calls; otherwise the text passes through without calling this). `has_tools`:
-        the request lists tools (then the engine suppresses tool events altogether)."""
-        return Delta(content=text) if text else None
 
     @abstractmethod
     def remaining_args(self, st: Any) -> str:
@@ -211,6 +205,8 @@ class ToolParser(ABC):
     def extract_tool_calls(self, model_output: str) -> tuple[bool, list[FunctionCall], str | None]:
         """Batch `extract_tool_calls`: (tools_called, calls, content)."""
 
-    def content_without_tools(self, content: str | None, *, has_tools: bool = True) -> str | None:
-        """Batch content for `tool_choice="none"` (engine-based parsers strip tool markup)."""
-        return content
+    def extract_for_request(
+        self, model_output: str, opts: RequestOptions
+    ) -> tuple[bool, list[FunctionCall], str | None]:
+        """`extract_tool_calls` for parsers that read the request; the composition calls this."""
+        return self.extract_tool_calls(model_output)
