@@ -167,6 +167,10 @@ class KimiK2Engine(Engine):
         super()._arg_chunk(st, index, value, calls, tool_id, tools, elide=elide)
         if value and not sent_before and 0 <= index < st.nslots and st.slot is not None and st.slot.name_sent:
             calls.append(ToolCallDelta(index=index, arguments=value))
+        if elide and st.slot is not None and st.slot.name_sent:
+            # Streaming: with no argument converter, nothing reads a call's text once its name
+            # is out (batch keeps it), so the state does not grow with the arguments.
+            st.slot.args = ""
 
     def _extract_args_json(self, raw: str) -> str:
         return raw.strip() or "{}"
