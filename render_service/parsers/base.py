@@ -74,6 +74,7 @@ class Delta:
 class FunctionCall:
     name: str
     arguments: str
+    id: str | None = None  # an id the family's own format carries (Kimi's `functions.NAME:N`)
 
 
 # -- request options -------------------------------------------------------------------------------

@@ -53,10 +53,12 @@ def parser_versions(reasoning: str | None, tool: str | None) -> dict[str, int]:
     return out
 
 
-def thinking_enabled(reasoning: str | None, template_kwargs: Mapping[str, Any] | None) -> bool:
-    """What the reasoning parser reads from the request's chat template kwargs."""
+def thinking_enabled(reasoning: str | None, template_kwargs: Mapping[str, Any] | None, tool: str | None = None) -> bool:
+    """What the reasoning parser reads from the request's chat template kwargs; without one,
+    what a tool parser that builds its grammar from them reads (`tool_thinking_enabled_for`)."""
     if reasoning is None:
-        return True
+        read = getattr(tool_parser_class(tool), "tool_thinking_enabled_for", None) if tool else None
+        return bool(read(template_kwargs or {})) if read is not None else True
     return reasoning_parser_class(reasoning).thinking_enabled_for(template_kwargs or {})
 
 
@@ -355,7 +357,7 @@ class ChatParser:
         calls = list(tool_calls or [])
         if opts.parallel_tool_calls is False:
             calls = calls[:1]
-        return reasoning, content, [(tool_id(i), call) for i, call in enumerate(calls)]
+        return reasoning, content, [(call.id or tool_id(i), call) for i, call in enumerate(calls)]
 
 
 @lru_cache(maxsize=64)

@@ -130,6 +130,7 @@ class Slot(msgspec.Struct, array_like=True):
     open_value_streams: bool = False
     value_start: int = -1  # where the open value starts in `args`
     string_start: int = -1  # where its JSON string starts in `streamed`
+    id: str = ""  # an id the family's format carries (Kimi's header); else `tool_id(index)`
 
 
 class EngineState(ParserState):
@@ -874,7 +875,7 @@ class Engine:
         slot.name = name
         slot.name_sent = True
         slot.string_keys = self._string_keys(tools, name)
-        calls.append(ToolCallDelta(index=index, id=tool_id(index), type="function", name=name))
+        calls.append(ToolCallDelta(index=index, id=slot.id or tool_id(index), type="function", name=name))
 
     def _arg_chunk(
         self,
@@ -914,7 +915,9 @@ class Engine:
                 slot.name_sent = True
                 slot.string_keys = self._string_keys(tools, name)
                 calls.append(
-                    ToolCallDelta(index=index, id=tool_id(index), type="function", name=name, arguments=remaining or "")
+                    ToolCallDelta(
+                        index=index, id=slot.id or tool_id(index), type="function", name=name, arguments=remaining or ""
+                    )
                 )
                 remaining = None
         if remaining and slot.name_sent:
@@ -1053,14 +1056,19 @@ class Engine:
                     try:
                         args_json = converter(raw, False)
                     except (ValueError, TypeError):
-                        args_json = _args_json(raw)
+                        args_json = self._extract_args_json(raw)
                 else:
-                    args_json = _args_json(raw)
+                    args_json = self._extract_args_json(raw)
             else:
                 args_json = "{}"
             if self._accept_name(name, tools):
-                calls.append(FunctionCall(name=name, arguments=self.fix_arg_types(args_json, name, tools)))
+                args_json = self.fix_arg_types(args_json, name, tools)
+                calls.append(FunctionCall(name=name, arguments=args_json, id=slot.id or None))
         return bool(calls), calls
+
+    def _extract_args_json(self, raw: str) -> str:
+        """`_extract_args_json` (families override it)."""
+        return _args_json(raw)
 
     def strip_content(self, content: str, tools_called: bool) -> str | None:
         if tools_called:

@@ -58,6 +58,7 @@ class Family:
     prompts: dict[str, list[Any]]
     requests: dict[str, dict[str, Any]]
     eos: tuple[int, frozenset[int]]  # (eos id, the model's eos ids) for `_drop_stop_token`
+    builder: Callable[[Path], Path] | None = None  # builds `model` (default: render_service.model.example)
 
 
 _QWEN_WORDS = ["the", " quick", " é", " 😀", " 中文", " <", " >", " {", " }", "\n", " data", " a<b", "  ", "\n\n"]
@@ -371,6 +372,11 @@ FAMILIES: dict[str, Family] = {
     ),
 }
 
+# The DeepSeek, Kimi K2 and Gemma 4 families (their outputs, prompts, requests and model builders).
+from tests.parsers.families.outputs import FAMILIES as _MORE_FAMILIES  # noqa: E402
+
+FAMILIES.update({name: Family(**spec) for name, spec in _MORE_FAMILIES.items()})
+
 # -- vLLM's side -------------------------------------------------------------------------------------
 
 
@@ -486,7 +492,7 @@ class Oracle:
             "stop_reason": stop_reason,
             "reasoning": fields.reasoning,
             "content": fields.content,
-            "tool_calls": [[c.function.name, c.function.arguments] for c in tool_calls],
+            "tool_calls": [cases.batch_call(c.function.name, c.function.arguments, c.id) for c in tool_calls],
             "finish_reason": resolve_finish_reason(finish, request, bool(tool_calls)),
         }
 
@@ -500,7 +506,7 @@ def _vllm_wire(delta: Any) -> dict[str, Any] | None:
     for tc in delta.tool_calls or []:
         c: dict[str, Any] = {}
         if tc.id is not None:
-            c["id"] = "ID"
+            c["id"] = cases.shown_id(tc.id)
         if tc.type is not None:
             c["type"] = tc.type
         c["index"] = tc.index
@@ -552,7 +558,7 @@ def _our_parser(tok: Any, reasoning: str | None, tool: str | None, req: dict[str
         reasoning,
         tool,
         enable_auto_tools=True,
-        thinking_enabled=parsers.thinking_enabled(reasoning, req.get("chat_template_kwargs")),
+        thinking_enabled=parsers.thinking_enabled(reasoning, req.get("chat_template_kwargs"), tool),
     )
     assert parser is not None
     return parser
@@ -774,9 +780,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = args.models or Path(tmp)
 
-        def model_dir(model: str) -> Path:
+        def model_dir(model: str, builder: Callable[[Path], Path] | None = None) -> Path:
             path = root / model
-            return path if (path / "tokenizer.json").exists() else build_example_model(path, model)
+            if (path / "tokenizer.json").exists():
+                return path
+            return builder(path) if builder is not None else build_example_model(path, model)
 
         if args.golden:
             return record_golden(model_dir("qwen3"), Path(cases.__file__).with_name("test_parsers.py"))
@@ -790,7 +798,7 @@ def main(argv: list[str] | None = None) -> int:
         failures = 0
         for name in args.family or sorted(FAMILIES):
             family = FAMILIES[name]
-            failures += fuzz(name, family, model_dir(family.model), args.cases, args.seed)
+            failures += fuzz(name, family, model_dir(family.model, family.builder), args.cases, args.seed)
     return 1 if failures else 0
 
 

@@ -146,9 +146,18 @@ def run_batch(
         "stop_reason": stop_reason,
         "reasoning": reasoning,
         "content": content,
-        "tool_calls": [[c.name, c.arguments] for _, c in pairs],
+        "tool_calls": [batch_call(c.name, c.arguments, call_id) for call_id, c in pairs],
         "finish_reason": resolve_finish_reason(finish, opts, bool(pairs)),
     }
+
+
+def shown_id(tool_call_id: str) -> str:
+    """Random-style ids (`chatcmpl-tool-...`) differ by design; a family's native ids must match."""
+    return "ID" if tool_call_id.startswith("chatcmpl-tool-") else tool_call_id
+
+
+def batch_call(name: str, arguments: str, tool_call_id: str) -> list[str]:
+    return [name, arguments] if tool_call_id.startswith("chatcmpl-tool-") else [name, arguments, tool_call_id]
 
 
 def wire(delta: Any) -> dict | None:
@@ -160,7 +169,7 @@ def wire(delta: Any) -> dict | None:
     for tc in delta.tool_calls:
         c: dict[str, Any] = {}
         if tc.id is not None:
-            c["id"] = "ID"
+            c["id"] = shown_id(tc.id)
         if tc.type is not None:
             c["type"] = tc.type
         c["index"] = tc.index

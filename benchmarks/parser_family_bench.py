@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""Streaming parser path, ours vs vLLM 0.33's, per family, side by side in one process (no HTTP).
+
+A benchmark script, not a timed test. Run it with the vLLM oracle's Python (it imports vLLM for the
+side-by-side and our package from the repository root):
+
+    python -m tests.parsers.families.kimi MODELS/kimi; python -m tests.parsers.families.deepseek MODELS/deepseek
+    ORACLE_PYTHON benchmarks/parser_family_bench.py --models MODELS [--family kimi deepseek_v3 deepseek_v31]
+                                                    [--sizes 2000,4000] [--vllm-size 2000]
+
+For each family: an N-token output (reasoning ~35%, content ~15%, one tool call whose JSON arguments
+carry a long description, the end-of-turn token) on the family's fixture tokenizer
+(tests/parsers/families/), streamed one token per chunk.
+
+- ours: `parsers.advance` per chunk (detokenize with special tokens kept, parse) plus the snapshot
+  of the state (`to_obj()` and msgspec JSON encoding), i.e. what compact mode does per chunk minus
+  HTTP; per-chunk CPU of the first and the last 50 chunks, and their ratio (flat = 1.0);
+- vLLM: what its derender does per chunk, minus HTTP and JSON: a fresh parser and stream processor,
+  the whole output so far replayed chunk by chunk (detokenizer included), then the new chunk;
+  measured on the whole stream at `--vllm-size`.
+
+Both must produce the same concatenated reasoning, content, tool names and arguments (checked).
+CPU is `time.process_time()` (this process only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import msgspec
+
+from render_service import parsers
+from render_service.derender import detokenize as dt
+from tests.parsers.families import deepseek as ds_fixture
+from tests.parsers.families import kimi as kimi_fixture
+
+WORDS = (
+    "the retry storm began after the deploy and every worker kept hammering the settlement "
+    "queue while the scheduler backed off too slowly so invoices were settled twice "
+).split()
+
+FAMILIES: dict[str, dict[str, Any]] = {
+    "kimi": {"builder": kimi_fixture.build, "reasoning": "kimi_k2", "tool": "kimi_k2"},
+    "deepseek_v3": {"builder": ds_fixture.build, "reasoning": "deepseek_v3", "tool": "deepseek_v3"},
+    "deepseek_v31": {"builder": ds_fixture.build, "reasoning": "deepseek_v3", "tool": "deepseek_v31"},
+}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "create_ticket",
+            "parameters": {"type": "object", "properties": {"title": {"type": "string"}}},
+        },
+    }
+]
+
+
+def prose(tok: Any, n: int, seed: int) -> list[int]:
+    words = [WORDS[(seed + i * 7) % len(WORDS)] for i in range(n * 2)]
+    return tok.encode(" ".join(words), add_special_tokens=False)[:n]
+
+
+def output(family: str, tok: Any, n: int) -> list[int]:
+    vocab = tok.get_vocab()
+    reasoning = prose(tok, round(0.35 * n), 1)
+    content = prose(tok, round(0.15 * n), 2)
+    head = tok.encode('{"title": "Retry storm", "description": "', add_special_tokens=False)
+    tail = tok.encode('", "priority": "P1"}', add_special_tokens=False)
+    if family == "kimi":
+        marks = ["<think>", "</think>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>"]
+        think, end_think, sec, call = (vocab[m] for m in marks)
+        arg, call_end, sec_end = (
+            vocab[m] for m in ("<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>")
+        )
+        header = tok.encode("functions.create_ticket:0", add_special_tokens=False)
+        fixed = 8 + len(header) + len(head) + len(tail)
+        desc = prose(tok, n - len(reasoning) - len(content) - fixed, 3)
+        eos = vocab["<|im_end|>"]
+        ids = [think, *reasoning, end_think, *content, sec, call, *header, arg, *head, *desc, *tail, call_end, sec_end]
+        return [*ids, eos]
+    think, end_think = vocab["<think>"], vocab["</think>"]
+    cb, ce, b, e, sep = (
+        vocab[m]
+        for m in (
+            ds_fixture.TOOL_CALLS_BEGIN,
+            ds_fixture.TOOL_CALLS_END,
+            ds_fixture.TOOL_CALL_BEGIN,
+            ds_fixture.TOOL_CALL_END,
+            ds_fixture.TOOL_SEP,
+        )
+    )
+    if family == "deepseek_v31":
+        pre = [*tok.encode("create_ticket", add_special_tokens=False), sep]
+        post: list[int] = []
+    else:
+        pre = [
+            *tok.encode("function", add_special_tokens=False),
+            sep,
+            *tok.encode("create_ticket\n```json\n", add_special_tokens=False),
+        ]
+        post = tok.encode("\n```", add_special_tokens=False)
+    fixed = 7 + len(pre) + len(post) + len(head) + len(tail)
+    desc = prose(tok, n - len(reasoning) - len(content) - fixed, 3)
+    ids = [think, *reasoning, end_think, *content, cb, b, *pre, *head, *desc, *tail, *post, e, ce]
+    return [*ids, vocab[ds_fixture.EOS]]
+
+
+def summary(deltas: list[Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"reasoning": "", "content": "", "calls": {}}
+    for d in deltas:
+        if d is None:
+            continue
+        out["reasoning"] += d.get("reasoning") or ""
+        out["content"] += d.get("content") or ""
+        for tc in d.get("tool_calls") or []:
+            call = out["calls"].setdefault(tc["index"], ["", ""])
+            call[0] += tc.get("name") or ""
+            call[1] += tc.get("arguments") or ""
+    return out
+
+
+def ours(tok: Any, cfg: dict[str, Any], req: dict[str, Any], prompt: list[int], ids: list[int], eos: int):
+    kwargs = req.get("chat_template_kwargs") or {}
+    parser = parsers.get_parser(
+        tok,
+        cfg["reasoning"],
+        cfg["tool"],
+        enable_auto_tools=True,
+        thinking_enabled=parsers.thinking_enabled(cfg["reasoning"], kwargs, cfg["tool"]),
+    )
+    opts = parsers.RequestOptions.from_request(req)
+    ids_fn = parsers.tool_ids("bench")
+    state = parsers.new_parsed_stream(parser, prompt)
+    per_chunk: list[float] = []
+    deltas = []
+    encoder = msgspec.json.Encoder()
+    for i, tid in enumerate(ids):
+        fr = "stop" if i == len(ids) - 1 else None
+        t0 = time.process_time()
+        text_ids, _ = dt.drop_stop_token([tid], fr, None, eos_token_id=eos, model_eos_token_ids=frozenset({eos}))
+        delta, _ = parsers.advance(parser, state, text_ids, [tid], fr, opts, ids_fn)
+        encoder.encode(state.to_obj())  # the snapshot
+        per_chunk.append(time.process_time() - t0)
+        deltas.append(_wire(delta))
+    return per_chunk, deltas
+
+
+def _wire(delta: Any) -> dict[str, Any] | None:
+    if delta is None:
+        return None
+    return {
+        "content": delta.content,
+        "reasoning": delta.reasoning,
+        "tool_calls": [{"index": t.index, "name": t.name, "arguments": t.arguments} for t in delta.tool_calls],
+    }
+
+
+def vllm(model_dir: Path, cfg: dict[str, Any], req: dict[str, Any], prompt: list[int], ids: list[int], eos: int):
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamProcessor
+    from vllm.parser import ParserManager
+    from vllm.renderers.online_derenderer import OnlineDerenderer, _seed_stream_state
+    from vllm.tokenizers import get_tokenizer
+
+    logging.getLogger("vllm").setLevel(logging.CRITICAL)
+    tokenizer = get_tokenizer(str(model_dir))
+    derenderer = object.__new__(OnlineDerenderer)
+    derenderer._eos_token_id = eos
+    derenderer._model_eos_token_ids = frozenset({eos})
+    parser_cls = ParserManager.get_parser(
+        tool_parser_name=cfg["tool"],
+        reasoning_parser_name=cfg["reasoning"],
+        enable_auto_tools=True,
+        tokenizer=tokenizer,
+    )
+    request = ChatCompletionRequest.model_validate(req)
+    kwargs = dict(req.get("chat_template_kwargs") or {})
+    deltas = []
+    t0 = time.process_time()
+    for k in range(len(ids)):
+        # vLLM's derender: a fresh processor, replay of ids[:k] chunk by chunk, then chunk k
+        processor = ChatStreamProcessor(
+            request,
+            parser_cls(tokenizer, request.tools, chat_template_kwargs=kwargs, model_config=None),
+            enable_auto_tools=True,
+            parser_cls=parser_cls,
+        )
+        detok = _seed_stream_state(tokenizer, prompt, skip_special_tokens=False)
+        for j in range(k + 1):
+            fr = "stop" if j == len(ids) - 1 else None
+            text_ids, _ = derenderer._drop_stop_token([ids[j]], fr, None, request)
+            text, detok = derenderer._detokenize_delta(
+                tokenizer, text_ids, detok, skip_special_tokens=False, spaces_between_special_tokens=True
+            )
+            delta, _ = processor.step(text, [ids[j]], fr, prompt)
+        deltas.append(
+            None
+            if delta is None
+            else {
+                "content": delta.content,
+                "reasoning": delta.reasoning,
+                "tool_calls": [
+                    {
+                        "index": t.index,
+                        "name": t.function.name if t.function else None,
+                        "arguments": t.function.arguments if t.function else None,
+                    }
+                    for t in (delta.tool_calls or [])
+                ],
+            }
+        )
+    return time.process_time() - t0, deltas
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--family", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
+    ap.add_argument("--sizes", default="2000,4000")
+    ap.add_argument("--vllm-size", type=int, default=2000, help="0: skip vLLM")
+    ap.add_argument("--window", type=int, default=50)
+    ap.add_argument(
+        "--models", type=Path, help="reuse fixture folders DIR/kimi and DIR/deepseek (built by the service venv)"
+    )
+    args = ap.parse_args()
+    from transformers import AutoTokenizer
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for family in args.family:
+            cfg = FAMILIES[family]
+            folder = "kimi" if family == "kimi" else "deepseek"
+            model_dir = (args.models or Path(tmp)) / folder
+            if not (model_dir / "tokenizer.json").exists():
+                cfg["builder"](model_dir)
+            tok = AutoTokenizer.from_pretrained(str(model_dir))
+            eos = tok.convert_tokens_to_ids("<|im_end|>" if family == "kimi" else ds_fixture.EOS)
+            req = {
+                "model": "m",
+                "messages": [{"role": "user", "content": "file a ticket"}],
+                "tools": TOOLS,
+                "chat_template_kwargs": {"thinking": True},
+            }
+            prompt = tok.encode("file a ticket", add_special_tokens=False)
+            for n in [int(s) for s in args.sizes.split(",")]:
+                ids = output(family, tok, n)
+                per_chunk, our_deltas = ours(tok, cfg, req, prompt, ids, eos)
+                w = args.window
+                start, end = sum(per_chunk[1 : w + 1]) / w, sum(per_chunk[-w:]) / w
+                row = {
+                    "family": family,
+                    "tokens": len(ids),
+                    "ours_cpu_s": round(sum(per_chunk), 4),
+                    "ours_chunk_us_start": round(start * 1e6, 1),
+                    "ours_chunk_us_end": round(end * 1e6, 1),
+                    "end_over_start": round(end / start, 2),
+                }
+                if n == args.vllm_size:
+                    vllm_cpu, vllm_deltas = vllm(model_dir, cfg, req, prompt, ids, eos)
+                    same = summary(vllm_deltas) == summary(our_deltas)
+                    row |= {
+                        "vllm_cpu_s": round(vllm_cpu, 2),
+                        "vllm_over_ours": round(vllm_cpu / sum(per_chunk), 1),
+                        "same_output": same,
+                    }
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""Random outputs, prompts and requests for the DeepSeek, Kimi K2 and Gemma 4 parser families, in the
+segment language of `tests.parsers.cases.encode` ("@<tok>" = that added token by id, ("chars", text) =
+text spelled one character per token). `tests/parity/compare_parsers.py` runs them through vLLM's own
+parser classes and ours (`FAMILIES` entries are its `Family` fields).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from tests.parsers.cases import TOOLS
+from tests.parsers.families import deepseek, kimi
+
+WORDS = ["the", " quick", " é", " 😀", " 中文", " <", " >", " {", " }", "\n", " data", " a<b", "  ", "\n\n", '"}']
+ARGS = [
+    {"city": "Paris", "n": 3},
+    {"q": 'ünï 😀 "q" {b}', "deep": {"a": [1, 2.5, None, True]}},
+    {},
+    {"city": "東京"},
+]
+
+# -- DeepSeek V3 / V3.1 ------------------------------------------------------------------------------
+
+DS_CALLS_BEGIN = "@" + deepseek.TOOL_CALLS_BEGIN
+DS_CALLS_END = "@" + deepseek.TOOL_CALLS_END
+DS_CALL_BEGIN = "@" + deepseek.TOOL_CALL_BEGIN
+DS_CALL_END = "@" + deepseek.TOOL_CALL_END
+DS_SEP = "@" + deepseek.TOOL_SEP
+DS_TEXT_MARKERS = [deepseek.TOOL_CALL_END, "<｜tool", "<think", "</think>", "```", "\n```json\n"]
+
+
+def _json_args(rng: random.Random) -> str:
+    args = rng.choice(ARGS)
+    body = json.dumps(args, ensure_ascii=False, indent=rng.choice([None, None, 2]))
+    shape = rng.random()
+    if shape < 0.1:
+        body = body[: rng.randrange(1, len(body) + 1)]  # truncated
+    elif shape < 0.15:
+        body = body.replace("}", "", 1)  # malformed
+    elif shape < 0.2:
+        body = "not json, just text"
+    return body
+
+
+def _ds_call(rng: random.Random, v31: bool) -> list[Any]:
+    name = rng.choice(["get_weather", "search"])
+    args = _json_args(rng)
+    if v31:
+        out: list[Any] = [DS_CALL_BEGIN, name, DS_SEP, args]
+    else:
+        kind = "function" if rng.random() < 0.95 else "other"
+        fence = "\n```json\n" if rng.random() < 0.95 else "\n```\n"
+        out = [DS_CALL_BEGIN, kind, DS_SEP, name + fence + args + "\n```"]
+    if rng.random() < 0.9:
+        out.append(DS_CALL_END)
+    return out
+
+
+def deepseek_output(rng: random.Random) -> list[Any]:
+    v31 = rng.random() < 0.5
+    segs: list[Any] = []
+    if rng.random() < 0.4:
+        segs.append("@<think>")
+    if rng.random() < 0.6:
+        segs.extend(rng.choice(WORDS) for _ in range(rng.randrange(0, 6)))
+        if rng.random() < 0.7:
+            segs.append("@</think>")
+    segs.extend(rng.choice(WORDS) for _ in range(rng.randrange(0, 4)))
+    if rng.random() < 0.75:
+        segs.append(DS_CALLS_BEGIN)
+        for _ in range(rng.randrange(1, 4)):
+            segs.extend(_ds_call(rng, v31))
+            if rng.random() < 0.15:
+                segs.append(rng.choice(["\n", " ", "x"]))
+        if rng.random() < 0.8:
+            segs.append(DS_CALLS_END)
+    for _ in range(rng.randrange(0, 3)):
+        roll = rng.random()
+        if roll < 0.3:
+            segs.append(rng.choice(DS_TEXT_MARKERS))
+        elif roll < 0.4:
+            segs.append(("chars", rng.choice(DS_TEXT_MARKERS)))
+        else:
+            segs.append(rng.choice(WORDS))
+    if rng.random() < 0.5:
+        segs.append("@<｜end▁of▁sentence｜>")
+    return segs
+
+
+DS_REQ: dict[str, dict[str, Any]] = {
+    "auto": {"tools": TOOLS},
+    "think": {"tools": TOOLS, "chat_template_kwargs": {"thinking": True}},
+    "enable_thinking": {"tools": TOOLS, "chat_template_kwargs": {"enable_thinking": True}},
+    "none": {"tools": TOOLS, "tool_choice": "none", "chat_template_kwargs": {"thinking": True}},
+    "required": {"tools": TOOLS, "tool_choice": "required"},
+    "named": {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+    "noparallel": {"tools": TOOLS, "parallel_tool_calls": False, "chat_template_kwargs": {"thinking": True}},
+    "noreason": {"tools": TOOLS, "include_reasoning": False, "chat_template_kwargs": {"thinking": True}},
+    "notools": {},
+}
+DS_PROMPTS: dict[str, list[Any]] = {
+    "think": ["@<｜begin▁of▁sentence｜>", "@<｜User｜>", "What is the weather?", "@<｜Assistant｜>", "@<think>"],
+    "nothink": ["@<｜begin▁of▁sentence｜>", "@<｜User｜>", "What is the weather?", "@<｜Assistant｜>", "@</think>"],
+    "bare": ["@<｜begin▁of▁sentence｜>", "@<｜User｜>", "hi", "@<｜Assistant｜>"],
+}
+
+# -- Kimi K2 ---------------------------------------------------------------------------------------------
+
+KIMI_TEXT_MARKERS = ["<|tool_call_begin|>", "<|tool_calls_section_begin|>", "<think>", "</think>", "functions.", ":0"]
+
+
+def _kimi_call(rng: random.Random, index: int) -> list[Any]:
+    name = rng.choice(["get_weather", "search"])
+    header = rng.choice([f"functions.{name}:{index}", f" functions.{name}:{index} ", f"{name}:{index}", name, ""])
+    out: list[Any] = ["@<|tool_call_begin|>", header]
+    if rng.random() < 0.92:
+        out.append("@<|tool_call_argument_begin|>")
+        args = _json_args(rng)
+        if rng.random() < 0.1:
+            args = json.dumps({"name": name, "arguments": rng.choice(ARGS)})
+        out.append(args)
+    if rng.random() < 0.9:
+        out.append("@<|tool_call_end|>")
+    return out
+
+
+def kimi_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    if rng.random() < 0.5:
+        segs.append("@<think>")
+    if rng.random() < 0.7:
+        segs.extend(rng.choice(WORDS) for _ in range(rng.randrange(0, 6)))
+        if rng.random() < 0.7:
+            segs.append("@</think>")
+    segs.extend(rng.choice(WORDS) for _ in range(rng.randrange(0, 4)))
+    if rng.random() < 0.75:
+        segs.append("@<|tool_calls_section_begin|>")
+        for i in range(rng.randrange(1, 4)):
+            segs.extend(_kimi_call(rng, i))
+            if rng.random() < 0.15:
+                segs.append(rng.choice(["\n", " ", "x"]))
+        if rng.random() < 0.8:
+            segs.append("@<|tool_calls_section_end|>")
+    for _ in range(rng.randrange(0, 3)):
+        roll = rng.random()
+        if roll < 0.3:
+            segs.append(rng.choice(KIMI_TEXT_MARKERS))
+        elif roll < 0.4:
+            segs.append(("chars", rng.choice(KIMI_TEXT_MARKERS)))
+        else:
+            segs.append(rng.choice(WORDS))
+    if rng.random() < 0.5:
+        segs.append("@<|im_end|>")
+    return segs
+
+
+KIMI_REQ: dict[str, dict[str, Any]] = {
+    "auto": {"tools": TOOLS},
+    "nothink": {"tools": TOOLS, "chat_template_kwargs": {"thinking": False}},
+    "enable_thinking_off": {"tools": TOOLS, "chat_template_kwargs": {"enable_thinking": False}},
+    "none": {"tools": TOOLS, "tool_choice": "none"},
+    "required": {"tools": TOOLS, "tool_choice": "required"},
+    "named": {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+    "noparallel": {"tools": TOOLS, "parallel_tool_calls": False},
+    "noreason": {"tools": TOOLS, "include_reasoning": False},
+    "notools": {},
+}
+KIMI_PROMPTS: dict[str, list[Any]] = {
+    "open": [
+        "@<|im_user|>",
+        "user",
+        "@<|im_middle|>",
+        "hi",
+        "@<|im_end|>",
+        "@<|im_assistant|>",
+        "assistant",
+        "@<|im_middle|>",
+    ],
+    "closed": ["@<|im_assistant|>", "assistant", "@<|im_middle|>", "@<think>", "@</think>"],
+    "history": [
+        "@<|im_assistant|>",
+        "assistant",
+        "@<|im_middle|>",
+        "@<think>",
+        "x",
+        "@</think>",
+        "ok",
+        "@<|im_end|>",
+        "@<|im_user|>",
+        "more",
+        "@<|im_end|>",
+        "@<|im_assistant|>",
+        "assistant",
+        "@<|im_middle|>",
+        "@<think>",
+    ],
+}
+
+FAMILIES: dict[str, dict[str, Any]] = {
+    "deepseek": {
+        "model": "deepseek",
+        "configs": (
+            ("deepseek_v3", "deepseek_v3"),
+            ("deepseek_v3", "deepseek_v31"),
+            ("deepseek_r1", "deepseek_v31"),
+            ("deepseek_r1", "deepseek_v3"),
+            (None, "deepseek_v3"),
+            (None, "deepseek_v31"),
+            ("deepseek_v3", None),
+        ),
+        "segments": deepseek_output,
+        "prompts": DS_PROMPTS,
+        "requests": DS_REQ,
+        "eos": (1, frozenset({1})),
+        "builder": deepseek.build,
+    },
+    "kimi": {
+        "model": "kimi",
+        # (a reasoning parser of another family beside kimi_k2 tools reads the template kwargs its
+        # own way; ours then builds the tool engine with the reasoning parser's thinking decision)
+        "configs": (("kimi_k2", "kimi_k2"), (None, "kimi_k2"), ("kimi_k2", None)),
+        "segments": kimi_output,
+        "prompts": KIMI_PROMPTS,
+        "requests": KIMI_REQ,
+        "eos": (kimi.IDS["<|im_end|>"], frozenset({kimi.IDS["<|im_end|>"]})),
+        "builder": kimi.build,
+    },
+}
