@@ -164,6 +164,7 @@ class AdapterRegistry:
         self._adapters: dict[str, Adapter] = {}
         self._seen: tuple[int, int, int] | None = None  # (inode, mtime_ns, size) of the file read
         self.generation = 0  # bumped on every change this process makes or sees
+        self._owns_folder = False  # `start` made the shared file's folder (removed by `close`)
 
     # construction
 
@@ -180,9 +181,9 @@ class AdapterRegistry:
         the first failure raises, as vLLM's `init_static_loras` fails the server)."""
         state_file = None
         if shared:
-            folder = directory or Path(tempfile.mkdtemp(prefix="render-lora-"))
-            state_file = folder / "adapters.json"
+            state_file = Path(tempfile.mkdtemp(prefix="render-lora-")) / "adapters.json"
         registry = cls(base_names, state_file)
+        registry._owns_folder = shared
         registry._write({})
         for module in modules:
             registry.load(module.name, module.path, base_model_name=module.base_model_name)
@@ -281,17 +282,18 @@ class AdapterRegistry:
         self._seen = (info.st_ino, info.st_mtime_ns, info.st_size)
 
     def close(self) -> None:
-        """Remove the shared file's folder (the parent process, at exit)."""
+        """Remove the shared file and its lock (the parent process, at exit), and the folder when
+        `start` made it."""
         if self.state_file is None:
             return
-        for leftover in self.state_file.parent.glob("*"):
+        folder = self.state_file.parent
+        for leftover in [self.state_file, folder / "lock", *folder.glob(".adapters-*")]:
             leftover.unlink(missing_ok=True)
-        for leftover in self.state_file.parent.glob(".*"):
-            leftover.unlink(missing_ok=True)
-        try:
-            self.state_file.parent.rmdir()
-        except OSError:
-            pass
+        if self._owns_folder:
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
 
 
 class _Locked:
