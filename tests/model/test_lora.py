@@ -150,7 +150,7 @@ def test_hub_ids_offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
 
 def test_vllm_checks_in_order(adapter: Path) -> None:
     registry = AdapterRegistry.start(["base"], [LoRAModulePath("sql", str(adapter))], shared=False)
-    with pytest.raises(BadRequestError, match="Both 'lora_name' and 'lora_path' must be provided.") as info:
+    with pytest.raises(BadRequestError, match=r"^Both 'lora_name' and 'lora_path' must be provided\.$") as info:
         registry.load("", "")
     assert info.value.error_type == "InvalidUserInput"
     with pytest.raises(BadRequestError, match="conflicts with a served base model"):
@@ -159,7 +159,7 @@ def test_vllm_checks_in_order(adapter: Path) -> None:
         registry.load("sql", "/nowhere")  # the duplicate is reported before the path
     reloaded = registry.load("sql", str(adapter), load_inplace=True)
     assert registry.get("sql") == reloaded
-    with pytest.raises(NotFoundError, match="^The lora adapter 'x' cannot be found.$"):
+    with pytest.raises(NotFoundError, match=r"^The lora adapter 'x' cannot be found\.$"):
         registry.unload("x")
     with pytest.raises(BadRequestError, match="'lora_name' needs to be provided"):
         registry.unload("")
