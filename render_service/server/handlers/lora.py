@@ -101,7 +101,14 @@ def _validate(
             try:
                 fields[name] = int(value.strip())
             except ValueError:
-                errors.append(_error("int_parsing", name, "Input should be a valid integer, unable to parse", value))
+                errors.append(
+                    _error(
+                        "int_parsing",
+                        name,
+                        "Input should be a valid integer, unable to parse string as an integer",
+                        value,
+                    )
+                )
         else:
             errors.append(_error("int_type", name, "Input should be a valid integer", value))
     if errors:
