@@ -45,6 +45,7 @@ RUN python3 -m venv /opt/render-service
 
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY requirements/constraints.txt ./requirements/constraints.txt
 COPY render_service ./render_service
 
 # --only-binary: every runtime dependency ships wheels, so no compiler is needed here either; a
@@ -54,7 +55,7 @@ COPY render_service ./render_service
 # install time, so a read-only root filesystem costs no start-up time.
 RUN /opt/render-service/bin/pip install --only-binary=:all: --upgrade pip setuptools wheel \
     && /opt/render-service/bin/pip install --only-binary=:all: --no-build-isolation \
-        "/src${EXTRAS:+[${EXTRAS}]}" \
+        -c /src/requirements/constraints.txt "/src${EXTRAS:+[${EXTRAS}]}" \
     && /opt/render-service/bin/python -m pip uninstall -y -q setuptools wheel pip \
     && if [ "${SLIM_TRANSFORMERS}" = 1 ]; then \
         find /opt/render-service/lib/python3*/site-packages/transformers/models -type f \

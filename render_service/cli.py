@@ -35,7 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("rest", nargs=argparse.REMAINDER)
     example = commands.add_parser("example-model", help="build a tiny local model folder (no hub needed)")
     example.add_argument("directory")
-    example.add_argument("--family", default="qwen3", choices=("qwen3", "deepseek", "qwen3-vl"))
+    example.add_argument(
+        "--family", default="qwen3", choices=("qwen3", "deepseek", "qwen3-vl", "minimax_m2", "seed_oss")
+    )
     return parser
 
 
@@ -95,6 +97,7 @@ def serve(settings) -> int:
     from render_service.model.loader import ModelLoadError, load_model
     from render_service.server import workers
     from render_service.server.app import create_app
+    from render_service.server.tls import tls_options
 
     try:
         model = load_model(settings)
@@ -109,7 +112,13 @@ def serve(settings) -> int:
         workers.main_guard()
     try:
         return workers.serve(
-            lambda: create_app(settings, model, adapters), settings.host, settings.port, count, settings.log_level
+            lambda: create_app(settings, model, adapters),
+            settings.host,
+            settings.port,
+            count,
+            settings.log_level,
+            tls=tls_options(settings),
+            refresh_tls=settings.enable_ssl_refresh,
         )
     finally:
         adapters.close()

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
 from render_service.model.lora import LoRAModuleError, LoRAModulePath, parse_lora_modules, runtime_updating_allowed
+from render_service.parsers.registry import reasoning_parser_names, tool_parser_names
 
-REASONING_PARSERS = ("deepseek_r1", "qwen3")
-TOOL_PARSERS = ("hermes", "qwen3_json")
 CONTENT_FORMATS = ("auto", "string", "openai")
 STREAM_STATE_MODES = ("full", "compact")
 
@@ -47,6 +47,14 @@ class Settings:
     tokenizer_backend: str = "auto"
     max_request_body_bytes: int = 64 << 20
     redis_url: str | None = None
+    # Redis as operators run it (render_service/redis_target.py): Sentinel, Cluster, TLS.
+    redis_sentinel: list[str] = field(default_factory=list)  # HOST:PORT of each sentinel
+    redis_sentinel_master: str | None = None
+    redis_sentinel_password: str | None = None
+    redis_cluster: bool = False
+    redis_ssl_ca_certs: str | None = None
+    redis_ssl_certfile: str | None = None
+    redis_ssl_keyfile: str | None = None
     snapshot_key: str | None = None
     stream_state_mode: str = "full"
     snapshot_ttl_seconds: int = 600
@@ -57,6 +65,13 @@ class Settings:
     audit_gates_readiness: bool = False
     workers: int = 0  # 0: the CPUs this process may use (affinity and cgroup quota)
     max_inflight: int = 256  # per worker; above it requests get a fast 503 with Retry-After
+    # HTTPS, with vLLM's flags and meanings (uvicorn's options; ssl_cert_reqs as the ssl module's int).
+    ssl_keyfile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_ca_certs: str | None = None
+    ssl_cert_reqs: int = 0  # ssl.CERT_NONE; 1: optional, 2: required (mTLS)
+    ssl_ciphers: str | None = None
+    enable_ssl_refresh: bool = False
     # Multimodal (a Qwen3-VL model folder): vLLM's names where vLLM has the option.
     limit_mm_per_prompt: dict[str, Any] = field(default_factory=dict)
     mm_processor_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -77,6 +92,10 @@ class Settings:
     @property
     def served_names(self) -> list[str]:
         return self.served_model_name or [self.model]
+
+    @property
+    def redis_enabled(self) -> bool:
+        return bool(self.redis_url or self.redis_sentinel)
 
     @property
     def default_template_kwargs(self) -> dict[str, Any]:
@@ -116,15 +135,15 @@ class Settings:
 
     def validate(self) -> Settings:
         self._validate_lora_modules()
-        if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
+        reasoning_names, tool_names = reasoning_parser_names(), tool_parser_names()
+        if self.reasoning_parser is not None and self.reasoning_parser not in reasoning_names:
             raise SettingsError(
                 f"--reasoning-parser {self.reasoning_parser!r} is not supported; "
-                f"choose one of {', '.join(REASONING_PARSERS)}"
+                f"choose one of {', '.join(reasoning_names)}"
             )
-        if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_PARSERS:
+        if self.tool_call_parser is not None and self.tool_call_parser not in tool_names:
             raise SettingsError(
-                f"--tool-call-parser {self.tool_call_parser!r} is not supported; "
-                f"choose one of {', '.join(TOOL_PARSERS)}"
+                f"--tool-call-parser {self.tool_call_parser!r} is not supported; choose one of {', '.join(tool_names)}"
             )
         if self.enable_auto_tool_choice and self.tool_call_parser is None:
             raise SettingsError("--enable-auto-tool-choice requires --tool-call-parser")
@@ -136,16 +155,18 @@ class Settings:
             raise SettingsError("--max-logprobs must be -1 or non-negative")
         if self.max_model_len is not None and self.max_model_len < -1:
             raise SettingsError("--max-model-len must be positive, or -1 for the model's value")
-        if self.redis_url and not self.snapshot_key:
+        if self.redis_enabled and not self.snapshot_key:
             raise SettingsError(
                 "--redis-url needs --snapshot-key (or RENDER_SNAPSHOT_KEY): replicas must share "
                 "the HMAC key that signs parser snapshots"
             )
-        if self.mm_cache_redis and not self.redis_url:
+        self._validate_redis()
+        if self.mm_cache_redis and not self.redis_enabled:
             raise SettingsError(
                 "--mm-cache-redis needs --redis-url (and --snapshot-key, whose key also "
                 "authenticates the cached images)"
             )
+        self._validate_ssl()
         if self.mm_cache_redis_ttl_seconds <= 0 or self.mm_cache_redis_max_entry_bytes <= 0:
             raise SettingsError("--mm-cache-redis-ttl-seconds and --mm-cache-redis-max-entry-bytes must be positive")
         if self.tokenizer_backend not in ("auto", "hf"):
@@ -159,6 +180,57 @@ class Settings:
             except RenderServiceError as exc:
                 raise SettingsError(f"--mm-processor-kwargs: {exc}") from None
         return self
+
+    def _validate_redis(self) -> None:
+        from render_service.redis_target import RedisTarget
+
+        if not self.redis_enabled:
+            if self.redis_sentinel_master or self.redis_cluster or self.redis_ssl_ca_certs or self.redis_ssl_certfile:
+                raise SettingsError("the --redis-* options need --redis-url (or --redis-sentinel)")
+            return
+        try:
+            target = RedisTarget.from_settings(self)
+            assert target is not None
+            target.validate()
+        except (ValueError, OSError, ssl.SSLError) as exc:  # OSError, SSLError: the certificate files
+            raise SettingsError(str(exc)) from None
+
+    def _validate_ssl(self) -> None:
+        """What uvicorn would only find out in each worker: a missing or mismatched file, a cipher
+        string OpenSSL refuses, client certificates asked for with nothing to verify them by."""
+        if self.ssl_keyfile and not self.ssl_certfile:
+            raise SettingsError("--ssl-keyfile needs --ssl-certfile")
+        if self.ssl_cert_reqs not in (ssl.CERT_NONE, ssl.CERT_OPTIONAL, ssl.CERT_REQUIRED):
+            raise SettingsError("--ssl-cert-reqs must be 0 (none), 1 (optional) or 2 (required)")
+        if not self.ssl_certfile:
+            if self.ssl_ca_certs or self.ssl_cert_reqs or self.ssl_ciphers or self.enable_ssl_refresh:
+                raise SettingsError(
+                    "--ssl-ca-certs, --ssl-cert-reqs, --ssl-ciphers and --enable-ssl-refresh need --ssl-certfile"
+                )
+            return
+        if self.ssl_cert_reqs and not self.ssl_ca_certs:
+            raise SettingsError("--ssl-cert-reqs 1 or 2 needs --ssl-ca-certs (the CA that signs client certificates)")
+        try:
+            server_ssl_context(self)
+        except (OSError, ssl.SSLError) as exc:
+            raise SettingsError(f"--ssl-*: {exc}") from None
+
+
+def server_ssl_context(settings: Settings) -> ssl.SSLContext | None:
+    """The context uvicorn builds from the same options (each worker builds its own)."""
+    if not settings.ssl_certfile:
+        return None
+    from uvicorn.config import SSL_PROTOCOL_VERSION, create_ssl_context
+
+    return create_ssl_context(
+        certfile=settings.ssl_certfile,
+        keyfile=settings.ssl_keyfile,
+        password=None,
+        ssl_version=SSL_PROTOCOL_VERSION,
+        cert_reqs=settings.ssl_cert_reqs,
+        ca_certs=settings.ssl_ca_certs,
+        ciphers=settings.ssl_ciphers,
+    )
 
 
 def _json_dict(flag: str) -> Any:
@@ -261,11 +333,61 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key", default=None, help="or VLLM_API_KEY")
     parser.add_argument("--max-request-body-bytes", type=int, default=64 << 20)
-    parser.add_argument("--redis-url", default=None)
+    parser.add_argument(
+        "--redis-url",
+        default=None,
+        help="redis://, rediss:// (TLS) or unix:// URL of the Redis that shares snapshots between replicas; "
+        "with --redis-cluster any node of the cluster; with --redis-sentinel only scheme, credentials "
+        "and database (e.g. rediss://:PASSWORD@/0)",
+    )
+    parser.add_argument(
+        "--redis-sentinel",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="a Redis Sentinel (repeatable): the master of --redis-sentinel-master is found through them, "
+        "again after a failover",
+    )
+    parser.add_argument("--redis-sentinel-master", default=None, metavar="NAME", help="the Sentinel master set name")
+    parser.add_argument(
+        "--redis-sentinel-password",
+        default=None,
+        help="password of the sentinels themselves, when they have one (the master's is in --redis-url)",
+    )
+    parser.add_argument(
+        "--redis-cluster",
+        action="store_true",
+        help="--redis-url is a node of a Redis Cluster: keys are spread over its slots",
+    )
+    parser.add_argument(
+        "--redis-ssl-ca-certs", default=None, metavar="FILE", help="CA bundle that verifies a rediss:// server"
+    )
+    parser.add_argument(
+        "--redis-ssl-certfile", default=None, metavar="FILE", help="client certificate for rediss:// (mutual TLS)"
+    )
+    parser.add_argument("--redis-ssl-keyfile", default=None, metavar="FILE", help="private key of --redis-ssl-certfile")
     parser.add_argument("--snapshot-key", default=None, help="HMAC key for snapshots (or RENDER_SNAPSHOT_KEY)")
     parser.add_argument("--stream-state-mode", default="full", choices=STREAM_STATE_MODES)
     parser.add_argument("--snapshot-ttl-seconds", type=int, default=600)
     parser.add_argument("--log-level", default="info")
+    # HTTPS: vLLM's flags, with its types and defaults (uvicorn applies them in every worker).
+    parser.add_argument("--ssl-keyfile", default=None, help="the file path to the SSL key file")
+    parser.add_argument("--ssl-certfile", default=None, help="the file path to the SSL cert file")
+    parser.add_argument("--ssl-ca-certs", default=None, help="the CA certificates file (verifies client certificates)")
+    parser.add_argument(
+        "--ssl-cert-reqs",
+        type=int,
+        default=int(ssl.CERT_NONE),
+        help="whether client certificate is required (see stdlib ssl module's): 0 none, 1 optional, 2 required",
+    )
+    parser.add_argument(
+        "--ssl-ciphers", default=None, help="SSL cipher suites for HTTPS (TLS 1.2 and below only), OpenSSL syntax"
+    )
+    parser.add_argument(
+        "--enable-ssl-refresh",
+        action="store_true",
+        help="refresh SSL context when SSL certificate files change (checked once a second by every worker)",
+    )
     parser.add_argument(
         "--audit-engine",
         action="append",

@@ -108,3 +108,86 @@ def test_every_flag_from_the_environment() -> None:
         9000,
     )
     assert parser.parse_args(["serve", "/other", "--port", "1"]).port == 1  # the command line wins
+
+
+def test_redis_topology_and_tls_flags_parse(tmp_path: Path) -> None:
+    from tests.certs import make_pki
+
+    pki = make_pki(tmp_path)
+    flags = [
+        *("serve", "m", "--snapshot-key", "k", "--redis-url", "rediss://:pw@/2"),
+        *("--redis-sentinel", "10.0.0.1:26379", "--redis-sentinel", "[::1]:26380", "--redis-sentinel", "s3"),
+        *("--redis-sentinel-master", "mymaster", "--redis-sentinel-password", "sp"),
+        *("--redis-ssl-ca-certs", str(pki.ca), "--redis-ssl-certfile", str(pki.client_cert)),
+        *("--redis-ssl-keyfile", str(pki.client_key)),
+        *("--ssl-certfile", str(pki.server_cert), "--ssl-keyfile", str(pki.server_key)),
+        *("--ssl-ca-certs", str(pki.ca), "--ssl-cert-reqs", "2", "--ssl-ciphers", "ECDHE+AESGCM"),
+    ]
+    args = _parser().parse_args(flags)
+    settings = settings_from_args(args)
+    from render_service.redis_target import SENTINEL, RedisTarget
+    from render_service.server.tls import tls_options
+
+    target = RedisTarget.from_settings(settings)
+    assert target is not None and target.mode == SENTINEL and target.tls
+    assert target.sentinels == (("10.0.0.1", 26379), ("::1", 26380), ("s3", 26379))
+    assert (target.sentinel_master, target.sentinel_password) == ("mymaster", "sp")
+    assert target.url_parts()["password"] == "pw" and target.url_parts()["db"] == 2
+    assert tls_options(settings) == {
+        "ssl_keyfile": str(pki.server_key),
+        "ssl_certfile": str(pki.server_cert),
+        "ssl_ca_certs": str(pki.ca),
+        "ssl_cert_reqs": 2,
+        "ssl_ciphers": "ECDHE+AESGCM",
+    }
+    cluster = settings_from_args(
+        _parser().parse_args(["serve", "m", "--snapshot-key", "k", "--redis-url", "redis://n1:7000", "--redis-cluster"])
+    )
+    assert RedisTarget.from_settings(cluster).mode == "cluster"  # type: ignore[union-attr]
+    assert tls_options(cluster) == {} and RedisTarget.from_settings(Settings(model="m")) is None
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"redis_sentinel": ["s:26379"]}, "--redis-sentinel needs --redis-sentinel-master"),
+        (
+            {"redis_sentinel": ["s:26379"], "redis_sentinel_master": "m", "redis_url": "redis://host:6379/0"},
+            "carries only the scheme, credentials and database",
+        ),
+        ({"redis_sentinel": ["s:port"], "redis_sentinel_master": "m"}, "--redis-sentinel 's:port' is not HOST:PORT"),
+        ({"redis_sentinel": ["s:1"], "redis_sentinel_master": "m", "redis_cluster": True}, "exclude each other"),
+        ({"redis_url": "redis://h:1", "redis_sentinel_master": "m"}, "--redis-sentinel-master needs --redis-sentinel"),
+        ({"redis_url": "unix:///tmp/r.sock", "redis_cluster": True}, "--redis-cluster needs a --redis-url"),
+        ({"redis_url": "redis://h:1", "redis_ssl_ca_certs": "/ca.pem"}, "need a rediss:// --redis-url"),
+        ({"redis_url": "rediss://h:1", "redis_ssl_keyfile": "/k.pem"}, "--redis-ssl-keyfile needs"),
+        ({"redis_url": "rediss://h:1", "redis_ssl_ca_certs": "/does/not/exist.pem"}, "No such file"),
+        ({"redis_url": "http://h:1"}, "must start with redis://"),
+        ({"redis_cluster": True}, "need --redis-url"),
+    ],
+)
+def test_bad_redis_topology_fails_at_start(values: dict, message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        Settings(model="m", snapshot_key="k", **values).validate()
+
+
+def test_bad_tls_options_fail_at_start(tmp_path: Path) -> None:
+    from tests.certs import make_pki
+
+    pki = make_pki(tmp_path)
+    cert, key = str(pki.server_cert), str(pki.server_key)
+    cases = [
+        ({"ssl_keyfile": key}, "--ssl-keyfile needs --ssl-certfile"),
+        ({"ssl_certfile": cert, "ssl_keyfile": key, "ssl_cert_reqs": 2}, "needs --ssl-ca-certs"),
+        ({"ssl_certfile": cert, "ssl_keyfile": key, "ssl_cert_reqs": 5}, "must be 0"),
+        ({"ssl_ca_certs": str(pki.ca)}, "need --ssl-certfile"),
+        ({"ssl_certfile": cert, "ssl_keyfile": str(pki.client_key)}, "KEY_VALUES_MISMATCH"),
+        ({"ssl_certfile": cert, "ssl_keyfile": key, "ssl_ciphers": "NOT-A-CIPHER"}, "cipher"),
+        ({"ssl_certfile": str(tmp_path / "missing.pem")}, "No such file"),
+    ]
+    for values, message in cases:
+        with pytest.raises(SettingsError, match=message):
+            Settings(model="m", **values).validate()
+    # vLLM's default: plain HTTP, no client certificates.
+    settings = Settings(model="m").validate()
+    assert (settings.ssl_certfile, settings.ssl_cert_reqs, settings.ssl_ciphers) == (None, 0, None)

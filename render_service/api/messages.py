@@ -323,6 +323,11 @@ def _user_tool_result(block: dict[str, Any], out: list[dict[str, Any]]) -> None:
                 name = item.get("tool_name") or item.get("name")
                 if name:
                     references.append({"type": "tool_reference", "name": name})
+        for position, item_text in enumerate(texts):
+            if not isinstance(item_text, str):  # vLLM's join raises a TypeError, answered with a 400
+                raise BadRequestError(
+                    f"sequence item {position}: expected str instance, {type(item_text).__name__} found"
+                )
         text = "\n".join(texts)
     out.append({"role": "tool", "tool_call_id": block.get("tool_use_id") or "", "content": text or ""})
     if images:

@@ -40,13 +40,17 @@ from render_service.render.pipeline import (
     MAX_MESSAGES,
     MAX_TOOLS,
     RenderContext,
+    _check_lengths,
     _hoist_transfer_params,
     _merge_kwargs,
+    _truncate,
     check_mm_kwargs,
     check_model,
     get_max_tokens,
+    parser_adjustments,
     random_uuid,
     render_conversation,
+    reused_prompt_ids,
     tool_dicts,
     validate_length_params,
 )
@@ -480,9 +484,15 @@ def render_responses(
         "mm_payload": body.get("mm_payload", "tensors"),
         "mm_processor_kwargs": body.get("mm_processor_kwargs"),
     }
-    token_ids, offsets, features = render_conversation(
-        ctx, conversation, chat_template, rendered_tools, kwargs, max_output, "max_output_tokens", truncate, fetched
-    )
+    # Decode-side reuse, as for chat: forwarded prompt ids skip templating (vLLM's preprocess_chat).
+    reused = reused_prompt_ids(ctx, {"kv_transfer_params": body.get("kv_transfer_params"), "messages": messages})
+    if reused is not None:
+        token_ids, offsets, features = _truncate(reused, truncate, None, ctx.model.max_model_len), None, None
+        _check_lengths(ctx, len(token_ids), max_output, "max_output_tokens", truncate)
+    else:
+        token_ids, offsets, features = render_conversation(
+            ctx, conversation, chat_template, rendered_tools, kwargs, max_output, "max_output_tokens", truncate, fetched
+        )
     if not token_ids:
         raise BadRequestError("No token_ids rendered")
 
@@ -490,10 +500,7 @@ def render_responses(
     skip_special_tokens = body.get("skip_special_tokens")
     if skip_special_tokens is None:
         skip_special_tokens = ctx.model.default_sampling.get("skip_special_tokens", True)
-    if settings.reasoning_parser == "qwen3":
-        skip_special_tokens = False
-    if ctx.has_tool_parser and tools and chat_choice != "none":
-        skip_special_tokens = False
+    skip_special_tokens = bool(parser_adjustments(ctx, bool(tools), chat_choice, skip_special_tokens))
     structured_outputs = _structured_outputs(ctx, body, tools, chat_choice)
     max_tokens = get_max_tokens(ctx, None, len(token_ids), truncate)
     if max_output is not None:

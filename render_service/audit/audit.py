@@ -337,16 +337,15 @@ class _LocalReference(_Reference):
         self.label = f"local ({settings.model})"
         self.settings = settings
         self.ctx = RenderContext(model, settings)
-        self.fingerprint = {
+        local_print = {
             **fingerprint(settings, model),
             "vllm_parity_version": VLLM_VERSION,
             "service_version": __version__,
         }
+        self.fingerprint = local_print
         # Built on first use: the detokenizer tables take most of a second for a 150k vocabulary.
         self._derender_ctx: Any = None
-        self._make_derender_ctx = lambda: derender.make_context(
-            self.ctx, self.fingerprint["fingerprint"], None, Metrics()
-        )
+        self._make_derender_ctx = lambda: derender.make_context(self.ctx, local_print["fingerprint"], None, Metrics())
         self.served_names = list(settings.served_names)
         self.root = settings.model
         self.revision = settings.revision
@@ -1301,12 +1300,9 @@ def run_audit(
         if local is not None:
             ref = _local_reference(*local)
         else:
-            reference_url = next((p.url for p in render_peers if facts[p.url] is not None), None)
-            ref = (
-                _RemoteReference(next(p for p in render_peers if p.url == reference_url), facts[reference_url])
-                if reference_url
-                else None
-            )
+            reference = next(((p, f) for p in render_peers if (f := facts[p.url]) is not None), None)
+            reference_url = reference[0].url if reference else None
+            ref = _RemoteReference(*reference) if reference else None
         report = AuditReport(
             reference=ref.label if ref else "none (no local model, no reachable render replica)", started=started
         )

@@ -7,7 +7,11 @@ the stream (a random id handed out on the first chunk) and the position the snap
 continues from, so a retried chunk finds the snapshot it needs again.
 
 Redis is reached with short timeouts; after a failure it is skipped for a cool-down so a
-dead or slow Redis adds a bounded delay, and the caller falls back to replay.
+dead or slow Redis adds a bounded delay, and the caller falls back to replay. The same holds for
+a Sentinel failover (the master is looked up again on the next connection; until the promoted
+replica answers, chunks replay) and for a Cluster resharding (redis-py follows MOVED and ASK).
+A stream's keys carry a hash tag, `{stream id}`, so in a Cluster they share one slot: the write of
+a snapshot and the delete of the one it supersedes go to one node in one round trip.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 import msgspec
 from cachetools import TTLCache
 
+from render_service.redis_target import SENTINEL, RedisTarget
 from render_service.server.metrics import Metrics
 
 logger = logging.getLogger("render_service.derender.snapshots")
@@ -68,7 +73,7 @@ class SnapshotCodec:
 
 
 def snapshot_key(fingerprint: str, stream_id: str, position: int) -> str:
-    return f"rs:snap:{fingerprint[:16]}:{stream_id}:{position}"
+    return f"rs:snap:{fingerprint[:16]}:{{{stream_id}}}:{position}"
 
 
 class LocalStore:
@@ -100,7 +105,7 @@ class RedisStore:
 
     def __init__(
         self,
-        url: str,
+        target: RedisTarget | str,
         metrics: Metrics,
         *,
         timeout: float = 0.05,
@@ -108,11 +113,15 @@ class RedisStore:
         cooldown: float = 2.0,
         required_timeout: float = 0.5,
     ) -> None:
-        import redis.asyncio as redis
-
-        self._client = redis.Redis.from_url(
-            url, socket_timeout=required_timeout, socket_connect_timeout=required_timeout, retry_on_timeout=False
-        )
+        if isinstance(target, str):
+            target = RedisTarget(url=target)
+        self._client = target.async_client(required_timeout)
+        # Sentinel: redis-py asks for the master when it opens a connection; kept connections are
+        # moved to a promoted replica by asking again every `locate_every` seconds in the background
+        # (a forced failover leaves the old master answering, as a master, for seconds).
+        self._sentinel_pool = self._client.connection_pool if target.mode == SENTINEL else None
+        self._locate_every = 1.0
+        self._watching: asyncio.Task[None] | None = None
         self._timeout = timeout
         self._required_timeout = required_timeout
         self._ttl = ttl
@@ -132,6 +141,38 @@ class RedisStore:
                 "redis %s failed (%s: %s); using replay for %.1fs", op, type(exc).__name__, exc, self._cooldown
             )
         self._down_until = time.monotonic() + self._cooldown
+
+    async def connect(self) -> None:
+        """Open a first connection before serving: a TLS handshake (or a Sentinel lookup, or a
+        Cluster's slot map) can take longer than one operation's budget on a busy machine. With
+        Sentinel, also start following the master."""
+        if self._sentinel_pool is not None and self._watching is None:
+            self._watching = asyncio.get_running_loop().create_task(self._follow_master())
+        try:
+            await asyncio.wait_for(self._client.ping(), self._required_timeout)
+        except Exception as exc:  # counted and logged; the first chunks still try (no cool-down)
+            self._metrics.redis_errors.labels("connect").inc()
+            logger.warning("redis not reachable at start (%s: %s); chunks replay until it is", type(exc).__name__, exc)
+
+    async def _follow_master(self) -> None:
+        while True:
+            await asyncio.sleep(self._locate_every)
+            await self._locate()
+
+    async def _locate(self) -> None:
+        pool = self._sentinel_pool
+        assert pool is not None
+        before = pool.master_address
+        try:  # redis-py drops the idle connections when the master changed
+            after = await asyncio.wait_for(pool.get_master_address(), self._required_timeout)
+        except Exception as exc:  # no sentinel answers, or no master: the commands fail and cool down
+            logger.debug("sentinel lookup failed: %s", exc)
+            return
+        if before is not None and after != before:
+            # ... but not those in use at that moment, which would go back to the old master for
+            # good: close them too (their commands fail once, and the store cools down).
+            logger.warning("redis master moved from %s to %s (Sentinel failover)", before, after)
+            await pool.disconnect(inuse_connections=True)
 
     async def get(self, key: str, required: bool = False) -> bytes | None:
         """`required`: the caller has no replay to fall back on (compact mode), so Redis is asked
@@ -176,6 +217,9 @@ class RedisStore:
 
     async def close(self) -> None:
         await self.flush()
+        if self._watching is not None:
+            self._watching.cancel()
+            await asyncio.gather(self._watching, return_exceptions=True)
         try:
             await self._client.aclose()
         except Exception:
@@ -240,6 +284,10 @@ class SnapshotStore:
             if task is not None and self.write_wait > 0:
                 await asyncio.wait({task}, timeout=self.write_wait)
         return len(blob)
+
+    async def connect(self) -> None:
+        if self.redis is not None:
+            await self.redis.connect()
 
     async def close(self) -> None:
         if self.redis is not None:

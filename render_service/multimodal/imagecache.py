@@ -29,9 +29,17 @@ asked; a dead or slow Redis costs a bounded delay and the images are processed h
 timeout is an idle timeout (megabytes arriving are progress) and a read that times out or finds
 every connection busy is load, not failure: only several in a row turn reads off. Reads and writes
 cool down separately (a failed write does not stop reads). Reads go
-through `FastReader` (a few lines of RESP2 over plain TCP, values read straight into their buffers:
-redis-py's asyncio parser spent more CPU copying a 720p entry than a local hit costs); writes,
-TLS and unix-socket URLs through redis-py.
+through `FastReader` (a few lines of RESP2 over TCP or TLS, values read straight into their buffers:
+redis-py's asyncio parser spent more CPU copying a 720p entry than a local hit costs), writes
+through `Writer` (one blocking socket in a thread); unix-socket URLs use redis-py.
+
+Topologies (`render_service.redis_target`): with Sentinel, the fast paths ask the sentinels for the
+master's address whenever they open a connection, so after a failover the next connection reaches
+the promoted replica (meanwhile reads miss and images are processed here). With a Cluster, the
+keys of one MGET usually live in different slots: `ClusterReader` splits it per slot, sends the
+parts to their nodes at once (one `FastReader` per node, the slot map from redis-py's cluster
+client) and puts the values back in order; a MOVED refreshes the slot map and retries once, an ASK
+retries once on the named node after ASKING. `ClusterWriter` routes the SETs the same way.
 """
 
 from __future__ import annotations
@@ -39,8 +47,10 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import ssl
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -50,6 +60,7 @@ from render_service import __version__
 from render_service.exceptions import RenderServiceError
 from render_service.multimodal import media
 from render_service.multimodal.qwen3_vl import ImageProcessor, ProcessedImage
+from render_service.redis_target import CLUSTER, SENTINEL, RedisTarget
 from render_service.server.metrics import Metrics
 
 logger = logging.getLogger("render_service.multimodal.imagecache")
@@ -62,6 +73,10 @@ _MAC_SIZE = 32
 _HEADER = struct.Struct("<BcII64s")  # version, kind, num_tokens, len(metadata), mm_hash
 _TENSORS, _LIGHT = b"t", b"l"
 _KEY_CONTEXT = "render-service processed-image cache (Redis tier) v1"
+# With Sentinel, how often the fast paths ask again where the master is (and on every connection).
+LOCATE_EVERY = 1.0
+
+Address = tuple[str, int]
 
 
 class EntryRejected(Exception):
@@ -205,6 +220,7 @@ class _Replies(asyncio.BufferedProtocol):
         # entry a replica writes, whatever its --mm-cache-redis-max-entry-bytes).
         self.max_bulk = max_bulk
         self._scratch = bytearray(1 << 16)
+        self._scratch_view = memoryview(self._scratch)
         self._pending = bytearray()
         self._target: memoryview | None = None  # the bulk string being filled
         self._filled = 0
@@ -214,6 +230,7 @@ class _Replies(asyncio.BufferedProtocol):
         self._bulk: bytearray | None = None
         self.broken = False
         self.progress_at = 0.0  # monotonic time of the last bytes received
+        self.address: Address | None = None  # the server, as FastReader named it
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -221,8 +238,11 @@ class _Replies(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(RedisError(f"connection lost: {exc}"))
 
-    def get_buffer(self, sizehint: int) -> memoryview | bytearray:
-        return self._target[self._filled :] if self._target is not None else self._scratch
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # Always a memoryview: asyncio's TLS transport fills the buffer in several reads through
+        # `buffer[offset:]`, which on a bytearray would be a copy (the bytes after the first TLS
+        # record were lost that way).
+        return self._target[self._filled :] if self._target is not None else self._scratch_view
 
     def buffer_updated(self, nbytes: int) -> None:
         self.progress_at = time.monotonic()
@@ -234,7 +254,7 @@ class _Replies(asyncio.BufferedProtocol):
                 self._target = None
                 self._bulk_done()
             else:
-                self._pending += memoryview(self._scratch)[:nbytes]
+                self._pending += self._scratch_view[:nbytes]
             self._parse()
         except (RedisError, ValueError) as exc:  # ValueError: a length that is not a number
             self._fail(RedisError(str(exc)))
@@ -330,8 +350,9 @@ class _Replies(asyncio.BufferedProtocol):
 
 
 class FastReader:
-    """MGET over a few plain-TCP connections of `_Replies` (redis:// URLs; rediss:// and unix
-    sockets go through redis-py instead)."""
+    """MGET over a few TCP (or TLS) connections of `_Replies` (unix sockets go through redis-py).
+    `locate`, when given, names the server each time a connection is opened (a Sentinel's
+    current master) instead of `host`/`port`."""
 
     def __init__(
         self,
@@ -342,22 +363,43 @@ class FastReader:
         password: str | None = None,
         max_connections: int = 8,
         max_value_bytes: int = 512 << 20,
+        ssl_context: ssl.SSLContext | None = None,
+        locate: Callable[[], Awaitable[Address]] | None = None,
     ) -> None:
         self.host, self.port, self.db = host, port, db
         self.max_value_bytes = max_value_bytes
         self.username, self.password = username, password
+        self.ssl_context, self.locate = ssl_context, locate
+        self._located: Address | None = None
+        self._located_at = -LOCATE_EVERY
         # Reads beyond this many wait for a connection (bounded by the caller's idle timeout).
         self.max_connections = max_connections
         self._slots = asyncio.Semaphore(max_connections)
         self._idle: list[_Replies] = []
         self._open = 0
 
-    async def _connect(self) -> _Replies:
+    async def _where(self) -> Address:
+        """The server's address: asked of `locate` at most every LOCATE_EVERY seconds, so a
+        promoted replica is found even while the old master still answers (a forced failover
+        reconfigures it a few seconds later)."""
+        if self.locate is None:
+            return self.host, self.port
+        if self._located is None or time.monotonic() - self._located_at >= LOCATE_EVERY:
+            self._located, self._located_at = await self.locate(), time.monotonic()
+        return self._located
+
+    async def _connect(self, where: Address) -> _Replies:
         self._open += 1
         try:
+            host, port = where
             _, conn = await asyncio.get_running_loop().create_connection(
-                lambda: _Replies(self.max_value_bytes), self.host, self.port
+                lambda: _Replies(self.max_value_bytes),
+                host,
+                port,
+                ssl=self.ssl_context,
+                server_hostname=host if self.ssl_context is not None else None,
             )
+            conn.address = where
             if self.password is not None:
                 auth = [self.username.encode(), self.password.encode()] if self.username else [self.password.encode()]
                 await conn.request(b"AUTH", *auth)
@@ -368,27 +410,35 @@ class FastReader:
             raise
         return conn
 
-    async def mget(self, keys: list[str], idle_timeout: float | None = None) -> list[memoryview | None]:
+    async def mget(
+        self, keys: list[str], idle_timeout: float | None = None, asking: bool = False
+    ) -> list[memoryview | None]:
         """`idle_timeout` bounds the wait for a free connection (then `Busy`) and each silence of the
-        reply (then TimeoutError), not the transfer of a large value."""
+        reply (then TimeoutError), not the transfer of a large value. `asking`: send ASKING first
+        (a Cluster slot being migrated to this node)."""
         try:
             await asyncio.wait_for(self._slots.acquire(), idle_timeout)
         except TimeoutError:
             raise Busy(f"all {self.max_connections} Redis connections busy for {idle_timeout}s") from None
         try:
-            return await self._mget(keys, idle_timeout)
+            return await self._mget(keys, idle_timeout, asking)
         finally:
             self._slots.release()
 
-    async def _mget(self, keys: list[str], idle_timeout: float | None) -> list[memoryview | None]:
+    async def _mget(self, keys: list[str], idle_timeout: float | None, asking: bool) -> list[memoryview | None]:
+        where = await self._where()
         while self._idle:
             conn = self._idle.pop()
-            if not conn.broken:
+            if not conn.broken and conn.address == where:
                 break
+            if conn.transport is not None:
+                conn.transport.close()
             self._open -= 1
         else:
-            conn = await self._connect()
+            conn = await self._connect(where)
         try:
+            if asking:
+                await conn.request(b"ASKING", idle_timeout=idle_timeout)
             reply = await conn.request(b"MGET", *(key.encode() for key in keys), idle_timeout=idle_timeout)
         except BaseException:
             self._open -= 1
@@ -419,6 +469,8 @@ class Writer:
         username: str | None = None,
         password: str | None = None,
         timeout: float = 1.0,
+        ssl_context: ssl.SSLContext | None = None,
+        locate: Callable[[], Address] | None = None,
     ) -> None:
         import socket
         from concurrent.futures import ThreadPoolExecutor
@@ -431,6 +483,11 @@ class Writer:
             password,
             timeout,
         )
+        # `locate` (run in the writer's thread): a Sentinel's current master, asked per connection
+        # and at most every LOCATE_EVERY seconds while a connection is kept.
+        self.ssl_context, self.locate = ssl_context, locate
+        self._sock_address: Address | None = None
+        self._located_at = -LOCATE_EVERY
         self._sock: Any = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="mm-redis-write")
 
@@ -450,9 +507,23 @@ class Writer:
         if errors:
             raise RedisError(errors[0].decode("utf-8", "replace"))
 
-    def _connect(self) -> Any:
-        sock = self._socket_module.create_connection(self.address, timeout=self.timeout)
+    def _where(self) -> Address:
+        if self.locate is None:
+            return self.address
+        if self._sock is None or time.monotonic() - self._located_at >= LOCATE_EVERY:
+            where, self._located_at = self.locate(), time.monotonic()
+            if self._sock is not None and where != self._sock_address:  # failed over: drop the old master
+                self._sock.close()
+                self._sock = None
+            return where
+        return self._sock_address or self.address
+
+    def _connect(self, where: Address) -> Any:
+        host, port = where
+        sock = self._socket_module.create_connection((host, port), timeout=self.timeout)
         try:
+            if self.ssl_context is not None:
+                sock = self.ssl_context.wrap_socket(sock, server_hostname=host)
             setup = []
             if self.password is not None:
                 setup.append(
@@ -481,7 +552,10 @@ class Writer:
 
     def _send_all(self, codec: EntryCodec, entries: list[tuple[str, ProcessedImage]], ttl: int) -> None:
         try:
-            sock = self._sock = self._sock or self._connect()
+            where = self._where()
+            if self._sock is None:
+                self._sock, self._sock_address = self._connect(where), where
+            sock = self._sock
             for key, item in entries:
                 mac, payload, body = codec.encode_parts(key, item)
                 size = len(mac) + len(payload) + len(body)
@@ -511,24 +585,192 @@ class Writer:
         self._executor.shutdown(wait=True)
 
 
-def _plain_tcp(url: str) -> dict[str, Any] | None:
-    from redis.connection import parse_url
+class SlotMap:
+    """A Cluster's slot -> node map, kept by redis-py's cluster client (CLUSTER SLOTS at first use,
+    again after a MOVED)."""
 
-    parts = parse_url(url)
-    if "connection_class" in parts or "path" in parts:  # TLS or a unix socket: redis-py
-        return None
-    return {
-        "host": parts.get("host", "localhost"),
-        "port": int(parts.get("port", 6379)),
-        "db": int(parts.get("db", 0)),
-        "username": parts.get("username"),
-        "password": parts.get("password"),
+    def __init__(self, target: RedisTarget, timeout: float) -> None:
+        self._cluster = target.async_client(timeout)
+        self._ready = False
+
+    async def refresh(self) -> None:
+        if self._ready:
+            await self._cluster.nodes_manager.initialize()
+        else:
+            await self._cluster.initialize()
+            self._ready = True
+
+    async def nodes(self, keys: list[str]) -> dict[Address, dict[int, list[int]]]:
+        """node -> slot -> indexes into `keys`."""
+        from redis.crc import key_slot
+
+        if not self._ready:
+            await self.refresh()
+        manager = self._cluster.nodes_manager
+        routes: dict[Address, dict[int, list[int]]] = {}
+        for index, key in enumerate(keys):
+            slot = key_slot(key.encode())
+            node = manager.get_node_from_slot(slot)
+            routes.setdefault((node.host, int(node.port)), {}).setdefault(slot, []).append(index)
+        return routes
+
+    async def aclose(self) -> None:
+        try:
+            await self._cluster.aclose()
+        except Exception:
+            pass
+
+
+def _redirect(exc: BaseException) -> tuple[str, Address] | None:
+    """("MOVED" | "ASK", node) from a Cluster redirection error, else None."""
+    words = str(exc).lstrip("-").split()  # the writer's errors keep RESP's "-"
+    if len(words) == 3 and words[0] in ("MOVED", "ASK"):
+        host, _, port = words[2].rpartition(":")
+        if host and port.isdigit():
+            return words[0], (host, int(port))
+    return None
+
+
+class ClusterReader:
+    """MGET over a Cluster: split per slot (a multi-key command must stay in one slot), sent to the
+    slots' nodes concurrently, one `FastReader` per node, reassembled in the keys' order."""
+
+    def __init__(self, target: RedisTarget, slots: SlotMap) -> None:
+        self._target, self._slots = target, slots
+        self._parts = target.url_parts()
+        self._ssl = target.ssl_context()
+        self._readers: dict[Address, FastReader] = {}
+
+    def _reader(self, node: Address) -> FastReader:
+        reader = self._readers.get(node)
+        if reader is None:
+            reader = self._readers[node] = FastReader(
+                node[0],
+                node[1],
+                username=self._parts["username"],
+                password=self._parts["password"],
+                ssl_context=self._ssl,
+            )
+        return reader
+
+    async def mget(self, keys: list[str], idle_timeout: float | None = None) -> list[memoryview | None]:
+        values: list[memoryview | None] = [None] * len(keys)
+        moved = False
+
+        async def read(node: Address, indexes: list[int]) -> None:
+            nonlocal moved
+            wanted = [keys[i] for i in indexes]
+            try:
+                found = await self._reader(node).mget(wanted, idle_timeout)
+            except RedisError as exc:
+                redirect = _redirect(exc)
+                if redirect is None:
+                    raise
+                kind, target = redirect
+                moved = moved or kind == "MOVED"
+                found = await self._reader(target).mget(wanted, idle_timeout, asking=kind == "ASK")
+            for index, value in zip(indexes, found, strict=True):
+                values[index] = value
+
+        routes = await self._slots.nodes(keys)
+        try:
+            await asyncio.gather(*(read(node, part) for node, slots in routes.items() for part in slots.values()))
+        finally:
+            if moved:  # the slot map is stale: learn the new one for the next reads
+                await self._slots.refresh()
+        return values
+
+    def close(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+
+
+class ClusterWriter:
+    """`Writer.set_all` per node of a Cluster (a SET needs no slot grouping: one key each)."""
+
+    def __init__(self, target: RedisTarget, slots: SlotMap, timeout: float) -> None:
+        self._slots, self._timeout = slots, timeout
+        self._parts = target.url_parts()
+        self._ssl = target.ssl_context()
+        self._writers: dict[Address, Writer] = {}
+
+    def _writer(self, node: Address) -> Writer:
+        writer = self._writers.get(node)
+        if writer is None:
+            writer = self._writers[node] = Writer(
+                node[0],
+                node[1],
+                username=self._parts["username"],
+                password=self._parts["password"],
+                timeout=self._timeout,
+                ssl_context=self._ssl,
+            )
+        return writer
+
+    async def set_all(self, codec: EntryCodec, entries: list[tuple[str, ProcessedImage]], ttl: int) -> None:
+        async def write(node: Address, part: list[tuple[str, ProcessedImage]]) -> None:
+            try:
+                await self._writer(node).set_all(codec, part, ttl)
+            except RedisError as exc:  # resharded: once more where the map now says (SET is idempotent)
+                if _redirect(exc) is None:
+                    raise
+                await self._slots.refresh()
+                for again, indexes in (await self._slots.nodes([key for key, _ in part])).items():
+                    chosen = [part[i] for slot in indexes.values() for i in slot]
+                    await self._writer(again).set_all(codec, chosen, ttl)
+
+        routes = await self._slots.nodes([key for key, _ in entries])
+        await asyncio.gather(
+            *(write(node, [entries[i] for part in slots.values() for i in part]) for node, slots in routes.items())
+        )
+
+    def close(self) -> None:
+        for writer in self._writers.values():
+            writer.close()
+
+
+def fast_paths(target: RedisTarget, timeout: float) -> tuple[Any, Any, Any]:
+    """(reader, writer, what else to close: an `aclose()`-able or None) of the fast paths for
+    `target`; (None, None, None) for a unix socket, which redis-py serves."""
+    if target.unix:
+        return None, None, None
+    parts = target.url_parts()
+    context = target.ssl_context()
+    if target.mode == CLUSTER:
+        slots = SlotMap(target, timeout)
+        return ClusterReader(target, slots), ClusterWriter(target, slots, timeout * 4), slots
+    common = {
+        "db": parts["db"],
+        "username": parts["username"],
+        "password": parts["password"],
+        "ssl_context": context,
     }
+    if target.mode == SENTINEL:
+        master = target.sentinel_master
+        async_sentinel = target.async_sentinel(timeout)
+        sync_sentinel = target.sync_sentinel(timeout)
+
+        async def locate() -> Address:
+            host, port = await async_sentinel.discover_master(master)
+            return host, int(port)
+
+        def locate_sync() -> Address:
+            host, port = sync_sentinel.discover_master(master)
+            return host, int(port)
+
+        return (
+            FastReader("", 0, **common, locate=locate),
+            Writer("", 0, **common, timeout=timeout * 4, locate=locate_sync),
+            async_sentinel,
+        )
+    host, port = parts["host"] or "localhost", parts["port"]
+    return FastReader(host, port, **common), Writer(host, port, **common, timeout=timeout * 4), None
 
 
 def _reader(url: str) -> FastReader | None:
-    where = _plain_tcp(url)
-    return FastReader(**where) if where is not None else None
+    """The standalone reader of a URL (None for a unix socket)."""
+    reader, _, _ = fast_paths(RedisTarget(url=url), 0.25)
+    return reader
 
 
 class ImageTier:
@@ -536,7 +778,7 @@ class ImageTier:
 
     def __init__(
         self,
-        url: str,
+        target: RedisTarget | str,
         secret: bytes,
         namespace: str,
         metrics: Metrics,
@@ -548,16 +790,14 @@ class ImageTier:
         write_wait: float = 0.005,
         max_pending_bytes: int = 256 << 20,
     ) -> None:
-        import redis.asyncio as redis
-
+        if isinstance(target, str):
+            target = RedisTarget(url=target)
         # The reads carry megabytes (7.2 MB per 720p image with tensors): a longer bound than the
         # snapshot store's 50 ms, still far below processing four such images (~65 ms of CPU).
-        self._client = redis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout, retry_on_timeout=False
-        )
-        self._reader = _reader(url)
-        where = _plain_tcp(url)
-        self._writer = Writer(**where, timeout=timeout * 4) if where is not None else None
+        # redis-py serves only what the fast paths do not (unix sockets).
+        self._reader, self._writer, self._resources = fast_paths(target, timeout)
+        self._slots = self._resources if isinstance(self._resources, SlotMap) else None
+        self._client = target.async_client(timeout) if self._reader is None else None
         self.codec = EntryCodec(secret)
         self.prefix = f"rs:mm:{namespace}:"
         self.metrics = metrics
@@ -664,6 +904,7 @@ class ImageTier:
             if self._reader is not None:  # idle-timed: a slow large transfer is progress
                 read = self._reader.mget(keys, self.timeout)
             else:
+                assert self._client is not None
                 read = self._client.mget(keys)
             blobs = await asyncio.wait_for(read, self.timeout * READ_DEADLINE_FACTOR)
             self._timeouts_in_a_row = 0
@@ -718,9 +959,10 @@ class ImageTier:
     async def _write(self, entries: list[tuple[str, ProcessedImage]], size: int) -> None:
         start = time.perf_counter()
         try:
-            if self._writer is not None:  # bounded by its socket timeout
+            if self._writer is not None:  # bounded by its socket timeouts
                 await self._writer.set_all(self.codec, entries, self.ttl)
             else:
+                assert self._client is not None
                 async with self._client.pipeline(transaction=False) as pipe:
                     for key, item in entries:
                         pipe.set(key, self.codec.encode(key, item), ex=self.ttl)
@@ -743,7 +985,13 @@ class ImageTier:
             self._reader.close()
         if self._writer is not None:
             self._writer.close()
-        try:
-            await self._client.aclose()
-        except Exception:
-            pass
+        if self._resources is not None:
+            try:
+                await self._resources.aclose()
+            except Exception:
+                pass
+        if self._client is not None:
+            try:
+                await self._client.aclose()
+            except Exception:
+                pass

@@ -94,6 +94,11 @@ _UNEXPECTED_KWARGS = frozenset({"chat_template", "tokenize"})
 _CLAUDE_CODE_BILLING_HEADER = "x-anthropic-billing-header"
 
 
+_EMBEDS_TYPES = frozenset({"image_embeds", "audio_embeds", "video_embeds"})
+# vLLM skips these part types when their text is null; the other text types pass null on.
+_SKIP_NONE_TEXT_TYPES = frozenset({"text", "refusal"})
+
+
 class UnsupportedContentError(BadRequestError):
     """A content part this text-only render path cannot turn into a prompt."""
 
@@ -334,6 +339,21 @@ class MediaCollector:
         self.image_urls.append(value)
 
 
+def _joinable_text(value: Any, position: int) -> bool:
+    """Whether a text-like part's value joins a "string"-format message: vLLM drops empty and null
+    values (its `if parse_res`), and `"\\n".join` fails on anything but a string (a TypeError vLLM
+    answers with a 400 carrying its text)."""
+    if isinstance(value, str):
+        return bool(value)
+    if value is None:
+        return False
+    raise BadRequestError(_join_type_error(position, value))
+
+
+def _join_type_error(position: int, value: Any) -> str:
+    return f"sequence item {position}: expected str instance, {type(value).__name__} found"
+
+
 def _parse_content(
     content: Any, role: str, wrap_dicts: bool, media: MediaCollector | None = None, model_name: str = "model"
 ) -> Any:
@@ -350,18 +370,26 @@ def _parse_content(
     for part in parts:
         part_type, text = _part_text(part)
         if part_type in TEXT_PART_TYPES or isinstance(part, str):
-            if text is None:
+            if text is None and part_type in _SKIP_NONE_TEXT_TYPES:
                 continue
             if wrap_dicts:
                 item: dict[str, Any] = {"type": "text", "text": text}
                 if isinstance(part, dict):
                     item.update({k: v for k, v in part.items() if k not in _KNOWN_PART_FIELDS})
                 out.append(item)
-            else:
+            elif _joinable_text(text, len(out)):
                 out.append(text)
         elif part_type == "tool_reference":
             name = part.get("name")
-            out.append({"type": "tool_reference", "name": name} if wrap_dicts else name)
+            if wrap_dicts:
+                out.append({"type": "tool_reference", "name": name})
+            elif _joinable_text(name, len(out)):
+                out.append(name)
+        elif part_type == "prompt_embeds" and not part.get("data"):
+            raise handler_error(
+                "prompt_embeds content part requires a non-empty `data` field with base64-encoded tensor bytes.",
+                "prompt_embeds",
+            )
         elif part_type in _MEDIA_TYPES and media is not None:
             media.add(part_type, part)
             images += 1
@@ -369,6 +397,9 @@ def _parse_content(
                 image: dict[str, Any] = {"type": "image"}
                 image.update({k: v for k, v in part.items() if k not in _KNOWN_PART_FIELDS})
                 out.append(image)
+        elif part_type in _EMBEDS_TYPES:
+            # vLLM's embeds parsers ask the model config for its multimodal config first.
+            raise UnsupportedContentError("The model is not multimodal.")
         elif part_type in _MEDIA_TYPES:
             # vLLM's text-only models fail in MULTIMODAL_REGISTRY.create_processor; so does this build.
             raise UnsupportedContentError(f"{model_name} is not a multimodal model")
@@ -391,6 +422,15 @@ def _parse_content(
             )
         return "\n".join([media.placeholder] * missing + [text])
     return text
+
+
+def _join_texts(texts: list[Any]) -> str:
+    """Text parts merged into one string (tool results, merged system messages), failing on a part
+    whose text is not a string (e.g. a null `thinking`) as vLLM's join does: a 400 with its text."""
+    for position, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise BadRequestError(_join_type_error(position, text))
+    return "\n".join(texts)
 
 
 def _strip_billing_header(parts: list[Any]) -> list[Any]:
@@ -448,7 +488,7 @@ def build_conversation(
                     pass
                 else:
                     texts = [i.get("text", "") for i in content if isinstance(i, dict) and i.get("type") == "text"]
-                    entry["content"] = "\n".join(texts) if texts else ""
+                    entry["content"] = _join_texts(texts) if texts else ""
         if isinstance(message.get("name"), str):
             entry["name"] = message["name"]
         if isinstance(message.get("task"), str):
@@ -518,10 +558,12 @@ def _convert_developer(conversation: list[dict[str, Any]]) -> list[dict[str, Any
                 needs = True
             content = msg.get("content", "")
             if isinstance(content, list):
-                content = "\n".join(
-                    p["text"] if isinstance(p, dict) else p
-                    for p in content
-                    if isinstance(p, str) or (isinstance(p, dict) and "text" in p)
+                content = _join_texts(
+                    [
+                        p["text"] if isinstance(p, dict) else p
+                        for p in content
+                        if isinstance(p, str) or (isinstance(p, dict) and "text" in p)
+                    ]
                 )
             if content:
                 system_contents.append(content)

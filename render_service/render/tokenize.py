@@ -6,8 +6,8 @@ from typing import Any
 
 from render_service.api.protocol import int_list, opt_bool, schema_error
 from render_service.exceptions import BadRequestError
+from render_service.render import content_parts, templating
 from render_service.render import pipeline as render
-from render_service.render import templating
 
 
 def tokenize(ctx: render.RenderContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -32,6 +32,7 @@ def tokenize(ctx: render.RenderContext, body: dict[str, Any]) -> dict[str, Any]:
         fmt = ctx.settings.chat_template_content_format
         if fmt == "auto":
             fmt = templating.detect_content_format(template)
+        content_parts.check_messages(body["messages"])
         conversation = templating.build_conversation(body["messages"], fmt, model_name=ctx.settings.served_names[0])
         kwargs = dict(user_kwargs)
         kwargs.update(

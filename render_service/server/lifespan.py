@@ -26,6 +26,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     state: State = app.state.render
     settings = state.settings
     model = state.load()
+    await state.store.connect()  # a first Redis connection before serving (a TLS handshake is slow)
     state.metrics.worker_info.labels(os.environ.get("RENDER_WORKER_ID", "0")).set(1)
     lag_task = asyncio.get_running_loop().create_task(watch_loop_lag(state.metrics))
     if settings.audit_engine or settings.audit_render:

@@ -19,6 +19,7 @@ from render_service.exceptions import RenderServiceError
 from render_service.model.loader import Model, load_model, release_freed_memory
 from render_service.model.lora import AdapterRegistry
 from render_service.multimodal import imagecache
+from render_service.redis_target import RedisTarget
 from render_service.render import pipeline as render
 from render_service.server.metrics import Metrics
 from render_service.settings import Settings
@@ -116,8 +117,8 @@ def build_store(settings: Settings, metrics: Metrics) -> SnapshotStore:
     """In-process LRU always; Redis too when configured (then a shared HMAC key is required)."""
     key = settings.snapshot_key.encode() if settings.snapshot_key else secrets.token_bytes(32)
     redis = None
-    if settings.redis_url:
-        redis = RedisStore(settings.redis_url, metrics, ttl=settings.snapshot_ttl_seconds)
+    if (target := RedisTarget.from_settings(settings)) is not None:
+        redis = RedisStore(target, metrics, ttl=settings.snapshot_ttl_seconds)
     local = LocalStore(ttl=settings.snapshot_ttl_seconds)
     return SnapshotStore(SnapshotCodec(key), metrics, local=local, redis=redis)
 
@@ -126,11 +127,12 @@ def build_image_tier(
     settings: Settings, context: render.RenderContext, print_: dict[str, Any], metrics: Metrics
 ) -> imagecache.ImageTier | None:
     """The Redis tier of the processed-image cache: only when asked for and the model has images."""
-    if not settings.mm_cache_redis or context.vision is None or not settings.redis_url:
+    target = RedisTarget.from_settings(settings)
+    if not settings.mm_cache_redis or context.vision is None or target is None:
         return None
     space = imagecache.namespace(print_["components"].get("multimodal", ""), context.vision)
     return imagecache.ImageTier(
-        settings.redis_url,
+        target,
         (settings.snapshot_key or "").encode(),
         space,
         metrics,

@@ -67,10 +67,16 @@ def bind(host: str, port: int, *, listen: bool = True) -> socket.socket:
     return sock
 
 
-def _run_worker(app: Any, sock: socket.socket, log_level: str, index: int) -> None:
+def _run_worker(
+    app: Any, sock: socket.socket, log_level: str, index: int, tls: dict[str, Any], refresh: bool = False
+) -> None:
     import uvicorn
 
+    from render_service.server.tls import watching_server
+
     os.environ["RENDER_WORKER_ID"] = str(index)
+    # Each worker builds its own SSLContext from the files (after the fork: OpenSSL state is not
+    # shared between processes) and uvicorn wraps every connection its listening socket accepts.
     config = uvicorn.Config(
         app,
         log_level=log_level,
@@ -79,15 +85,27 @@ def _run_worker(app: Any, sock: socket.socket, log_level: str, index: int) -> No
         access_log=False,
         timeout_graceful_shutdown=30,
         lifespan="on",
+        **tls,
     )
-    server = uvicorn.Server(config)
+    server = watching_server(config, tls) if tls and refresh else uvicorn.Server(config)
     server.run(sockets=[sock])
 
 
-def serve(app_factory: Any, host: str, port: int, workers: int, log_level: str = "info") -> int:
-    """Run `workers` processes (each `app_factory()`), replace any that die, drain on SIGTERM."""
+def serve(
+    app_factory: Any,
+    host: str,
+    port: int,
+    workers: int,
+    log_level: str = "info",
+    tls: dict[str, Any] | None = None,
+    refresh_tls: bool = False,
+) -> int:
+    """Run `workers` processes (each `app_factory()`), replace any that die, drain on SIGTERM.
+    `tls`: uvicorn's ssl_* options (`server.tls.tls_options`), applied by every worker;
+    `refresh_tls`: each worker reloads the files when they change."""
+    tls = tls or {}
     if workers <= 1:
-        _run_worker(app_factory(), bind(host, port), log_level, 0)
+        _run_worker(app_factory(), bind(host, port), log_level, 0, tls, refresh_tls)
         return 0
     # The parent holds the port (bound, not listening: it never receives connections) so that a
     # port already in use fails here, once, and a replaced worker can always bind again.
@@ -103,7 +121,7 @@ def serve(app_factory: Any, host: str, port: int, workers: int, log_level: str =
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             try:
                 reservation.close()
-                _run_worker(app_factory(), bind(host, port), log_level, index)
+                _run_worker(app_factory(), bind(host, port), log_level, index, tls, refresh_tls)
             finally:
                 os._exit(0)
         children[pid] = index
@@ -121,7 +139,7 @@ def serve(app_factory: Any, host: str, port: int, workers: int, log_level: str =
     signal.signal(signal.SIGINT, stop)
     for index in range(workers):
         spawn(index)
-    logger.info("%d workers serving on %s:%d", workers, host, port)
+    logger.info("%d workers serving on %s://%s:%d", workers, "https" if tls else "http", host, port)
     while children:
         try:
             pid, status = os.wait()

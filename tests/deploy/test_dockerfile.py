@@ -170,12 +170,17 @@ def test_dockerignore_sends_only_what_the_build_copies():
         if line.strip() and not line.startswith("#")
     ]
     assert patterns[0] == "*"
-    assert {p for p in patterns if p.startswith("!")} == {"!pyproject.toml", "!README.md", "!render_service/"}
+    assert {p for p in patterns if p.startswith("!")} == {
+        "!pyproject.toml",
+        "!README.md",
+        "!requirements/constraints.txt",
+        "!render_service/",
+    }
     copied = set()
     for keyword, rest in instructions(DOCKERFILE.read_text()):
         if keyword == "COPY" and not rest.startswith("--from"):
             copied |= set(rest.split()[:-1])  # every source; the last word is the destination
-    assert copied == {"pyproject.toml", "README.md", "render_service"}
+    assert copied == {"pyproject.toml", "README.md", "requirements/constraints.txt", "render_service"}
 
 
 def test_build_script_syntax():

@@ -90,6 +90,44 @@ CASES: dict[str, dict[str, Any]] = {
         },
         "podAntiAffinity": {"type": "soft"},
     },
+    "https-mtls": {
+        **MODEL,
+        "tls": {
+            "enabled": True,
+            "existingSecret": "render-tls",
+            "caKey": "ca.crt",
+            "caSecret": "client-ca",
+            "certReqs": 2,
+            "ciphers": "ECDHE+AESGCM",
+        },
+    },
+    "https-audit-servicemonitor": {
+        **MODEL,
+        "tls": {"enabled": True, "existingSecret": "render-tls", "caKey": "ca.crt"},
+        "audit": {"enabled": True, "engines": ["http://qwen3-engine:8000"]},
+        "serviceMonitor": {"enabled": True, "tlsConfig": {"ca": {"secret": {"name": "render-tls", "key": "ca.crt"}}}},
+    },
+    "redis-sentinel-tls": {
+        **MODEL,
+        "redis": {
+            "external": {
+                "existingSecret": "render-redis",
+                "sentinel": {
+                    "hosts": ["redis-node-0.redis-headless:26379", "redis-node-1.redis-headless:26379"],
+                    "masterName": "mymaster",
+                    "password": {"existingSecret": "redis-sentinel-auth"},
+                },
+                "tls": {"existingSecret": "redis-client-tls", "certKey": "tls.crt", "keyKey": "tls.key"},
+            }
+        },
+        "snapshotKey": {"existingSecret": "render-snapshot-key"},
+        "config": {"mmCacheRedis": True},
+    },
+    "redis-cluster": {
+        **MODEL,
+        "redis": {"external": {"url": "redis://redis-cluster.cache.svc:6379", "cluster": True}},
+        "snapshotKey": {"existingSecret": "render-snapshot-key"},
+    },
     "local-model-every-flag": {
         "model": {
             "name": "/models/qwen3",
@@ -352,6 +390,19 @@ FLAGS_SET_ELSEWHERE = {
     "redis_url": ("redis", "external", "url"),
     "chat_template": ("chatTemplate", "override"),
     "default_chat_template_kwargs": ("defaultChatTemplateKwargs",),
+    "redis_cluster": ("redis", "external", "cluster"),
+    "redis_sentinel": ("redis", "external", "sentinel", "hosts"),
+    "redis_sentinel_master": ("redis", "external", "sentinel", "masterName"),
+    "redis_sentinel_password": ("redis", "external", "sentinel", "password", "existingSecret"),
+    "redis_ssl_ca_certs": ("redis", "external", "tls", "caKey"),
+    "redis_ssl_certfile": ("redis", "external", "tls", "certKey"),
+    "redis_ssl_keyfile": ("redis", "external", "tls", "keyKey"),
+    "ssl_certfile": ("tls", "certKey"),
+    "ssl_keyfile": ("tls", "keyKey"),
+    "ssl_ca_certs": ("tls", "caKey"),
+    "ssl_cert_reqs": ("tls", "certReqs"),
+    "ssl_ciphers": ("tls", "ciphers"),
+    "enable_ssl_refresh": ("tls", "refresh"),
 }
 
 
@@ -658,6 +709,53 @@ def test_api_key_secret_and_audit_cronjob(rendered):
         ),
         ({**MODEL, "audit": {"enabled": True}}, "at least one engine"),
         ({**MODEL, "podAntiAffinity": {"type": "sometimes"}}, "podAntiAffinity.type"),
+        ({**MODEL, "tls": {"enabled": True}}, "tls.enabled needs tls.existingSecret"),
+        ({**MODEL, "tls": {"enabled": True, "existingSecret": "t", "certReqs": 3}}, "tls.certReqs must be 0"),
+        ({**MODEL, "tls": {"enabled": True, "existingSecret": "t", "certReqs": 2}}, "needs tls.caKey"),
+        (
+            {
+                **MODEL,
+                "tls": {"enabled": True, "existingSecret": "t", "caKey": "ca.crt", "certReqs": 2},
+                "audit": {"enabled": True, "engines": ["http://e:8000"]},
+            },
+            "cannot reach a service with tls.certReqs 2",
+        ),
+        (
+            {
+                **MODEL,
+                "redis": {"external": {"sentinel": {"hosts": ["s:26379"]}}},
+                "snapshotKey": {"existingSecret": "k"},
+            },
+            "needs redis.external.sentinel.masterName",
+        ),
+        (
+            {
+                **MODEL,
+                "redis": {"external": {"url": "redis://r:6379", "sentinel": {"masterName": "m"}}},
+                "snapshotKey": {"existingSecret": "k"},
+            },
+            "needs redis.external.sentinel.hosts",
+        ),
+        (
+            {
+                **MODEL,
+                "redis": {"external": {"cluster": True, "sentinel": {"hosts": ["s:1"], "masterName": "m"}}},
+                "snapshotKey": {"existingSecret": "k"},
+            },
+            "not both",
+        ),
+        (
+            {
+                **MODEL,
+                "redis": {"inCluster": {"enabled": True}, "external": {"cluster": True}},
+                "snapshotKey": {"existingSecret": "k"},
+            },
+            "apply to an external Redis",
+        ),
+        (
+            {**MODEL, "redis": {"external": {"sentinel": {"hosts": ["s:1"], "masterName": "m"}}}},
+            "snapshotKey.existingSecret",
+        ),
     ],
 )
 def test_invalid_values_fail_the_render_with_a_message(chart, values, message):
@@ -680,3 +778,100 @@ def test_readme_values_examples_render_and_validate(chart):
     assert {"Deployment", "Service", "HorizontalPodAutoscaler", "ConfigMap", "CronJob"} <= set(kinds(objects))
     env = env_of(render_container(objects))
     assert env["RENDER_MODEL"] == "/models/qwen3" and env["HF_HUB_OFFLINE"] == "1"
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTPS on the service, and Redis as operators run it
+
+
+def parsed_args(container: dict[str, Any], secrets: dict[str, str] | None = None) -> argparse.Namespace:
+    """The serve flags as parsed from the container (the certificate files exist only in a pod, so
+    the settings are not validated here: tests/test_settings.py does that with real files)."""
+    return serve_parser(resolved_env(container, secrets)).parse_args(container.get("args", []))
+
+
+def test_https_with_mutual_tls_mounts_the_secrets_and_probes_over_tcp(rendered):
+    objects = rendered["https-mtls"]
+    container = render_container(objects)
+    args = parsed_args(container)
+    assert (args.ssl_certfile, args.ssl_keyfile) == (
+        "/etc/render-service/tls/tls.crt",
+        "/etc/render-service/tls/tls.key",
+    )
+    assert args.ssl_ca_certs == "/etc/render-service/tls-ca/ca.crt"
+    assert (args.ssl_cert_reqs, args.ssl_ciphers) == (2, "ECDHE+AESGCM")
+    assert args.enable_ssl_refresh  # a renewed Secret is loaded without a restart
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["tls"]["secret"] == {
+        "secretName": "render-tls",
+        "defaultMode": 0o440,
+        "items": [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}],
+    }
+    assert volumes["tls-ca"]["secret"]["secretName"] == "client-ca"
+    assert volumes["tls-ca"]["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["tls"] == {"name": "tls", "mountPath": "/etc/render-service/tls", "readOnly": True}
+    assert mounts["tls-ca"]["mountPath"] == "/etc/render-service/tls-ca"
+    # The kubelet has no client certificate: TCP checks (a worker listens once the model is loaded).
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["tcpSocket"] == {"port": "http"} and "httpGet" not in container[probe], probe
+    assert one(objects, "Service")["spec"]["ports"][0]["appProtocol"] == "https"
+
+
+def test_https_probes_audit_and_servicemonitor(rendered):
+    objects = rendered["https-audit-servicemonitor"]
+    container = render_container(objects)
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/health", "port": "http", "scheme": "HTTPS"}, probe
+    args = parsed_args(container)
+    assert args.ssl_ca_certs == "/etc/render-service/tls-ca/ca.crt" and args.ssl_cert_reqs == 0
+    audit = one(objects, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    job = audit["containers"][0]
+    assert job["args"][:2] == ["--render", f"https://{FULLNAME}:8000"]
+    assert env_of(job)["SSL_CERT_FILE"] == "/etc/render-service/tls-ca/ca.crt"  # httpx trusts it
+    assert {"name": "tls-ca", "mountPath": "/etc/render-service/tls-ca", "readOnly": True} in job["volumeMounts"]
+    assert next(v for v in audit["volumes"] if v["name"] == "tls-ca")["secret"]["secretName"] == "render-tls"
+    endpoint = one(objects, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"] == {"ca": {"secret": {"name": "render-tls", "key": "ca.crt"}}}
+
+
+def test_redis_sentinel_with_tls(rendered):
+    objects = rendered["redis-sentinel-tls"]
+    container = render_container(objects)
+    env = env_of(container)
+    assert env["RENDER_REDIS_SENTINEL_PASSWORD"] == {
+        "secretKeyRef": {"name": "redis-sentinel-auth", "key": "sentinel-password"}
+    }
+    assert container["args"] == [
+        "--redis-sentinel",
+        "redis-node-0.redis-headless:26379",
+        "--redis-sentinel",
+        "redis-node-1.redis-headless:26379",
+    ]
+    secrets = {
+        "render-redis/redis-url": "rediss://:pw@/0",
+        "redis-sentinel-auth/sentinel-password": "sp",
+        "render-snapshot-key/snapshot-key": "k",
+    }
+    args = parsed_args(container, secrets)
+    assert args.redis_sentinel == ["redis-node-0.redis-headless:26379", "redis-node-1.redis-headless:26379"]
+    assert (args.redis_sentinel_master, args.redis_sentinel_password) == ("mymaster", "sp")
+    assert args.redis_url == "rediss://:pw@/0" and args.mm_cache_redis
+    assert args.redis_ssl_ca_certs == "/etc/render-service/redis-tls/ca.crt"
+    assert args.redis_ssl_certfile == "/etc/render-service/redis-tls/tls.crt"
+    assert args.redis_ssl_keyfile == "/etc/render-service/redis-tls/tls.key"
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "redis-tls")
+    assert volume["secret"]["items"] == [
+        {"key": "ca.crt", "path": "ca.crt"},
+        {"key": "tls.crt", "path": "tls.crt"},
+        {"key": "tls.key", "path": "tls.key"},
+    ]
+
+
+def test_redis_cluster(rendered):
+    container = render_container(rendered["redis-cluster"])
+    settings = settings_for(container, {"render-snapshot-key/snapshot-key": "s3cret"})
+    assert settings.redis_cluster and settings.redis_url == "redis://redis-cluster.cache.svc:6379"

@@ -230,7 +230,7 @@ def test_snapshot_size_does_not_grow_with_the_stream(client: TestClient, case: d
                 len(
                     store.local.get(
                         f"rs:snap:{client.app.state.render.fingerprint['fingerprint'][:16]}:"
-                        f"{state['rs_sid']}:{state['rs_pos']}"
+                        f"{{{state['rs_sid']}}}:{state['rs_pos']}"
                     )
                 )
             )

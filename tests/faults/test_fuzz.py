@@ -2,8 +2,10 @@
 request-shaped bodies with hostile values. The property: an answer within a bounded time, never a
 500, and every 4xx in vLLM's error shape.
 
-The CI run is derandomized and bounded (~150-300 examples per test); for a long fuzzing session:
-`RENDER_FUZZ_EXAMPLES=20000 python3 -m pytest tests/faults/test_fuzz.py` (random seeds).
+The CI run is derandomized and bounded (~150-300 examples per test), and reproducible under the
+locked `hypothesis` (requirements/constraints.txt); for a long random fuzzing session:
+`python -m tests.faults.fuzz_long --minutes 10` (fresh seeds round after round; or
+`RENDER_FUZZ_EXAMPLES=20000 python3 -m pytest tests/faults/test_fuzz.py`).
 The service serves no OpenAPI description (vLLM's render tier does, through FastAPI), so there is
 no schemathesis run; these strategies are written from vLLM's request models instead.
 """
@@ -114,14 +116,40 @@ def maybe(strategy: Any) -> Any:
 
 part = st.fixed_dictionaries(
     {
+        # every part type vLLM's chat schema admits, and a few it does not
         "type": st.sampled_from(
-            ["text", "input_text", "refusal", "thinking", "image_url", "tool_reference", "video", "x"]
+            [
+                "text",
+                "input_text",
+                "output_text",
+                "refusal",
+                "thinking",
+                "image_url",
+                "input_image",
+                "image_embeds",
+                "audio_embeds",
+                "video_embeds",
+                "prompt_embeds",
+                "image_pil",
+                "audio_url",
+                "input_audio",
+                "video_url",
+                "file",
+                "input_file",
+                "tool_reference",
+                "video",
+                "x",
+            ]
         )
     },
     optional={
         "text": maybe(st.text(max_size=30)),
-        "refusal": st.text(max_size=10),
-        "name": st.text(max_size=10),
+        "refusal": maybe(st.text(max_size=10)),
+        "thinking": maybe(st.text(max_size=10)),
+        "name": maybe(st.text(max_size=10)),
+        "image_url": maybe(st.fixed_dictionaries({}, optional={"url": maybe(st.text(max_size=10))})),
+        "input_audio": maybe(st.fixed_dictionaries({}, optional={"data": maybe(st.text(max_size=8))})),
+        "data": maybe(st.text(max_size=8)),
         "uuid": maybe(st.text(max_size=5)),
     },
 )

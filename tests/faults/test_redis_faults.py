@@ -306,7 +306,7 @@ def _stream_prefix(cluster: Cluster, tokens: int) -> tuple[dict[str, Any], list[
         response = cluster.http.post(f"{cluster.urls[0]}/v1/chat/completions/derender", json=body)
         assert response.status_code == 200
         state = response.json()["stream_state"]
-        values.append(_wait_for_value(client, f"rs:snap:*:{state['rs_sid']}:{state['rs_pos']}"))
+        values.append(_wait_for_value(client, f"rs:snap:*:{{{state['rs_sid']}}}:{state['rs_pos']}"))
     return state, values
 
 
@@ -326,7 +326,7 @@ def _wait_for_value(client: Any, pattern: str) -> bytes:
 def test_a_snapshot_that_is_not_this_chunks_is_rejected(cluster: Cluster, forgery: str) -> None:
     client = cluster.redis.client()
     state, values = _stream_prefix(cluster, 6)
-    key = client.keys(f"rs:snap:*:{state['rs_sid']}:{state['rs_pos']}")[0]
+    key = client.keys(f"rs:snap:*:{{{state['rs_sid']}}}:{state['rs_pos']}")[0]
     if forgery == "older snapshot of the same stream":
         value = values[2]  # genuine and signed, but for an earlier position
     elif forgery == "snapshot of another stream":

@@ -138,7 +138,7 @@ def test_tampered_redis_snapshot_is_rejected(qwen3_model_dir: Path, case: dict[s
             state = http.post(f"{a}/v1/chat/completions/derender", json=body).json()["stream_state"]
         client = redis.client()
         deadline = time.monotonic() + 5  # writes are asynchronous: wait for the latest one
-        while not client.keys(f"rs:snap:*:{state['rs_sid']}:{state['rs_pos']}") and time.monotonic() < deadline:
+        while not client.keys(f"rs:snap:*:{{{state['rs_sid']}}}:{state['rs_pos']}") and time.monotonic() < deadline:
             time.sleep(0.01)
         for key in client.keys("rs:snap:*"):
             value = bytearray(client.get(key))

@@ -60,7 +60,31 @@ app.kubernetes.io/part-of: render-service
 
 {{/* true when the render pods get a Redis URL (in-cluster or external). */}}
 {{- define "render-service.redisEnabled" -}}
-{{- if or .Values.redis.inCluster.enabled .Values.redis.external.url .Values.redis.external.existingSecret -}}true{{- end -}}
+{{- if or .Values.redis.inCluster.enabled .Values.redis.external.url .Values.redis.external.existingSecret .Values.redis.external.sentinel.hosts -}}true{{- end -}}
+{{- end -}}
+
+{{/* The CA bundle file of --ssl-ca-certs (mounted from tls.caSecret or tls.existingSecret). */}}
+{{- define "render-service.tlsCaFile" -}}
+{{- printf "%s-ca/ca.crt" (trimSuffix "/" .Values.tls.mountPath) -}}
+{{- end -}}
+
+{{/*
+A probe's action for (list $ path): HTTP(S) GET of the path; with mutual TLS required, a TCP check
+(the kubelet has no client certificate; a worker listens only once the model is loaded).
+*/}}
+{{- define "render-service.probeAction" -}}
+{{- $root := index . 0 -}}
+{{- if and $root.Values.tls.enabled (eq (int $root.Values.tls.certReqs) 2) -}}
+tcpSocket:
+  port: http
+{{- else -}}
+httpGet:
+  path: {{ index . 1 }}
+  port: http
+  {{- if $root.Values.tls.enabled }}
+  scheme: HTTPS
+  {{- end }}
+{{- end -}}
 {{- end -}}
 
 {{/* true when the chart's ConfigMap exists (template override and/or default template kwargs). */}}
@@ -121,6 +145,34 @@ as float64), booleans as true/false.
 {{- end -}}
 {{- if and .Values.audit.enabled (not .Values.audit.engines) -}}
 {{- fail "audit.enabled needs at least one engine URL in audit.engines" -}}
+{{- end -}}
+{{- $external := .Values.redis.external -}}
+{{- if and $external.sentinel.hosts (not $external.sentinel.masterName) -}}
+{{- fail "redis.external.sentinel.hosts needs redis.external.sentinel.masterName (the master set's name, e.g. mymaster)" -}}
+{{- end -}}
+{{- if and $external.sentinel.masterName (not $external.sentinel.hosts) -}}
+{{- fail "redis.external.sentinel.masterName needs redis.external.sentinel.hosts (host:port of each sentinel)" -}}
+{{- end -}}
+{{- if and $external.sentinel.hosts $external.cluster -}}
+{{- fail "set either redis.external.sentinel or redis.external.cluster, not both" -}}
+{{- end -}}
+{{- if and .Values.redis.inCluster.enabled (or $external.cluster $external.sentinel.hosts $external.tls.existingSecret) -}}
+{{- fail "redis.external.cluster, .sentinel and .tls apply to an external Redis, not to redis.inCluster" -}}
+{{- end -}}
+{{- if and $external.tls.certKey (not $external.tls.keyKey) -}}
+{{- fail "redis.external.tls.certKey needs redis.external.tls.keyKey" -}}
+{{- end -}}
+{{- if and .Values.tls.enabled (not .Values.tls.existingSecret) -}}
+{{- fail "tls.enabled needs tls.existingSecret (a Secret with the certificate and key, e.g. from cert-manager)" -}}
+{{- end -}}
+{{- if not (has (int .Values.tls.certReqs) (list 0 1 2)) -}}
+{{- fail "tls.certReqs must be 0 (none), 1 (optional) or 2 (required)" -}}
+{{- end -}}
+{{- if and .Values.tls.enabled (gt (int .Values.tls.certReqs) 0) (not .Values.tls.caKey) -}}
+{{- fail "tls.certReqs 1 or 2 needs tls.caKey (the CA bundle that signs client certificates)" -}}
+{{- end -}}
+{{- if and .Values.tls.enabled (eq (int .Values.tls.certReqs) 2) .Values.audit.enabled -}}
+{{- fail "the audit CronJob has no client certificate: it cannot reach a service with tls.certReqs 2" -}}
 {{- end -}}
 {{- if not (has .Values.podAntiAffinity.type (list "" "soft" "hard")) -}}
 {{- fail "podAntiAffinity.type must be \"\", soft or hard" -}}
