@@ -5,14 +5,19 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from render_service.settings import (
+    Settings,
     SettingsError,
     add_model_arguments,
     add_server_arguments,
     apply_environment,
     settings_from_args,
 )
+
+if TYPE_CHECKING:
+    from render_service.model.lora import AdapterRegistry
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -99,18 +104,43 @@ def serve(settings) -> int:
     except ModelLoadError as exc:
         print(f"render-service: error: {exc}", file=sys.stderr)
         return 2
+    adapters = load_adapters(settings)
+    if adapters is None:
+        return 2
     count = settings.workers or workers.available_cpus()
     if count > 1:
         workers.main_guard()
-    return workers.serve(
-        lambda: create_app(settings, model),
-        settings.host,
-        settings.port,
-        count,
-        settings.log_level,
-        tls=tls_options(settings),
-        refresh_tls=settings.enable_ssl_refresh,
-    )
+    try:
+        return workers.serve(
+            lambda: create_app(settings, model, adapters),
+            settings.host,
+            settings.port,
+            count,
+            settings.log_level,
+            tls=tls_options(settings),
+            refresh_tls=settings.enable_ssl_refresh,
+        )
+    finally:
+        adapters.close()
+
+
+def load_adapters(settings: Settings) -> AdapterRegistry | None:
+    """The LoRA adapter set, built before the workers fork so that they share it; `--lora-modules`
+    checked as vLLM checks them at start (None, after printing why, when one fails)."""
+    from render_service.exceptions import RenderServiceError
+    from render_service.model.lora import AdapterRegistry
+
+    shared = settings.allow_runtime_lora_updating
+    if shared:
+        logging.getLogger("render_service.server.app").warning(
+            "LoRA dynamic loading & unloading is enabled in the API server (VLLM_ALLOW_RUNTIME_LORA_UPDATING): "
+            "POST /v1/load_lora_adapter and /v1/unload_lora_adapter change this replica's adapter set."
+        )
+    try:
+        return AdapterRegistry.start(settings.served_names, settings.lora_module_paths, shared=shared)
+    except RenderServiceError as exc:
+        print(f"render-service: error: --lora-modules: {exc.message}", file=sys.stderr)
+        return None
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
+from render_service.model.lora import LoRAModuleError, LoRAModulePath, parse_lora_modules, runtime_updating_allowed
 from render_service.parsers.registry import reasoning_parser_names, tool_parser_names
 
 CONTENT_FORMATS = ("auto", "string", "openai")
@@ -84,6 +85,9 @@ class Settings:
     mm_cache_redis: bool = False  # share processed images between replicas through --redis-url
     mm_cache_redis_ttl_seconds: int = 600
     mm_cache_redis_max_entry_bytes: int = 32 << 20
+    # LoRA adapters (vLLM's --lora-modules; `name=path` strings are parsed by `validate`).
+    lora_modules: list[LoRAModulePath | str] = field(default_factory=list)
+    allow_runtime_lora_updating: bool = False  # VLLM_ALLOW_RUNTIME_LORA_UPDATING (vLLM has no flag)
 
     @property
     def served_names(self) -> list[str]:
@@ -101,7 +105,36 @@ class Settings:
             kwargs.setdefault("cohere_format", self.cohere_format)
         return kwargs
 
+    @property
+    def lora_module_paths(self) -> list[LoRAModulePath]:
+        return [m for m in self.lora_modules if isinstance(m, LoRAModulePath)]
+
+    def _validate_lora_modules(self) -> None:
+        """Entries from the environment or code arrive as strings: parse them as the flag does. Name
+        clashes fail here, as vLLM's start-up fails on them (the paths are checked when the set loads)."""
+        try:
+            self.lora_modules = [
+                m
+                for item in self.lora_modules
+                for m in (parse_lora_modules([item]) if isinstance(item, str) else [item])
+            ]
+        except LoRAModuleError as exc:
+            raise SettingsError(str(exc)) from None
+        seen: set[str] = set()
+        for module in self.lora_module_paths:
+            if not module.name or not module.path:
+                raise SettingsError(f"--lora-modules: both a name and a path are needed ({module})")
+            if module.name in self.served_names:
+                raise SettingsError(f"The lora adapter '{module.name}' conflicts with a served base model.")
+            if module.name in seen:
+                raise SettingsError(
+                    f"The lora adapter '{module.name}' has already been loaded. If you want to load the "
+                    "adapter in place, set 'load_inplace' to True."
+                )
+            seen.add(module.name)
+
     def validate(self) -> Settings:
+        self._validate_lora_modules()
         reasoning_names, tool_names = reasoning_parser_names(), tool_parser_names()
         if self.reasoning_parser is not None and self.reasoning_parser not in reasoning_names:
             raise SettingsError(
@@ -229,6 +262,18 @@ def _max_model_len(text: str) -> int:
     return int(lowered)
 
 
+class _LoRAModulesAction(argparse.Action):
+    """vLLM's `LoRAParserAction`: each value `name=path` or a JSON object; a repeated flag replaces."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        try:
+            setattr(namespace, self.dest, parse_lora_modules(values or []))
+        except LoRAModuleError as exc:
+            parser.error(str(exc))
+
+
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags shared by `serve` and `fingerprint`: everything that shapes outputs."""
     parser.add_argument("model", help="local model folder or Hugging Face id")
@@ -272,6 +317,14 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--trust-request-mm-kwargs",
         action="store_true",
         help="accept per-request mm_processor_kwargs (they change preprocessing cost)",
+    )
+    parser.add_argument(
+        "--lora-modules",
+        nargs="+",
+        action=_LoRAModulesAction,
+        default=[],
+        metavar="NAME=PATH|JSON",
+        help='LoRA adapters served by name: name=path, or {"name": ..., "path": ..., "base_model_name": ...}',
     )
 
 
@@ -405,6 +458,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         settings.api_key = os.environ.get("VLLM_API_KEY") or None
     if settings.snapshot_key is None:
         settings.snapshot_key = os.environ.get("RENDER_SNAPSHOT_KEY") or None
+    settings.allow_runtime_lora_updating = runtime_updating_allowed()
     return settings.validate()
 
 

@@ -18,6 +18,12 @@ from render_service.model.loader import Model
 from render_service.parsers import parser_versions
 from render_service.settings import Settings
 
+# Reported per component, but outside the overall hash: a rolling upgrade that changes nothing
+# observable, and a LoRA adapter loaded or unloaded at run time (an adapter changes no token of a
+# render or derender, so streams and snapshots made before the change stay valid; a replica
+# missing an adapter answers its name with a 404, and the audit reports the differing component).
+OUTSIDE_OVERALL = frozenset({"service_version", "lora_adapters"})
+
 # Bump when a parser's output for the same input changes: snapshots and fingerprints follow.
 PARSER_IMPLEMENTATION_VERSION = 1
 
@@ -30,8 +36,9 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def components(settings: Settings, model: Model) -> dict[str, Any]:
-    """Each component's canonical value (small ones inline, large ones as digests)."""
+def components(settings: Settings, model: Model, adapters: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Each component's canonical value (small ones inline, large ones as digests). `adapters`: the
+    LoRA adapter set (`AdapterRegistry.fingerprint_value()`), else the `--lora-modules` of `settings`."""
     tokenizer = model.hf_tokenizer
     added = {str(i): [t.content, bool(t.special)] for i, t in sorted(tokenizer.added_tokens_decoder.items())}
     parts = {
@@ -70,16 +77,39 @@ def components(settings: Settings, model: Model) -> dict[str, Any]:
         }
         if settings.mm_processor_kwargs:  # absent when unset: existing fingerprints stay as they were
             parts["multimodal"]["mm_processor_kwargs"] = settings.mm_processor_kwargs
+    if adapters is None:
+        adapters = static_adapters(settings)
+    if adapters:  # absent without adapters: existing fingerprints stay as they were
+        parts["lora_adapters"] = adapters
     return parts
 
 
-def fingerprint(settings: Settings, model: Model) -> dict[str, Any]:
-    parts = components(settings, model)
+def static_adapters(settings: Settings) -> dict[str, Any]:
+    """The `--lora-modules` set as `AdapterRegistry.fingerprint_value()` reports it once loaded."""
+    names = settings.served_names
+    return {
+        m.name: {"path": m.path, "parent": m.base_model_name if m.base_model_name in names else names[0]}
+        for m in sorted(settings.lora_module_paths, key=lambda m: m.name)
+    }
+
+
+def _summarize(parts: dict[str, Any]) -> dict[str, Any]:
     hashes = {name: _digest(value)[:16] for name, value in parts.items()}
-    # The service version is reported but not part of the overall hash: a rolling upgrade
-    # that changes nothing observable must not look like a mismatch.
-    overall = _digest({k: v for k, v in hashes.items() if k != "service_version"})[:32]
+    overall = _digest({k: v for k, v in hashes.items() if k not in OUTSIDE_OVERALL})[:32]
     return {"fingerprint": overall, "components": hashes, "values": parts}
+
+
+def fingerprint(settings: Settings, model: Model, adapters: dict[str, Any] | None = None) -> dict[str, Any]:
+    return _summarize(components(settings, model, adapters))
+
+
+def with_adapters(print_: dict[str, Any], adapters: dict[str, Any]) -> dict[str, Any]:
+    """`print_` after a runtime load or unload: only the `lora_adapters` component changes (the
+    overall fingerprint does not: see OUTSIDE_OVERALL)."""
+    parts = {name: value for name, value in print_["values"].items() if name != "lora_adapters"}
+    if adapters:
+        parts["lora_adapters"] = adapters
+    return _summarize(parts)
 
 
 def components_header(print_: dict[str, Any]) -> str:
@@ -92,7 +122,11 @@ def fingerprint_conflict(ours: dict[str, Any], claimed: str, claimed_components:
     differing: list[str] = []
     if claimed_components:
         theirs = dict(part.split("=", 1) for part in claimed_components.split(",") if "=" in part)
-        differing = sorted(name for name, digest in ours["components"].items() if theirs.get(name) != digest)
+        differing = sorted(
+            name
+            for name, digest in ours["components"].items()
+            if theirs.get(name) != digest and name not in OUTSIDE_OVERALL
+        )
     detail = (
         f"differing components: {', '.join(differing)}"
         if differing

@@ -42,6 +42,7 @@ from render_service.api.protocol import (
 )
 from render_service.exceptions import BadRequestError, NotFoundError
 from render_service.model.loader import Model
+from render_service.model.lora import AdapterRegistry
 from render_service.multimodal import media
 from render_service.multimodal import qwen3_vl as multimodal
 from render_service.render import content_parts, templating
@@ -70,6 +71,8 @@ class RenderContext:
     media_limits: media.MediaLimits = field(default_factory=media.MediaLimits)
     # Per-model facts worked out on first use (e.g. the Messages defaults); never request data.
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # The LoRA adapters served by name (None: none); mutable when runtime updating is allowed.
+    adapters: AdapterRegistry | None = field(default=None, compare=False)
 
     @property
     def has_reasoning_parser(self) -> bool:
@@ -82,9 +85,14 @@ class RenderContext:
 
 
 def check_model(ctx: RenderContext, model: Any) -> None:
+    """vLLM's `_check_model`: a served name or a loaded LoRA adapter's name (vLLM's render tier has
+    no adapters and refuses these; its engines accept them, and the name travels to the engine as the
+    GenerateRequest's `model`), else 404 naming the base models."""
     if not model:
         return
     if model in ctx.settings.served_names:
+        return
+    if ctx.adapters is not None and isinstance(model, str) and ctx.adapters.get(model) is not None:
         return
     names = ", ".join(ctx.settings.served_names)
     raise NotFoundError(f"The model `{model}` does not exist. Valid aliases: {names}.", param="model")
@@ -623,8 +631,11 @@ def validate_chat_request(body: dict[str, Any]) -> None:
         )
 
 
-def make_context(model: Model, settings: Settings) -> RenderContext:
-    """The render context, with an image processor when the model folder is a supported VL model."""
+def make_context(model: Model, settings: Settings, adapters: AdapterRegistry | None = None) -> RenderContext:
+    """The render context, with an image processor when the model folder is a supported VL model.
+    `adapters`: the replica's LoRA adapters (default: `settings.lora_modules`, checked and loaded)."""
+    if adapters is None and settings.lora_modules:
+        adapters = AdapterRegistry.start(settings.served_names, settings.lora_module_paths, shared=False)
     config = multimodal.VisionConfig.load(model.path, settings.model)
     limits = media.MediaLimits(
         fetch_timeout=settings.media_fetch_timeout,
@@ -640,7 +651,7 @@ def make_context(model: Model, settings: Settings) -> RenderContext:
         vision = multimodal.ImageProcessor(
             config, settings.mm_cache_bytes, limits.max_image_pixels, settings.mm_processor_kwargs
         )
-    return RenderContext(model, settings, vision, limits)
+    return RenderContext(model, settings, vision, limits, adapters=adapters)
 
 
 def _image_limit(limits: dict[str, Any]) -> int:

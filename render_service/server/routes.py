@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
-from render_service.server.handlers import derender, info, render, tokenize
+from render_service.server.handlers import derender, info, lora, render, tokenize
+from render_service.settings import Settings
 
 ROUTES: list[Route] = [
     # Render: a request in, token ids and a vLLM GenerateRequest out.
@@ -32,3 +33,14 @@ ROUTES: list[Route] = [
     Route("/kv_event_sources", info.kv_event_sources, methods=["GET"]),
     Route("/v1/render/config", info.render_config, methods=["GET"]),
 ]
+
+# vLLM mounts these only when VLLM_ALLOW_RUNTIME_LORA_UPDATING is set (otherwise they are 404s).
+RUNTIME_LORA_ROUTES: list[Route] = [
+    Route("/v1/load_lora_adapter", lora.load_lora_adapter, methods=["POST"]),
+    Route("/v1/unload_lora_adapter", lora.unload_lora_adapter, methods=["POST"]),
+]
+
+
+def app_routes(settings: Settings) -> list[Route]:
+    """The routes one app serves under `settings`."""
+    return ROUTES + (RUNTIME_LORA_ROUTES if settings.allow_runtime_lora_updating else [])

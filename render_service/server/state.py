@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
-from render_service.audit.fingerprint import components_header, fingerprint
+from render_service.audit.fingerprint import components_header, fingerprint, with_adapters
 from render_service.derender import pipeline as derender
 from render_service.derender.snapshots import LocalStore, RedisStore, SnapshotCodec, SnapshotStore
 from render_service.exceptions import RenderServiceError
 from render_service.model.loader import Model, load_model, release_freed_memory
+from render_service.model.lora import AdapterRegistry
 from render_service.multimodal import imagecache
 from render_service.redis_target import RedisTarget
 from render_service.render import pipeline as render
@@ -36,14 +37,18 @@ class State:
     # Set by `load()`, before the first request is served (the lifespan runs it).
     context: render.RenderContext
     derender: derender.DerenderContext
-    fingerprint: dict[str, Any]
-    fingerprint_components: str
     store: SnapshotStore
+    adapters: AdapterRegistry
+    _fingerprint: dict[str, Any]
+    _fingerprint_components: str
+    _fingerprint_generation: int  # the adapter set's generation `_fingerprint` was computed at
 
-    def __init__(self, settings: Settings, model: Model | None = None) -> None:
+    def __init__(self, settings: Settings, model: Model | None = None, adapters: AdapterRegistry | None = None) -> None:
         self.settings = settings
         self.metrics = Metrics()
         self.model = model
+        if adapters is not None:  # shared by the workers (built before they fork); else built by `load`
+            self.adapters = adapters
         self.ready = False
         self.started = int(time.time())
         self.inflight = 0
@@ -60,12 +65,17 @@ class State:
     def load(self) -> Model:
         """Load the model (unless given), build every context and store, warm up; then ready."""
         model = self.model = self.model if self.model is not None else load_model(self.settings)
-        self.context = render.make_context(model, self.settings)
-        self.fingerprint = fingerprint(self.settings, model)
-        self.fingerprint_components = components_header(self.fingerprint)
+        if not hasattr(self, "adapters"):
+            self.adapters = AdapterRegistry.start(
+                self.settings.served_names, self.settings.lora_module_paths, shared=False
+            )
+        self.context = render.make_context(model, self.settings, self.adapters)
+        self._fingerprint_generation = self.adapters.current_generation()
+        self._fingerprint = fingerprint(self.settings, model, self.adapters.fingerprint_value())
+        self._fingerprint_components = components_header(self._fingerprint)
         self.store = build_store(self.settings, self.metrics)
-        self.derender = derender.make_context(self.context, self.fingerprint["fingerprint"], self.store, self.metrics)
-        self.image_tier = build_image_tier(self.settings, self.context, self.fingerprint, self.metrics)
+        self.derender = derender.make_context(self.context, self._fingerprint["fingerprint"], self.store, self.metrics)
+        self.image_tier = build_image_tier(self.settings, self.context, self._fingerprint, self.metrics)
         self.warm_up()
         release_freed_memory()
         self.metrics.tokenizer_backend.labels(model.backend.name).set(1)
@@ -79,6 +89,22 @@ class State:
             render.render_chat(self.context, {"messages": [{"role": "user", "content": "warm up"}]})
         except RenderServiceError as exc:  # a template that rejects this probe is still served
             logger.info("warm-up render refused (%s); continuing", exc.message)
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """The config fingerprint, its `lora_adapters` component as of now (a runtime load or unload
+        on any worker of this replica included)."""
+        generation = self.adapters.current_generation()
+        if generation != self._fingerprint_generation:  # a runtime load or unload since
+            self._fingerprint = with_adapters(self._fingerprint, self.adapters.fingerprint_value())
+            self._fingerprint_components = components_header(self._fingerprint)
+            self._fingerprint_generation = generation
+        return self._fingerprint
+
+    @property
+    def fingerprint_components(self) -> str:
+        self.fingerprint  # noqa: B018 - brings the components up to date
+        return self._fingerprint_components
 
     @property
     def healthy(self) -> bool:

@@ -5,6 +5,8 @@ Never refused for load, never counted in flight (they are not `json_endpoint`s).
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -30,38 +32,45 @@ async def kv_event_sources(request: Request) -> Response:
 
 
 async def models(request: Request) -> Response:
-    """vLLM's /v1/models: one card per served name."""
+    """vLLM's /v1/models: one card per served name, then one per LoRA adapter (as vLLM's API server
+    lists them: `root` the adapter's path, `parent` its base model, no `max_model_len`)."""
     state = State.of(request)
     max_model_len = state.model.max_model_len if state.model else None
     cards = [
-        {
-            "id": name,
-            "object": "model",
-            "created": state.started,
-            "owned_by": "vllm",
-            "root": state.settings.model,
-            "parent": None,
-            "max_model_len": max_model_len,
-            "permission": [
-                {
-                    "id": f"modelperm-{render.random_uuid()}",
-                    "object": "model_permission",
-                    "created": state.started,
-                    "allow_create_engine": False,
-                    "allow_sampling": True,
-                    "allow_logprobs": True,
-                    "allow_search_indices": False,
-                    "allow_view": True,
-                    "allow_fine_tuning": False,
-                    "organization": "*",
-                    "group": None,
-                    "is_blocking": False,
-                }
-            ],
-        }
-        for name in state.settings.served_names
+        _card(name, state.started, state.settings.model, None, max_model_len) for name in state.settings.served_names
     ]
+    if hasattr(state, "adapters"):  # set once loaded
+        cards += [_card(a.name, a.created, a.path, a.parent, None) for a in state.adapters.current().values()]
     return JSONResponse({"object": "list", "data": cards})
+
+
+def _card(name: str, created: int, root: str, parent: str | None, max_model_len: int | None) -> dict[str, Any]:
+    """vLLM's ModelCard with its one default ModelPermission."""
+    return {
+        "id": name,
+        "object": "model",
+        "created": created,
+        "owned_by": "vllm",
+        "root": root,
+        "parent": parent,
+        "max_model_len": max_model_len,
+        "permission": [
+            {
+                "id": f"modelperm-{render.random_uuid()}",
+                "object": "model_permission",
+                "created": created,
+                "allow_create_engine": False,
+                "allow_sampling": True,
+                "allow_logprobs": True,
+                "allow_search_indices": False,
+                "allow_view": True,
+                "allow_fine_tuning": False,
+                "organization": "*",
+                "group": None,
+                "is_blocking": False,
+            }
+        ],
+    }
 
 
 async def metrics(request: Request) -> Response:
