@@ -480,9 +480,11 @@ def apply_environment(parser: argparse.ArgumentParser, environ: dict[str, str] |
         if action.nargs == 0:  # store_true
             defaults[action.dest] = value.strip().lower() in ("1", "true", "yes", "on")
         elif action.nargs in ("+", "*") or isinstance(action, argparse._AppendAction):
-            defaults[action.dest] = [action.type(v) if action.type else v for v in value.split()]
+            defaults[action.dest] = (
+                [convert(v) for v in value.split()] if callable(convert := action.type) else value.split()
+            )
         else:
-            defaults[action.dest] = action.type(value) if action.type else value
+            defaults[action.dest] = convert(value) if callable(convert := action.type) else value
     if "model" in [a.dest for a in parser._actions] and environ.get(ENV_PREFIX + "MODEL"):
         for action in parser._actions:
             if action.dest == "model":

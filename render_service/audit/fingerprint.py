@@ -71,12 +71,13 @@ def components(settings: Settings, model: Model, adapters: dict[str, Any] | None
     if preprocessor.is_file():
         # Image processing settings change placeholders and pixels (and the engine-side hashes);
         # text-only models keep their fingerprint.
-        parts["multimodal"] = {
+        multimodal: dict[str, Any] = {
             "preprocessor_config": _digest(preprocessor.read_bytes()),
             "limit_mm_per_prompt": settings.limit_mm_per_prompt,
         }
         if settings.mm_processor_kwargs:  # absent when unset: existing fingerprints stay as they were
-            parts["multimodal"]["mm_processor_kwargs"] = settings.mm_processor_kwargs
+            multimodal["mm_processor_kwargs"] = settings.mm_processor_kwargs
+        parts["multimodal"] = multimodal
     if adapters is None:
         adapters = static_adapters(settings)
     if adapters:  # absent without adapters: existing fingerprints stay as they were

@@ -109,7 +109,7 @@ class EntryCodec:
     def __init__(self, secret: bytes) -> None:
         self._key = blake3(secret, derive_key_context=_KEY_CONTEXT).digest()
 
-    def _mac(self, redis_key: bytes, payload: bytes, body: bytes) -> bytes:
+    def _mac(self, redis_key: bytes, payload: bytes | memoryview, body: bytes) -> bytes:
         hasher = blake3(key=self._key)
         hasher.update(len(redis_key).to_bytes(8, "little") + redis_key)
         hasher.update(payload)

@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar, cast
 
 import jinja2
 import jinja2.ext
@@ -182,7 +182,7 @@ def _iter_assign_messages_item(root: jinja2.nodes.Node):
     for loop in root.find_all(jinja2.nodes.For):
         for name in names:
             if _is_var_or_elems_access(loop.iter, name):
-                yield loop, loop.target.name
+                yield loop, cast(jinja2.nodes.Name, loop.target).name
                 break
 
 
@@ -209,14 +209,14 @@ def _iter_assign_content_item(root: jinja2.nodes.Node):
                 macro_params_by_loop[id(loop)] = content_params
     for loop in root.find_all(jinja2.nodes.For):
         if any(_is_var_or_elems_access(loop.iter, n, "content") for n in message_names):
-            yield loop, loop.target.name
+            yield loop, cast(jinja2.nodes.Name, loop.target).name
             continue
         params = macro_params_by_loop.get(id(loop))
         if isinstance(loop.iter, jinja2.nodes.Name) and params is not None and loop.iter.name in params:
-            yield loop, loop.target.name
+            yield loop, cast(jinja2.nodes.Name, loop.target).name
             continue
         if id(loop) not in loops_in_macros and isinstance(loop.iter, jinja2.nodes.Name) and loop.iter.name == "content":
-            yield loop, loop.target.name
+            yield loop, cast(jinja2.nodes.Name, loop.target).name
 
 
 def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
@@ -228,7 +228,7 @@ def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
 class _GenerationTag(jinja2.ext.Extension):
     """HF's `{% generation %}` block, needed only to parse templates that use it."""
 
-    tags: ClassVar[set[str]] = {"generation"}
+    tags = {"generation"}  # noqa: RUF012 (jinja2 declares it as a plain set attribute)
 
     def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
         lineno = next(parser.stream).lineno
@@ -747,8 +747,9 @@ class FastTemplate:
         env.pycompat = True
         env.fuel = self.FUEL
         env.add_filter("tojson", _hf_tojson)
-        env.add_function("raise_exception", _raise_template_error)
-        env.add_function("strftime_now", _strftime_now)
+        # minijinja-py has add_function; its stubs do not declare it
+        env.add_function("raise_exception", _raise_template_error)  # type: ignore[attr-defined]
+        env.add_function("strftime_now", _strftime_now)  # type: ignore[attr-defined]
         env.add_template("chat", chat_template)
         self._env = env
         self._special = dict(special_tokens)
@@ -854,7 +855,7 @@ def fast_template(chat_template: str, special_tokens: tuple[tuple[str, Any], ...
         try:
             expected = render_jinja_template(
                 conversations=[conversation],
-                tools=tools,
+                tools=cast(Any, tools),
                 chat_template=chat_template,
                 **{**dict(special_tokens), **kwargs},
             )[0][0]
