@@ -20,6 +20,8 @@ from render_service.settings import Settings
 
 # Bump when a parser's output for the same input changes: snapshots and fingerprints follow.
 PARSER_IMPLEMENTATION_VERSION = 1
+# Bump when a renderer's prompt for the same request changes.
+RENDERER_IMPLEMENTATION_VERSION = 1
 
 
 def _digest(value: Any) -> str:
@@ -40,6 +42,9 @@ def components(settings: Settings, model: Model) -> dict[str, Any]:
         "added_tokens": _digest(added),
         "special_tokens": model.special_tokens,
         "chat_template": _digest((model.chat_template or "").encode()),
+        # Which renderer turns a conversation into a prompt (vLLM's resolved tokenizer mode):
+        # the same template and files give other prompts under another renderer.
+        "renderer": {"mode": model.renderer_mode, "implementation_version": RENDERER_IMPLEMENTATION_VERSION},
         "chat_template_content_format": settings.chat_template_content_format,
         "default_chat_template_kwargs": settings.default_template_kwargs,
         "parsers": {

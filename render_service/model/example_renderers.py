@@ -70,9 +70,23 @@ KIMI_K3_SPECIAL_TOKENS = (
     "<|open|>",
     "<|close|>",
     "<|sep|>",
+    "<|end_of_msg|>",
+    "<|media_pad|>",
     "[BOS]",
     "[EOS]",
 )
+
+KIMI_K3_MEDIA_PROC_CFG = {
+    "patch_size": 14,
+    "merge_kernel_size": [2, 2],
+    "temporal_merge_kernel_size": 4,
+    "in_patch_limit": 16384,
+    "patch_limit_on_one_side": 512,
+    "in_patch_limit_each_frame": 4096,
+    "fixed_output_tokens": None,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+}
 
 
 def _write_json(path: Path, data: object) -> None:
@@ -126,13 +140,18 @@ def build_kimi_k3_model(target: Path) -> None:
     config["bos_token"] = "[BOS]"
     config["eos_token"] = "[EOS]"
     _write_json(target / "tokenizer_config.json", config)
-    model_config = json.loads((target / "config.json").read_text(encoding="utf-8"))
-    model_config.update(
-        architectures=["KimiK3ForConditionalGeneration"],
-        model_type="kimi_k3",
-        vocab_size=max(model_config["vocab_size"], next_id + len(KIMI_K3_SPECIAL_TOKENS)),
-    )
+    text_config = json.loads((target / "config.json").read_text(encoding="utf-8"))
+    text_config.pop("architectures")
+    text_config.update(model_type="kimi_linear", vocab_size=max(text_config["vocab_size"], next_id + len(KIMI_K3_SPECIAL_TOKENS)))
+    model_config = {
+        "architectures": ["KimiK3ForConditionalGeneration"],
+        "model_type": "kimi_k3",
+        "text_config": text_config,
+        "vision_config": {"vt_hidden_size": 64, "vt_num_hidden_layers": 1, "vt_num_attention_heads": 2},
+    }
     _write_json(target / "config.json", model_config)
+    # K3 is a vision-language model: vLLM loads its image processor settings at start.
+    _write_json(target / "preprocessor_config.json", {"media_proc_cfg": KIMI_K3_MEDIA_PROC_CFG})
     _write_json(target / "generation_config.json", dict(GENERATION_CONFIG, temperature=1.0))
 
 

@@ -135,10 +135,17 @@ def _message(index: int, messages: list[dict[str, Any]], thinking: bool, last_us
 
 def encode(messages: list[dict[str, Any]], thinking: bool) -> str:
     """The prompt for `messages` (tools already attached to a system message)."""
+    count = len(messages)
     if thinking and messages and messages[-1].get("role") == "user":
         messages = _drop_reasoning(messages)
     last_user = dsml.last_user_index(messages)
-    return dsml.BOS + "".join(_message(i, messages, thinking, last_user) for i in range(len(messages)))
+    parts = [dsml.BOS]
+    # vLLM walks the original count: a dropped developer message makes the walk overrun.
+    for index in range(count):
+        if index >= len(messages):
+            raise dsml.EncodingError(f"Index {index} out of range for messages list of length {len(messages)}")
+        parts.append(_message(index, messages, thinking, last_user))
+    return "".join(parts)
 
 
 class DeepseekV32Renderer(NoFillInTheMiddle):
