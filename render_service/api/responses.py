@@ -479,6 +479,9 @@ def render_responses(
         "messages": messages,
         "mm_payload": body.get("mm_payload", "tensors"),
         "mm_processor_kwargs": body.get("mm_processor_kwargs"),
+        # What vLLM's ChatParams carries for renderers that show it to the model (Kimi K3).
+        "tools": tools,
+        "tool_choice": tool_choice,
     }
     token_ids, offsets, features = render_conversation(
         ctx, conversation, chat_template, rendered_tools, kwargs, max_output, "max_output_tokens", truncate, fetched

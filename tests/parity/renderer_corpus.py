@@ -262,9 +262,9 @@ def _common_cases(config: str) -> list[Case]:
             {"X-Request-Id": "fim_list"},
         ),
     ]
-    if config == "dsv41":
-        # A documented difference: vLLM serves V4.1 as a vision-language model (it loads the
-        # image); this service renders DeepSeek text only (400 "not a multimodal model").
+    if config in ("dsv41", "k3"):
+        # A documented difference: vLLM serves V4.1 and K3 as vision-language models (it loads
+        # the image); this service renders them text only (400 "not a multimodal model").
         cases = [c for c in cases if c.name != "err_image"]
     return [Case(f"{config}_{c.name}", c.config, c.path, c.body, c.headers) for c in cases]
 
@@ -285,8 +285,7 @@ def _k3_cases() -> list[Case]:
         _chat(
             "alias_tool_results",
             k3,
-            [U("Hi"), A(None, calls=[{"type": "function", "function": {"name": "get_time", "arguments": "{}"}},
-                                     {"type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]),
+            [U("Hi"), A(None, calls=[call("id_t", "get_time", {}), call("id_w", "get_weather", {})]),
              result("get_weather:1", "w"), result("get_time:0", "t")],
         ),
     ]

@@ -102,6 +102,8 @@ def dump_tool_choice(choice: Any) -> Any:
     """`ChatCompletionNamedToolChoiceParam.model_dump(mode="json", exclude_none=True)`."""
     if not isinstance(choice, dict):
         return choice
+    if "function" not in choice:  # a Responses tool choice (ToolChoiceFunction: name, type)
+        return _without_none({"name": choice.get("name"), **choice})
     dumped: dict[str, Any] = {"function": _without_none(dict(choice.get("function") or {}))}
     dumped["type"] = choice.get("type", "function")
     dumped.update(_without_none({k: v for k, v in choice.items() if k not in ("function", "type")}))
