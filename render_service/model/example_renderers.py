@@ -142,7 +142,9 @@ def build_kimi_k3_model(target: Path) -> None:
     _write_json(target / "tokenizer_config.json", config)
     text_config = json.loads((target / "config.json").read_text(encoding="utf-8"))
     text_config.pop("architectures")
-    text_config.update(model_type="kimi_linear", vocab_size=max(text_config["vocab_size"], next_id + len(KIMI_K3_SPECIAL_TOKENS)))
+    text_config.update(
+        model_type="kimi_linear", vocab_size=max(text_config["vocab_size"], next_id + len(KIMI_K3_SPECIAL_TOKENS))
+    )
     model_config = {
         "architectures": ["KimiK3ForConditionalGeneration"],
         "model_type": "kimi_k3",

@@ -44,7 +44,9 @@ def record_config(config_name: str, cases: list[Case], model_dir: Path, port: in
                     "status": status,
                     "response": response,
                 }
-                golden_path(case.name).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+                golden_path(case.name).write_text(
+                    json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+                )
                 print(f"[{config_name}] {case.name}: {status}", flush=True)
     finally:
         oracle.stop()

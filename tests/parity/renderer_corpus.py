@@ -196,7 +196,12 @@ def _common_cases(config: str) -> list[Case]:
         _chat(
             "text_parts",
             config,
-            [{"role": "user", "content": [{"type": "text", "text": "Part one."}, {"type": "text", "text": "Part two."}]}],
+            [
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "Part one."}, {"type": "text", "text": "Part two."}],
+                }
+            ],
         ),
         _chat("consecutive_users", config, [U("First."), U("Second.")]),
         _chat("system_last", config, [U("Hi"), A("Hello"), {"role": "system", "content": "Now be formal."}]),
@@ -205,7 +210,11 @@ def _common_cases(config: str) -> list[Case]:
         _chat(
             "unicode",
             config,
-            [U("Grüße, 東京 and emoji 🙂?"), A("ok", calls=[call("c1", "get_weather", {"city": "東京"})]), result("c1", "晴れ")],
+            [
+                U("Grüße, 東京 and emoji 🙂?"),
+                A("ok", calls=[call("c1", "get_weather", {"city": "東京"})]),
+                result("c1", "晴れ"),
+            ],
             **tools,
         ),
         _chat("add_special_tokens", config, [U("Hi")], add_special_tokens=True),
@@ -216,7 +225,10 @@ def _common_cases(config: str) -> list[Case]:
             [U("Hi")],
             response_format={
                 "type": "json_schema",
-                "json_schema": {"name": "answer", "schema": {"type": "object", "properties": {"a": {"type": "string"}}}},
+                "json_schema": {
+                    "name": "answer",
+                    "schema": {"type": "object", "properties": {"a": {"type": "string"}}},
+                },
             },
             **tools,
         ),
@@ -230,9 +242,15 @@ def _common_cases(config: str) -> list[Case]:
             chat_template_kwargs={"thinking": True},
         ),
         _chat("err_developer_empty", config, [{"role": "developer", "content": ""}, U("Hi")]),
-        _chat("err_image", config, [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]),
+        _chat(
+            "err_image",
+            config,
+            [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}],
+        ),
         _messages("msg_basic", config, [U("Hi")], system="You are terse."),
-        _messages("msg_tools_history", config, ANTHROPIC_TOOL_TURNS, tools=[ANTHROPIC_TOOL], tool_choice={"type": "none"}),
+        _messages(
+            "msg_tools_history", config, ANTHROPIC_TOOL_TURNS, tools=[ANTHROPIC_TOOL], tool_choice={"type": "none"}
+        ),
         _messages(
             "msg_thinking",
             config,
@@ -274,19 +292,29 @@ def _k3_cases() -> list[Case]:
     cases = [
         _chat("thinking_effort_kwarg", k3, [U("Hi")], chat_template_kwargs={"thinking_effort": "max"}),
         _chat("err_thinking_effort_kwarg", k3, [U("Hi")], chat_template_kwargs={"thinking_effort": "extreme"}),
-        _chat("effort_and_kwarg", k3, [U("Hi")], reasoning_effort="low", chat_template_kwargs={"thinking_effort": "max"}),
+        _chat(
+            "effort_and_kwarg", k3, [U("Hi")], reasoning_effort="low", chat_template_kwargs={"thinking_effort": "max"}
+        ),
         _chat(
             "unmatched_tool_results",
             k3,
-            [U("Hi"), A(None, calls=[call("a", "get_weather", {"city": "X"}), call("b", "get_time", {})]),
-             result("zzz", "one"), result("a", "two")],
+            [
+                U("Hi"),
+                A(None, calls=[call("a", "get_weather", {"city": "X"}), call("b", "get_time", {})]),
+                result("zzz", "one"),
+                result("a", "two"),
+            ],
             **{"tools": [WEATHER_TOOL, TIME_TOOL], "tool_choice": "none"},
         ),
         _chat(
             "alias_tool_results",
             k3,
-            [U("Hi"), A(None, calls=[call("id_t", "get_time", {}), call("id_w", "get_weather", {})]),
-             result("get_weather:1", "w"), result("get_time:0", "t")],
+            [
+                U("Hi"),
+                A(None, calls=[call("id_t", "get_time", {}), call("id_w", "get_weather", {})]),
+                result("get_weather:1", "w"),
+                result("get_time:0", "t"),
+            ],
         ),
     ]
     return [Case(f"k3_{c.name}", c.config, c.path, c.body, c.headers) for c in cases]

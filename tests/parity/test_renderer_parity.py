@@ -53,7 +53,9 @@ def test_goldens_match_corpus() -> None:
     goldens = {g["case"]: g for g in GOLDENS}
     missing = sorted(set(CASES) - set(goldens))
     stale = sorted(set(goldens) - set(CASES))
-    changed = sorted(name for name, case in CASES.items() if name in goldens and goldens[name]["request"] != case.request())
+    changed = sorted(
+        name for name, case in CASES.items() if name in goldens and goldens[name]["request"] != case.request()
+    )
     assert not (missing or stale or changed), (
         f"re-record with tests/parity/record_renderers.py: missing={missing} stale={stale} changed={changed}"
     )

@@ -20,7 +20,9 @@ from render_service.settings import Settings, SettingsError
 
 
 def _chat(conversation: list[dict], kwargs: dict | None = None, tools: list[dict] | None = None) -> ChatInput:
-    return ChatInput(messages=conversation, conversation=conversation, tools=tools, kwargs=kwargs or {}, chat_template=None)
+    return ChatInput(
+        messages=conversation, conversation=conversation, tools=tools, kwargs=kwargs or {}, chat_template=None
+    )
 
 
 @pytest.mark.parametrize(
@@ -129,7 +131,9 @@ def test_v4_tool_results_follow_the_call_order_and_merge_into_one_user_turn() ->
     assert f'<{dsml.DSML}parameter name="y" string="true">s</{dsml.DSML}parameter>' in prompt
 
 
-@pytest.mark.parametrize(("effort", "preamble"), [("low", ""), ("medium", ""), ("max", "Beyond maximum"), ("xhigh", "Absolute maximum")])
+@pytest.mark.parametrize(
+    ("effort", "preamble"), [("low", ""), ("medium", ""), ("max", "Beyond maximum"), ("xhigh", "Absolute maximum")]
+)
 def test_v4_reasoning_effort_levels(effort: str, preamble: str) -> None:
     chat = _chat([{"role": "user", "content": "Hi"}], {"reasoning_effort": effort})
     prompt = deepseek_v4.DeepseekV4Renderer().render(chat).text
@@ -148,7 +152,9 @@ def test_v41_effort_is_checked_and_numeric() -> None:
 
 
 def test_v4_fim_and_others_without() -> None:
-    assert deepseek_v4.DeepseekV4Renderer().completion_suffix("a", "b") == "<｜fim▁begin｜>a<｜fim▁hole｜>b<｜fim▁end｜>"
+    assert (
+        deepseek_v4.DeepseekV4Renderer().completion_suffix("a", "b") == "<｜fim▁begin｜>a<｜fim▁hole｜>b<｜fim▁end｜>"
+    )
     assert deepseek_v32.DeepseekV32Renderer().completion_suffix("a", "b") is None
 
 

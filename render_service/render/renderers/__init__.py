@@ -19,11 +19,11 @@ from typing import Any
 from render_service.render.renderers.base import ChatInput, RenderedPrompt, Renderer
 
 __all__ = [
-    "ChatInput",
     "NATIVE_MODES",
+    "TOKENIZER_MODES",
+    "ChatInput",
     "RenderedPrompt",
     "Renderer",
-    "TOKENIZER_MODES",
     "UnsupportedRendererError",
     "create_renderer",
     "detect_mode",

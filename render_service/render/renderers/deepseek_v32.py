@@ -21,30 +21,30 @@ from typing import Any
 from render_service.render.renderers import dsml
 from render_service.render.renderers.base import ChatInput, NoFillInTheMiddle, RenderedPrompt
 
-_TOOLS_SECTION = """## Tools
+_TOOLS_SECTION = f"""## Tools
 You have access to a set of tools you can use to answer the user's question.
-You can invoke functions by writing a "<{d}function_calls>" block like the following as part of your reply to the user:
-<{d}function_calls>
-<{d}invoke name="$FUNCTION_NAME">
-<{d}parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</{d}parameter>
+You can invoke functions by writing a "<{dsml.DSML}function_calls>" block like the following as part of your reply to the user:
+<{dsml.DSML}function_calls>
+<{dsml.DSML}invoke name="$FUNCTION_NAME">
+<{dsml.DSML}parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</{dsml.DSML}parameter>
 ...
-</{d}invoke>
-<{d}invoke name="$FUNCTION_NAME2">
+</{dsml.DSML}invoke>
+<{dsml.DSML}invoke name="$FUNCTION_NAME2">
 ...
-</{d}invoke>
-</{d}function_calls>
+</{dsml.DSML}invoke>
+</{dsml.DSML}function_calls>
 String and scalar parameters should be specified as is without any escaping or quotes, while lists and objects should use JSON format. The "string" attribute should be set to "true" for string type parameters and "false" for other types (numbers, booleans, arrays, objects).
 If the thinking_mode is enabled, then after function results you should strongly consider outputting a thinking block. Here is an example:
-<{d}function_calls>
+<{dsml.DSML}function_calls>
 ...
-</{d}function_calls>
+</{dsml.DSML}function_calls>
 <function_results>
 ...
 </function_results>
-{think_start}...thinking about results{think_end}
+{dsml.THINK_START}...thinking about results{dsml.THINK_END}
 Here are the functions available in JSONSchema format:
 <functions>
-""".format(d=dsml.DSML, think_start=dsml.THINK_START, think_end=dsml.THINK_END)
+"""
 
 
 def tools_section(tools: list[dict[str, Any]]) -> str:
@@ -149,9 +149,9 @@ def encode(messages: list[dict[str, Any]], thinking: bool) -> str:
 
 
 class DeepseekV32Renderer(NoFillInTheMiddle):
-    mode = "deepseek_v32"
-    content_format = "string"
-    needs_chat_template = False
+    mode: str = "deepseek_v32"
+    content_format: str | None = "string"
+    needs_chat_template: bool = False
 
     def render(self, chat: ChatInput) -> RenderedPrompt:
         thinking = dsml.thinking_requested(chat.kwargs, default=False)

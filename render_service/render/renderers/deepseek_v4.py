@@ -47,29 +47,29 @@ EFFORT_PREAMBLES = {
     ),
 }
 
-_TOOLS_SECTION = """## Tools
+_TOOLS_SECTION = f"""## Tools
 
-You have access to a set of tools to help answer the user's question. You can invoke tools by writing a "<{d}tool_calls>" block like the following:
+You have access to a set of tools to help answer the user's question. You can invoke tools by writing a "<{dsml.DSML}tool_calls>" block like the following:
 
-<{d}tool_calls>
-<{d}invoke name="$TOOL_NAME">
-<{d}parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</{d}parameter>
+<{dsml.DSML}tool_calls>
+<{dsml.DSML}invoke name="$TOOL_NAME">
+<{dsml.DSML}parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</{dsml.DSML}parameter>
 ...
-</{d}invoke>
-<{d}invoke name="$TOOL_NAME2">
+</{dsml.DSML}invoke>
+<{dsml.DSML}invoke name="$TOOL_NAME2">
 ...
-</{d}invoke>
-</{d}tool_calls>
+</{dsml.DSML}invoke>
+</{dsml.DSML}tool_calls>
 
 String parameters should be specified as is and set `string="true"`. For all other types (numbers, booleans, arrays, objects), pass the value in JSON format and set `string="false"`.
 
-If thinking_mode is enabled (triggered by {s}), you MUST output your complete reasoning inside {s}...{e} BEFORE any tool calls or final response.
+If thinking_mode is enabled (triggered by {dsml.THINK_START}), you MUST output your complete reasoning inside {dsml.THINK_START}...{dsml.THINK_END} BEFORE any tool calls or final response.
 
-Otherwise, output directly after {e} with tool calls or final response.
+Otherwise, output directly after {dsml.THINK_END} with tool calls or final response.
 
 ### Available Tool Schemas
 
-""".format(d=dsml.DSML, s=dsml.THINK_START, e=dsml.THINK_END)
+"""
 _TOOLS_FOOTER = "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n"
 
 # Roles an earlier turn keeps when reasoning history is dropped.
@@ -287,9 +287,9 @@ def attach_tools(conversation: list[dict[str, Any]], tools: list[dict[str, Any]]
 
 
 class DeepseekV4Renderer:
-    mode = "deepseek_v4"
-    content_format = "openai"
-    needs_chat_template = False
+    mode: str = "deepseek_v4"
+    content_format: str | None = "openai"
+    needs_chat_template: bool = False
 
     def render(self, chat: ChatInput) -> RenderedPrompt:
         thinking = dsml.thinking_requested(chat.kwargs, default=True)

@@ -28,29 +28,29 @@ _ROLES = ("system", "developer", "user", "assistant", "tool")
 _TEXT_PARTS = ("text", "input_text", "output_text")
 _IMAGE_PARTS = ("image_url", "input_image", "image_pil")
 
-_TOOLS_SECTION = """## Tools
+_TOOLS_SECTION = f"""## Tools
 
-You have access to a set of tools to help answer the user's question. You can invoke tools by writing a "<{d} calls>" block like the following:
+You have access to a set of tools to help answer the user's question. You can invoke tools by writing a "<{dsml.DSML} calls>" block like the following:
 
-<{d} calls>
-<{d} invoke name="$TOOL_NAME">
-<{d} parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</{d} parameter>
+<{dsml.DSML} calls>
+<{dsml.DSML} invoke name="$TOOL_NAME">
+<{dsml.DSML} parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</{dsml.DSML} parameter>
 ...
-</{d} invoke>
-<{d} invoke name="$TOOL_NAME2">
+</{dsml.DSML} invoke>
+<{dsml.DSML} invoke name="$TOOL_NAME2">
 ...
-</{d} invoke>
-</{d} calls>
+</{dsml.DSML} invoke>
+</{dsml.DSML} calls>
 
 String parameters should be specified as is and set `string="true"`. For all other types (numbers, booleans, arrays, objects), pass the value in JSON format and set `string="false"`.
 
-If thinking_mode is enabled (triggered by {s}), you MUST output your complete reasoning inside {s}...{e} BEFORE any tool calls or final response.
+If thinking_mode is enabled (triggered by {dsml.THINK_START}), you MUST output your complete reasoning inside {dsml.THINK_START}...{dsml.THINK_END} BEFORE any tool calls or final response.
 
-Otherwise, output directly after {e} with tool calls or final response.
+Otherwise, output directly after {dsml.THINK_END} with tool calls or final response.
 
 ### Available Tool Schemas
 
-""".format(d=dsml.DSML, s=dsml.THINK_START, e=dsml.THINK_END)
+"""
 
 
 def tools_section(tools: list[dict[str, Any]]) -> str:
@@ -119,7 +119,11 @@ def merge_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         previous = merged[-1] if merged else None
         open_user = previous is not None and previous.get("role") == "user" and "content_blocks" in previous
         if role == "tool":
-            block = {"type": "tool_result", "tool_use_id": message.get("tool_call_id", ""), "content": message.get("content", "")}
+            block = {
+                "type": "tool_result",
+                "tool_use_id": message.get("tool_call_id", ""),
+                "content": message.get("content", ""),
+            }
             if open_user:
                 previous["content_blocks"].append(block)  # type: ignore[index]
             else:
@@ -235,7 +239,7 @@ def encode(messages: list[dict[str, Any]], thinking: bool, drop_thinking: bool, 
 
 
 class DeepseekV41Renderer(v4.DeepseekV4Renderer):
-    mode = "deepseek_v41"
+    mode: str = "deepseek_v41"
 
     def render(self, chat: ChatInput) -> RenderedPrompt:
         conversation = normalize(chat.messages)

@@ -9,9 +9,9 @@ from render_service.render.renderers.base import ChatInput, NoFillInTheMiddle, R
 
 
 class HfRenderer(NoFillInTheMiddle):
-    mode = "hf"
-    content_format = None
-    needs_chat_template = True
+    mode: str = "hf"
+    content_format: str | None = None
+    needs_chat_template: bool = True
 
     def __init__(self, hf_tokenizer: Any) -> None:
         self._hf_tokenizer = hf_tokenizer

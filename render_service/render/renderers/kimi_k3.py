@@ -57,16 +57,14 @@ def order_tool_results(conversation: list[dict[str, Any]]) -> list[dict[str, Any
         while position < len(conversation) and conversation[position].get("role") == "tool":
             position += 1
         block = conversation[start:position]
-        resolved = []
+        resolved: list[tuple[int, int, dict[str, Any]]] = []
         for order, result in enumerate(block):
             call_id = result.get("tool_call_id")
             target = targets.get(str(call_id)) if call_id is not None else None
-            if target is None:
-                resolved = None
+            if target is None:  # one unmatched result: the block keeps its order
+                ordered.extend(dict(item) for item in block)
                 break
             resolved.append((target[0], order, dict(result, tool=target[1], index=target[0] + 1)))
-        if resolved is None:
-            ordered.extend(dict(result) for result in block)
         else:
             ordered.extend(entry for _, _, entry in sorted(resolved, key=lambda item: (item[0], item[1])))
     return ordered
@@ -85,7 +83,9 @@ def encoder_kwargs(chat: ChatInput) -> dict[str, Any]:
     thinking_effort = kwargs.get("thinking_effort")
     if thinking_effort is not None and thinking_effort not in THINKING_EFFORTS:
         raise handler_error(
-            f"Kimi K3 supports thinking_effort values: {', '.join(THINKING_EFFORTS)}", "thinking_effort", thinking_effort
+            f"Kimi K3 supports thinking_effort values: {', '.join(THINKING_EFFORTS)}",
+            "thinking_effort",
+            thinking_effort,
         )
     if chat.tool_choice not in (None, "auto"):
         kwargs["tool_choice"] = dump_tool_choice(chat.tool_choice)
@@ -131,9 +131,9 @@ def dump_response_format(response_format: Any) -> Any:
 
 
 class KimiK3Renderer(NoFillInTheMiddle):
-    mode = "kimi_k3"
-    content_format = "string"
-    needs_chat_template = True
+    mode: str = "kimi_k3"
+    content_format: str | None = "string"
+    needs_chat_template: bool = True
 
     def __init__(self, hf_tokenizer: Any, encode: Callable[[str, bool], list[int]]) -> None:
         from transformers.tokenization_utils_base import PreTrainedTokenizerBase
@@ -141,9 +141,7 @@ class KimiK3Renderer(NoFillInTheMiddle):
         self._hf_tokenizer = hf_tokenizer
         self._encode = encode
         # A real K3 tokenizer (remote code) overrides apply_chat_template with its encoder.
-        self._own_encoder = (
-            type(hf_tokenizer).apply_chat_template is not PreTrainedTokenizerBase.apply_chat_template
-        )
+        self._own_encoder = type(hf_tokenizer).apply_chat_template is not PreTrainedTokenizerBase.apply_chat_template
         self.needs_chat_template = not self._own_encoder
 
     def render(self, chat: ChatInput) -> RenderedPrompt:
@@ -151,7 +149,12 @@ class KimiK3Renderer(NoFillInTheMiddle):
         kwargs = {k: v for k, v in encoder_kwargs(chat).items() if k not in _CALL_ARGUMENTS}
         if self._own_encoder:
             ids = self._hf_tokenizer.apply_chat_template(
-                conversation, tools=chat.tools, chat_template=chat.chat_template, tokenize=True, return_dict=False, **kwargs
+                conversation,
+                tools=chat.tools,
+                chat_template=chat.chat_template,
+                tokenize=True,
+                return_dict=False,
+                **kwargs,
             )
             return RenderedPrompt(token_ids=list(ids))
         assert chat.chat_template is not None
