@@ -266,6 +266,12 @@ def _common_cases(config: str) -> list[Case]:
         _responses("resp_effort_low", config, "Hi", reasoning={"effort": "low"}),
         _responses("resp_effort_none", config, "Hi", reasoning={"effort": "none"}),
         Case(
+            "tokenize",
+            config,
+            "/tokenize",
+            {"model": CONFIGS[config].served_model_name, "messages": TOOL_HISTORY, "tools": [WEATHER_TOOL]},
+        ),
+        Case(
             "fim",
             config,
             CMPL,
