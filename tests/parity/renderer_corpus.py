@@ -261,6 +261,12 @@ def _common_cases(config: str) -> list[Case]:
             tool_choice={"type": "none"},
         ),
         _messages("msg_thinking_disabled", config, [U("Hi"), A("Hello"), U("Bye")], thinking={"type": "disabled"}),
+        _messages(
+            "msg_inline_system",
+            config,
+            [U("Hi"), A("Hello"), {"role": "system", "content": "Be brief."}, U("Bye")],
+            system="Top.",
+        ),
         _responses("resp_basic", config, "Hi", instructions="You are terse."),
         _responses("resp_tools", config, RESPONSES_TOOL_INPUT, tools=[RESPONSES_TOOL], tool_choice="none"),
         _responses("resp_effort_low", config, "Hi", reasoning={"effort": "low"}),
