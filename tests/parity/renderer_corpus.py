@@ -218,6 +218,59 @@ def _common_cases(config: str) -> list[Case]:
             **tools,
         ),
         _chat("add_special_tokens", config, [U("Hi")], add_special_tokens=True),
+        _chat(
+            "reasoning_content_key",
+            config,
+            [U("Hi"), {"role": "assistant", "content": "Hello", "reasoning_content": "old name"}, U("Bye")],
+            chat_template_kwargs={"drop_thinking": False},
+        ),
+        _chat(
+            "content_parts_everywhere",
+            config,
+            [
+                U("Go"),
+                {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": "One."}, {"type": "text", "text": "Two."}],
+                    "tool_calls": [call("c1", "get_time", {"zone": "UTC"})],
+                },
+                {
+                    "role": "tool",
+                    "tool_call_id": "c1",
+                    "content": [{"type": "text", "text": "12:00"}, {"type": "text", "text": "UTC"}],
+                },
+            ],
+        ),
+        _chat(
+            "double_encoded_arguments",
+            config,
+            [
+                U("Go"),
+                A(
+                    None,
+                    calls=[
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "get_time", "arguments": json.dumps(json.dumps({"zone": "UTC"}))},
+                        }
+                    ],
+                ),
+                result("c1", "12:00"),
+            ],
+        ),
+        _chat("task_query", config, [{"role": "user", "content": "Find flights", "task": "query"}]),
+        _chat(
+            "task_action",
+            config,
+            [{"role": "user", "content": "Book it", "task": "action"}],
+            chat_template_kwargs={"thinking": False},
+        ),
+        _chat(
+            "task_history",
+            config,
+            [{"role": "user", "content": "Q", "task": "title"}, A("A title", reasoning="r"), U("Next")],
+        ),
         _chat("response_format", config, [U("Hi")], response_format={"type": "json_object"}),
         _chat(
             "response_format_schema",

@@ -238,11 +238,25 @@ def encode(messages: list[dict[str, Any]], thinking: bool, drop_thinking: bool, 
     return _Encoder(messages, thinking, drop, effort).encode()
 
 
+def _with_parsed_arguments(messages: list[dict[str, Any]], conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request messages with each tool call's arguments as the conversation has them (an
+    object; `{}` for anything but a JSON object): vLLM parses them in place, in call dicts the
+    request messages share, before this encoder reads the messages."""
+    if len(messages) != len(conversation):
+        return messages
+    merged = []
+    for message, parsed in zip(messages, conversation, strict=True):
+        if message.get("role") == "assistant" and parsed.get("tool_calls") and message.get("tool_calls"):
+            message = dict(message, tool_calls=parsed["tool_calls"])
+        merged.append(message)
+    return merged
+
+
 class DeepseekV41Renderer(v4.DeepseekV4Renderer):
     mode: str = "deepseek_v41"
 
     def render(self, chat: ChatInput) -> RenderedPrompt:
-        conversation = normalize(chat.messages)
+        conversation = normalize(_with_parsed_arguments(chat.messages, chat.conversation))
         if chat.tools:
             system = next((m for m in conversation if m["role"] == "system"), None)
             if system is None:
