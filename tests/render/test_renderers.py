@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,7 +112,7 @@ def test_v32_tools_go_into_a_new_leading_system_message() -> None:
 
 
 def test_v4_tool_results_follow_the_call_order_and_merge_into_one_user_turn() -> None:
-    conversation = [
+    conversation: list[dict[str, Any]] = [
         {"role": "user", "content": [{"type": "text", "text": "Go"}]},
         {
             "role": "assistant",
@@ -159,7 +160,7 @@ def test_v4_fim_and_others_without() -> None:
 
 
 def test_k3_orders_tool_results_by_id_or_alias_and_tags_them() -> None:
-    conversation = [
+    conversation: list[dict[str, Any]] = [
         {
             "role": "assistant",
             "tool_calls": [
