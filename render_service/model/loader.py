@@ -63,9 +63,6 @@ class Model:
     override_max_tokens: int | None
     eos_token_id: int | None
     tokenizer_files: dict[str, bytes] = field(default_factory=dict)
-    # Ids of the markers the parsers and render look for (the vocabulary is 150k entries:
-    # never rebuild it per request).
-    marker_ids: dict[str, int] = field(default_factory=dict)
     # The renderer kind (vLLM's tokenizer mode, resolved) and the renderer itself.
     renderer_mode: str = "hf"
     renderer: Any = None
@@ -159,7 +156,6 @@ def load_model(settings: Settings) -> Model:
         override_max_tokens=override_max_tokens,
         eos_token_id=hf_tokenizer.eos_token_id,
         tokenizer_files=files,
-        marker_ids=_marker_ids(hf_tokenizer),
     )
     model.renderer_mode = _renderer_mode(settings, config, tokenizer_path)
     model.renderer = renderers.create_renderer(model.renderer_mode, hf_tokenizer, model.encode)
@@ -200,14 +196,6 @@ def release_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc
         pass
-
-
-_MARKERS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_start|>", "<|im_end|>")
-
-
-def _marker_ids(hf_tokenizer: Any) -> dict[str, int]:
-    vocab = hf_tokenizer.get_vocab()
-    return {marker: vocab[marker] for marker in _MARKERS if marker in vocab}
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
