@@ -183,3 +183,25 @@ def test_k3_thinking_kwargs() -> None:
     assert kimi_k3.encoder_kwargs(_chat([], {"reasoning_effort": "none"})) == {"thinking": False}
     with pytest.raises(Exception, match="Kimi K3 supports thinking_effort values: low, high, max"):
         kimi_k3.encoder_kwargs(_chat([], {"reasoning_effort": "medium"}))
+
+
+def test_k3_calls_a_remote_code_encoder_itself() -> None:
+    """A real K3 tokenizer overrides apply_chat_template (encoding_k3): it gets the prepared
+    conversation and kwargs, and its ids are the prompt."""
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+    calls: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []
+
+    class RemoteK3Tokenizer(PreTrainedTokenizerBase):
+        def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+            calls.append((conversation, kwargs))
+            return [1, 2, 3]
+
+    renderer = kimi_k3.KimiK3Renderer(object.__new__(RemoteK3Tokenizer), lambda text, special: [])
+    assert not renderer.needs_chat_template
+    conversation = [{"role": "user", "content": "Hi"}]
+    chat = ChatInput(conversation, conversation, None, {"enable_thinking": True, "tokenize": False}, None)
+    assert renderer.render(chat).token_ids == [1, 2, 3]
+    ((seen, kwargs),) = calls
+    assert seen == conversation
+    assert kwargs["tokenize"] is True and kwargs["thinking"] is True and "enable_thinking" not in kwargs
