@@ -30,6 +30,7 @@ class Settings:
     revision: str | None = None
     tokenizer_revision: str | None = None
     trust_remote_code: bool = False
+    tokenizer_mode: str = "auto"
     chat_template: str | None = None
     chat_template_content_format: str = "auto"
     default_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -135,6 +136,14 @@ class Settings:
 
     def validate(self) -> Settings:
         self._validate_lora_modules()
+        from render_service.render.renderers import TOKENIZER_MODES
+
+        self.tokenizer_mode = self.tokenizer_mode.lower()  # vLLM lowercases it too
+        if self.tokenizer_mode not in TOKENIZER_MODES:
+            raise SettingsError(
+                f"No tokenizer registered for tokenizer_mode={self.tokenizer_mode!r} (--tokenizer-mode: "
+                f"one of {', '.join(TOKENIZER_MODES)})"
+            )
         reasoning_names, tool_names = reasoning_parser_names(), tool_parser_names()
         if self.reasoning_parser is not None and self.reasoning_parser not in reasoning_names:
             raise SettingsError(
@@ -282,6 +291,12 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--revision")
     parser.add_argument("--tokenizer-revision")
     parser.add_argument("--trust-remote-code", action="store_true")
+    parser.add_argument(
+        "--tokenizer-mode",
+        default="auto",
+        help="the renderer, as vLLM names it: auto (from the model), hf, deepseek_v32, deepseek_v4, "
+        "deepseek_v41, kimi_k3 (vLLM's other modes fail at start)",
+    )
     parser.add_argument("--chat-template", help="a file path or an inline Jinja template")
     parser.add_argument("--chat-template-content-format", default="auto", choices=CONTENT_FORMATS)
     parser.add_argument("--default-chat-template-kwargs", type=_json_dict("--default-chat-template-kwargs"), default={})

@@ -521,6 +521,8 @@ def messages_defaults(ctx: Any) -> MessagesDefaults:
     defaults = ctx.memo.get("messages_defaults")
     if defaults is None:
         template = ctx.model.flag_chat_template or ctx.model.chat_template
+        if ctx.model.renderer_mode != "hf":  # vLLM probes only --chat-template for other renderers
+            template = ctx.model.flag_chat_template
         defaults = MessagesDefaults(merge_inline_system(template), _disabled_thinking_effort(ctx))
         ctx.memo["messages_defaults"] = defaults
     return defaults

@@ -483,6 +483,9 @@ def render_responses(
         "messages": messages,
         "mm_payload": body.get("mm_payload", "tensors"),
         "mm_processor_kwargs": body.get("mm_processor_kwargs"),
+        # What vLLM's ChatParams carries for renderers that show it to the model (Kimi K3).
+        "tools": tools,
+        "tool_choice": tool_choice,
     }
     # Decode-side reuse, as for chat: forwarded prompt ids skip templating (vLLM's preprocess_chat).
     reused = reused_prompt_ids(ctx, {"kv_transfer_params": body.get("kv_transfer_params"), "messages": messages})

@@ -26,6 +26,8 @@ OUTSIDE_OVERALL = frozenset({"service_version", "lora_adapters"})
 
 # Bump when a parser's output for the same input changes: snapshots and fingerprints follow.
 PARSER_IMPLEMENTATION_VERSION = 1
+# Bump when a renderer's prompt for the same request changes.
+RENDERER_IMPLEMENTATION_VERSION = 1
 
 
 def _digest(value: Any) -> str:
@@ -47,6 +49,9 @@ def components(settings: Settings, model: Model, adapters: dict[str, Any] | None
         "added_tokens": _digest(added),
         "special_tokens": model.special_tokens,
         "chat_template": _digest((model.chat_template or "").encode()),
+        # Which renderer turns a conversation into a prompt (vLLM's resolved tokenizer mode):
+        # the same template and files give other prompts under another renderer.
+        "renderer": {"mode": model.renderer_mode, "implementation_version": RENDERER_IMPLEMENTATION_VERSION},
         "chat_template_content_format": settings.chat_template_content_format,
         "default_chat_template_kwargs": settings.default_template_kwargs,
         "parsers": {

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from render_service.model.backends import TokenizerBackend, choose_backend
+from render_service.render import renderers
 from render_service.settings import Settings
 
 logger = logging.getLogger("render_service.model.loader")
@@ -62,6 +63,9 @@ class Model:
     override_max_tokens: int | None
     eos_token_id: int | None
     tokenizer_files: dict[str, bytes] = field(default_factory=dict)
+    # The renderer kind (vLLM's tokenizer mode, resolved) and the renderer itself.
+    renderer_mode: str = "hf"
+    renderer: Any = None
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return self.backend.encode(text, add_special_tokens)
@@ -153,8 +157,33 @@ def load_model(settings: Settings) -> Model:
         eos_token_id=hf_tokenizer.eos_token_id,
         tokenizer_files=files,
     )
+    model.renderer_mode = _renderer_mode(settings, config, tokenizer_path)
+    model.renderer = renderers.create_renderer(model.renderer_mode, hf_tokenizer, model.encode)
+    logger.info("renderer: %s", model.renderer_mode)
     release_freed_memory()
     return model
+
+
+def _renderer_mode(settings: Settings, config: dict[str, Any], tokenizer_path: Path) -> str:
+    """vLLM's tokenizer mode for this model; one we do not implement is an error at start."""
+    mode, why = renderers.detect_mode(settings.tokenizer_mode, config, _folder_files(settings, tokenizer_path))
+    if mode not in renderers.NATIVE_MODES:
+        raise ModelLoadError(str(renderers.UnsupportedRendererError(mode, why)))
+    return mode
+
+
+def _folder_files(settings: Settings, tokenizer_path: Path) -> list[str]:
+    """The tokenizer repository's file names (weights included: the Mistral check needs them)."""
+    names = [p.name for p in tokenizer_path.iterdir()] if tokenizer_path.is_dir() else []
+    source = settings.tokenizer or settings.model
+    if Path(source).expanduser().is_dir() or os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return names
+    try:  # a hub id: the snapshot holds only the small files we fetched
+        from huggingface_hub import list_repo_files
+
+        return [*names, *list_repo_files(source, revision=settings.tokenizer_revision or settings.revision)]
+    except Exception:  # offline or private: the snapshot is all we know
+        return names
 
 
 def release_freed_memory() -> None:

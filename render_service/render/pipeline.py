@@ -45,7 +45,7 @@ from render_service.model.loader import Model
 from render_service.model.lora import AdapterRegistry
 from render_service.multimodal import media
 from render_service.multimodal import qwen3_vl as multimodal
-from render_service.render import content_parts, templating
+from render_service.render import content_parts, renderers, templating
 from render_service.render import token_ids as token_id_checks
 from render_service.settings import Settings
 
@@ -845,13 +845,16 @@ def _render_chat_tokens(
 ) -> tuple[list[int], list[list[int]] | None, dict[str, Any] | None]:
     """Template the conversation and tokenize it (the part forwarded prompt ids skip); images are
     processed and their placeholders expanded."""
-    if chat_template is None:
+    renderer: renderers.Renderer = ctx.model.renderer
+    if chat_template is None and renderer.needs_chat_template:
         raise BadRequestError(
             "As of transformers v4.44, default chat template is no longer allowed, so you "
             "must provide a chat template if the tokenizer does not define one."
         )
-    content_format = ctx.settings.chat_template_content_format
+    # The Python encoders parse messages in their own content format; HF follows the flag.
+    content_format = renderer.content_format or ctx.settings.chat_template_content_format
     if content_format == "auto":
+        assert chat_template is not None
         content_format = templating.detect_content_format(chat_template)
     collector = None
     if ctx.vision is not None:
@@ -867,10 +870,20 @@ def _render_chat_tokens(
         if collector and collector.image_urls
         else []
     )
-    render_kwargs = {k: v for k, v in template_kwargs.items() if k not in ("tools", "chat_template", "tokenize")}
-    prompt = templating.render_prompt(
-        ctx.model.hf_tokenizer, chat_template, conversation, rendered_tools, render_kwargs
+    rendered = renderer.render(
+        renderers.ChatInput(
+            messages=body["messages"],
+            conversation=conversation,
+            tools=rendered_tools,
+            kwargs=template_kwargs,
+            chat_template=chat_template,
+            tool_choice=body.get("tool_choice") if body.get("tools") else None,
+            response_format=body.get("response_format"),
+        )
     )
+    if rendered.token_ids is not None:  # tokenized by the renderer (Kimi K3)
+        return rendered.token_ids, None, None
+    prompt = rendered.text or ""
     add_special = bool(body.get("add_special_tokens", False))
     if images:
         assert ctx.vision is not None
@@ -950,7 +963,10 @@ def render_completion(
             raise BadRequestError("suffix is not supported with truncate_prompt_tokens", param="suffix")
         if not (isinstance(body.get("prompt"), str) or all(isinstance(p, str) for p in body.get("prompt") or [])):
             raise BadRequestError("suffix requires text prompt input for FIM completion rendering", param="suffix")
-        raise BadRequestError("suffix is only supported for models with FIM completion rendering", param="suffix")
+        filled = [ctx.model.renderer.completion_suffix(p, body["suffix"]) for p in prompts if isinstance(p, str)]
+        if any(p is None for p in filled):
+            raise BadRequestError("suffix is only supported for models with FIM completion rendering", param="suffix")
+        prompts = [p for p in filled if p is not None]
     check_mm_kwargs(ctx, body)
     max_tokens_requested = body.get("max_tokens", 16)
     truncate = body.get("truncate_prompt_tokens")

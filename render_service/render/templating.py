@@ -600,6 +600,35 @@ def render_prompt(
     return WATCHDOG.run(_render_prompt, hf_tokenizer, chat_template, conversation, tools, kwargs)
 
 
+def render_template(
+    hf_tokenizer: Any,
+    chat_template: str,
+    conversation: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    kwargs: dict[str, Any],
+) -> str:
+    """The template rendered as a bare `tokenizer.apply_chat_template(tokenize=False)` renders it:
+    no developer-role folding and no kwarg filtering (those are vLLM's HF renderer's). For
+    renderers that hand the conversation to the tokenizer themselves (Kimi K3)."""
+    return WATCHDOG.run(_render_template, hf_tokenizer, chat_template, conversation, tools, kwargs)
+
+
+def _render_template(
+    hf_tokenizer: Any,
+    chat_template: str,
+    conversation: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    kwargs: dict[str, Any],
+) -> str:
+    fast = fast_template(chat_template, _special_tokens(hf_tokenizer))
+    if fast is not None and not kwargs.get("continue_final_message"):
+        try:
+            return fast.render(conversation, tools, kwargs)
+        except Exception:  # the reference renderer gives HF's exact result or error
+            pass
+    return _reference_render(hf_tokenizer, chat_template, conversation, tools, kwargs)
+
+
 def _render_prompt(
     hf_tokenizer: Any,
     chat_template: str,

@@ -6,7 +6,7 @@ from typing import Any
 
 from render_service.api.protocol import int_list, opt_bool, schema_error
 from render_service.exceptions import BadRequestError
-from render_service.render import content_parts, templating
+from render_service.render import content_parts, renderers, templating
 from render_service.render import pipeline as render
 
 
@@ -27,10 +27,12 @@ def tokenize(ctx: render.RenderContext, body: dict[str, Any]) -> dict[str, Any]:
                 "is not set. Refused request with untrusted chat template."
             )
         template = body.get("chat_template") or model.chat_template
-        if template is None:
+        renderer: renderers.Renderer = model.renderer
+        if template is None and renderer.needs_chat_template:
             raise BadRequestError("The model has no chat template.")
-        fmt = ctx.settings.chat_template_content_format
+        fmt = renderer.content_format or ctx.settings.chat_template_content_format
         if fmt == "auto":
+            assert template is not None
             fmt = templating.detect_content_format(template)
         content_parts.check_messages(body["messages"])
         conversation = templating.build_conversation(body["messages"], fmt, model_name=ctx.settings.served_names[0])
@@ -40,10 +42,26 @@ def tokenize(ctx: render.RenderContext, body: dict[str, Any]) -> dict[str, Any]:
             continue_final_message=body.get("continue_final_message", False),
         )
         kwargs = render._merge_kwargs(ctx.settings.default_template_kwargs, kwargs)
-        text = templating.render_prompt(
-            model.hf_tokenizer, template, conversation, render.tool_dicts(body.get("tools")), kwargs
-        )
-        ids = model.encode(text, bool(opt_bool(body, "add_special_tokens", False)))
+        tools = render.tool_dicts(body.get("tools"))
+        add_special = bool(opt_bool(body, "add_special_tokens", False))
+        if renderer.mode == "hf":
+            assert template is not None
+            text = templating.render_prompt(model.hf_tokenizer, template, conversation, tools, kwargs)
+            ids = model.encode(text, add_special)
+        else:  # the model's own encoder (DeepSeek, Kimi K3), as vLLM's /tokenize uses it
+            rendered = renderer.render(
+                renderers.ChatInput(
+                    messages=body["messages"],
+                    conversation=conversation,
+                    tools=tools,
+                    kwargs=kwargs,
+                    chat_template=template,
+                    tool_choice=body.get("tool_choice") if body.get("tools") else None,
+                )
+            )
+            ids = (
+                rendered.token_ids if rendered.token_ids is not None else model.encode(rendered.text or "", add_special)
+            )
     else:
         prompt = body.get("prompt")
         if not isinstance(prompt, str):

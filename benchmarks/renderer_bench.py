@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Per-renderer CPU of a ~9k-token chat render: render-service vs vLLM 0.33, side by side.
+
+For each renderer vLLM 0.33 picks without a Jinja template (`deepseek_v32`, `deepseek_v4`,
+`deepseek_v41`, `kimi_k3`) the script builds that renderer's fixture folder
+(`render_service.model.example_renderers`), starts `render-service serve` (one worker) and
+`vllm launch render` on it, checks that both return identical `token_ids` for every payload,
+then sends the same ~9k-token multi-turn chats (reasoning history, tools, tool results)
+sequentially, in rounds alternating between the two servers, and prints server CPU-ms per
+request (schedstat over each server's process tree) and the vLLM/ours ratio.
+
+    python -m benchmarks.renderer_bench [--renderers deepseek_v4 kimi_k3] [--requests 40] [--json out.json]
+
+Needs a vLLM 0.33 environment (VLLM_ORACLE_PYTHON or --oracle-python). A script, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from benchmarks._common import (
+    DEFAULT_ORACLE_PYTHON,
+    Server,
+    fmt,
+    format_table,
+    free_port,
+    percentile,
+    start_render_service,
+    start_vllm_render,
+)
+from benchmarks.render_bench import Writer, long_chat
+from render_service.model.example_renderers import RENDERER_FAMILIES, build_renderer_model
+
+RENDER_PATH = "/v1/chat/completions/render"
+MODEL_NAME = "tinymodel"
+HEADERS = {"content-type": "application/json"}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "run_query",
+            "description": "Run a read-only SQL query against the analytics warehouse.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "sql": {"type": "string", "description": "The query."},
+                    "limit": {"type": "integer", "description": "Row limit."},
+                },
+                "required": ["sql"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file of the repository.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        },
+    },
+]
+
+
+def payload(seed: int) -> dict[str, Any]:
+    """~9k tokens: the long chat of render_bench with reasoning on the assistant turns, a tool
+    round trip before the last question, and the tools block."""
+    body = long_chat(seed)
+    writer = Writer(seed + 7)
+    messages = body["messages"]
+    for message in messages:
+        if message["role"] == "assistant":
+            message["reasoning"] = writer.paragraph((2, 3))
+    last = messages.pop()
+    messages += [
+        {
+            "role": "assistant",
+            "content": "Let me look at the file first.",
+            "reasoning": writer.paragraph((1, 2)),
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": json.dumps({"path": "src/ingest/worker.py"})},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "```python\n" + writer.function() + "\n```"},
+        last,
+    ]
+    body.update(model=MODEL_NAME, tools=TOOLS, tool_choice="none", max_tokens=256)
+    return body
+
+
+async def _post(client: httpx.AsyncClient, body: bytes) -> dict[str, Any]:
+    response = await client.post(RENDER_PATH, content=body, headers=HEADERS)
+    if response.status_code != 200:
+        raise SystemExit(f"{client.base_url} answered {response.status_code}: {response.text[:400]}")
+    return orjson.loads(response.content)
+
+
+async def measure(
+    servers: dict[str, Server], bodies: list[bytes], requests: int, rounds: int, timed: list[bytes] | None = None
+) -> dict[str, Any]:
+    """`bodies` are verified and used for warm-up; `timed` (default: `bodies` again) are timed."""
+    clients = {name: httpx.AsyncClient(base_url=server.url, timeout=120) for name, server in servers.items()}
+    try:
+        tokens = []
+        for body in bodies:  # the same work on both sides, or nothing is measured
+            answers = {name: await _post(client, body) for name, client in clients.items()}
+            ids = [answer["token_ids"] for answer in answers.values()]
+            if any(other != ids[0] for other in ids[1:]):
+                raise SystemExit(
+                    "ABORT: ours and vLLM disagree on token_ids; the benchmark would not compare the same work"
+                )
+            tokens.append(len(ids[0]))
+        for client in clients.values():  # warm-up
+            for body in bodies:
+                await _post(client, body)
+        cpu = {name: 0.0 for name in servers}
+        latencies: dict[str, list[float]] = {name: [] for name in servers}
+        per_round = max(1, requests // rounds)
+        timed = timed or bodies
+        for round_index in range(rounds):
+            for name, server in servers.items():
+                before = server.cpu_seconds_precise() or 0.0
+                for index in range(per_round):
+                    started = asyncio.get_running_loop().time()
+                    await _post(clients[name], timed[(round_index * per_round + index) % len(timed)])
+                    latencies[name].append(asyncio.get_running_loop().time() - started)
+                cpu[name] += (server.cpu_seconds_precise() or 0.0) - before
+        total = per_round * rounds
+        return {
+            "prompt_tokens": sum(tokens) / len(tokens),
+            "requests": total,
+            "cpu_ms": {name: cpu[name] / total * 1000 for name in servers},
+            "p50_ms": {name: percentile(latencies[name], 50) * 1000 for name in servers},
+        }
+    finally:
+        for client in clients.values():
+            await client.aclose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--renderers", nargs="+", default=list(RENDERER_FAMILIES), choices=RENDERER_FAMILIES)
+    parser.add_argument("--requests", type=int, default=40, help="timed requests per server and renderer")
+    parser.add_argument("--rounds", type=int, default=4, help="alternations between the servers")
+    parser.add_argument("--variants", type=int, default=4, help="distinct payloads")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="time payloads neither server has seen (no warm tokenizer segment cache on our side)",
+    )
+    parser.add_argument("--oracle-python", default=DEFAULT_ORACLE_PYTHON, help="python of a vLLM 0.33 env")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+
+    bodies = [orjson.dumps(payload(1000 + i)) for i in range(args.variants)]
+    timed = [orjson.dumps(payload(100_000 + i)) for i in range(args.requests)] if args.fresh else None
+    server_args = ["--served-model-name", MODEL_NAME, "--max-model-len", "32768"]
+    results: dict[str, Any] = {}
+    folder = Path(tempfile.mkdtemp(prefix="renderer-bench-"))
+    try:
+        for mode in args.renderers:
+            model_dir = str(build_renderer_model(folder / mode, mode))
+            print(f"[{mode}] starting render-service and vLLM on {model_dir} ...", flush=True)
+            ours = start_render_service(
+                model_dir, free_port(), [*server_args, "--workers", "1"], log=folder / f"ours-{mode}.log"
+            )
+            try:
+                vllm = start_vllm_render(model_dir, free_port(), server_args, python=args.oracle_python)
+                try:
+                    results[mode] = asyncio.run(
+                        measure({"ours": ours, "vLLM": vllm}, bodies, args.requests, args.rounds, timed)
+                    )
+                finally:
+                    vllm.stop()
+            finally:
+                ours.stop()
+            print(f"[{mode}] {results[mode]}", flush=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+    rows = []
+    for mode, result in results.items():
+        ours_ms, vllm_ms = result["cpu_ms"]["ours"], result["cpu_ms"]["vLLM"]
+        rows.append(
+            [
+                mode,
+                fmt(result["prompt_tokens"], 0),
+                fmt(ours_ms),
+                fmt(vllm_ms),
+                fmt(vllm_ms / ours_ms if ours_ms else None, 1) + "x",
+                fmt(result["p50_ms"]["ours"]),
+                fmt(result["p50_ms"]["vLLM"]),
+            ]
+        )
+    print(
+        format_table(
+            [
+                "renderer",
+                "prompt tokens",
+                "ours CPU ms/req",
+                "vLLM CPU ms/req",
+                "vLLM/ours",
+                "ours p50 ms",
+                "vLLM p50 ms",
+            ],
+            rows,
+            title="~9k-token chat render, sequential, server CPU per request"
+            + (" (payloads not seen before)" if args.fresh else ""),
+        )
+    )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
