@@ -12,6 +12,7 @@ import math
 import re
 from typing import Any
 
+from render_service.api.schema import error, validation_error
 from render_service.exceptions import BadRequestError, RequestValidationError
 
 INT64_MIN = -(2**63)
@@ -74,16 +75,18 @@ def _error_type(message: str) -> str:
 def schema_error(param: str, message: str, value: Any = None) -> RequestValidationError:
     """A schema failure reported as vLLM's validation handler reports it (pydantic's error type
     follows from the message)."""
-    summary = _summarize(value)
-    detail = {"type": _error_type(message), "loc": param, "msg": message, "input": summary}
-    return RequestValidationError(f"1 validation error:\n  {detail}", param=param)
+    return validation_error([error(_error_type(message), _loc(param), message, value)])
 
 
 def union_error(param: str, value: Any, count: int = 2) -> RequestValidationError:
     """A value matching no member of a `str | list[...]` union: pydantic reports every member's
     errors, the `str` member's first; we report that first one (the count is pydantic's minimum)."""
-    detail = {"type": "string_type", "loc": param, "msg": "Input should be a valid string", "input": _summarize(value)}
-    return RequestValidationError(f"{count} validation errors:\n  {detail}", param=param)
+    first = error("string_type", _loc(param), "Input should be a valid string", value)
+    return validation_error([first], unlisted=count - 1)
+
+
+def _loc(param: str) -> tuple[str | int, ...]:
+    return tuple(int(part) if part.isdigit() else part for part in param.split("."))
 
 
 def validator_error(message: str, param: str | None = None, value: Any = None) -> BadRequestError:
