@@ -721,7 +721,6 @@ TOKENIZE_COMPLETION_REQUEST = Model(
         Field("add_special_tokens", Bool(), True),
         Field("return_token_strs", _opt(Bool()), False),
     ],
-    labelled=False,
 )
 TOKENIZE_CHAT_REQUEST = Model(
     "TokenizeChatRequest",
@@ -739,7 +738,6 @@ TOKENIZE_CHAT_REQUEST = Model(
         Field("tools", _opt(_bounded(MAX_TOOLS, "tools", ListOf(TOOL)))),
     ],
     before=(check_generation_prompt,),
-    labelled=False,
 )
 TOKENIZE_REQUEST = Union(TOKENIZE_COMPLETION_REQUEST, TOKENIZE_CHAT_REQUEST)
 DETOKENIZE_REQUEST = Model(

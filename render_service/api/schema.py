@@ -559,8 +559,10 @@ class Model(FieldType):
     before: tuple[ModelValidator, ...] = ()
     after: tuple[ModelValidator, ...] = ()
     description: str | None = None
-    # FastAPI labels the members of a union of request bodies without class names
-    labelled: bool = True
+    # Whether pydantic labels this model's errors in a union with its class name: TypedDicts,
+    # dataclasses and plain BaseModels are; vLLM's OpenAIBaseModel is not (its wrap validator
+    # makes the label "function-wrap[...]", which vLLM's error handler drops). None: by kind.
+    labelled: bool | None = None
     by_name: dict[str, Field] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -568,7 +570,8 @@ class Model(FieldType):
 
     @property
     def tag(self) -> str | None:  # type: ignore[override]
-        return self.name if self.labelled else None
+        labelled = self.kind != "model" if self.labelled is None else self.labelled
+        return self.name if labelled else None
 
     def check(self, value: Any, loc: Loc, errors: ErrorList, strict: bool = False) -> Any:
         if not isinstance(value, dict):
@@ -584,23 +587,13 @@ class Model(FieldType):
                         {"class_name": self.name},
                     )
                 )
-            elif loc == ("body",):  # FastAPI's own check of the request body
+            else:  # FastAPI validates bodies from attributes: pydantic's from_attributes error
                 errors.append(
                     error(
                         "model_attributes_type",
                         loc,
                         "Input should be a valid dictionary or object to extract fields from",
                         value,
-                    )
-                )
-            else:
-                errors.append(
-                    error(
-                        "model_type",
-                        loc,
-                        f"Input should be a valid dictionary or instance of {self.name}",
-                        value,
-                        {"class_name": self.name},
                     )
                 )
             return INVALID
@@ -623,6 +616,10 @@ class Model(FieldType):
             errors += found
             return INVALID
         result_dict = value if out is None else out
+        if self.kind == "dataclass":  # the instance has every field (and no extra keys)
+            result_dict = {
+                spec.name: result_dict[spec.name] if spec.name in result_dict else spec.default for spec in self.fields
+            }
         for validator in self.after:
             validator(result_dict, loc)
         return result_dict
