@@ -134,11 +134,12 @@ class FieldType:
 
 
 def _bounds_errors(spec: Any, value: float | int, loc: Loc, errors: ErrorList) -> bool:
+    # pydantic-core's order (it matters for nan, which fails every bound)
     for name, kind, words, failed in (
-        ("gt", "greater_than", "greater than", lambda v, b: not v > b),
-        ("ge", "greater_than_equal", "greater than or equal to", lambda v, b: not v >= b),
-        ("lt", "less_than", "less than", lambda v, b: not v < b),
         ("le", "less_than_equal", "less than or equal to", lambda v, b: not v <= b),
+        ("lt", "less_than", "less than", lambda v, b: not v < b),
+        ("ge", "greater_than_equal", "greater than or equal to", lambda v, b: not v >= b),
+        ("gt", "greater_than", "greater than", lambda v, b: not v > b),
     ):
         bound = getattr(spec, name)
         if bound is not None and failed(value, bound):
@@ -200,7 +201,7 @@ class Str(FieldType):
 
 # pydantic-core's lax str -> int: optional sign, digits with single underscores between them,
 # an optional all-zero fraction; surrounding whitespace is stripped.
-_INT_TEXT = re.compile(r"[+-]?\d+(?:_\d+)*(?:\.0*)?")
+_INT_TEXT = re.compile(r"[+-]?\d+(?:_\d+)*(?:\.0+)?")
 _INT_MAX_FROM_FLOAT = 2**63  # floats at or past i64 are refused ("exceeded maximum size")
 
 
@@ -306,6 +307,7 @@ class Float(FieldType):
         return _bounds_schema(self, {"type": "number"})
 
 
+INT64_RANGE = (-(2**63), 2**63 - 1)
 _TRUE_TEXT = frozenset({"1", "on", "t", "true", "y", "yes"})
 _FALSE_TEXT = frozenset({"0", "off", "f", "false", "n", "no"})
 
@@ -316,15 +318,19 @@ class Bool(FieldType):
         if isinstance(value, bool):
             return value
         if not strict:
-            if isinstance(value, int):
+            # numbers: 0 and 1 are booleans; other integers pydantic can read as i64 are
+            # "unable to interpret", anything else is not a boolean at all
+            if isinstance(value, (int, float)):
                 if value in (0, 1):
                     return bool(value)
-                errors.append(
-                    error("bool_parsing", loc, "Input should be a valid boolean, unable to interpret input", value)
-                )
+                integral = isinstance(value, int) or (math.isfinite(value) and value.is_integer())
+                if integral and INT64_RANGE[0] <= value <= INT64_RANGE[1]:
+                    errors.append(
+                        error("bool_parsing", loc, "Input should be a valid boolean, unable to interpret input", value)
+                    )
+                    return INVALID
+                errors.append(error("bool_type", loc, "Input should be a valid boolean", value))
                 return INVALID
-            if isinstance(value, float) and value in (0.0, 1.0):
-                return bool(value)
             if isinstance(value, str):
                 lowered = value.lower()
                 if lowered in _TRUE_TEXT:
