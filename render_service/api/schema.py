@@ -501,7 +501,9 @@ class Nullable(FieldType):
         return self.inner.check(value, loc, errors, strict)
 
     def json_schema(self) -> dict[str, Any]:
-        return {"anyOf": [self.inner.json_schema(), {"type": "null"}]}
+        inner = self.inner.json_schema()
+        members = inner["anyOf"] if list(inner) == ["anyOf"] else [inner]
+        return {"anyOf": [*members, {"type": "null"}]}
 
 
 class Union(FieldType):
@@ -644,35 +646,11 @@ class Model(FieldType):
     def json_schema(self) -> dict[str, Any]:
         return {"$ref": f"#/components/schemas/{self.name}"}
 
-    def component(self) -> dict[str, Any]:
-        """This model as an OpenAPI component schema (fields in declaration order)."""
-        properties: dict[str, Any] = {}
-        required = []
-        for spec in self.fields:
-            prop = spec.type.json_schema()
-            if spec.default is REQUIRED:
-                required.append(spec.name)
-            elif _json_safe(spec.default):
-                prop = dict(prop, default=spec.default)
-            if spec.description:
-                prop = dict(prop, description=spec.description)
-            properties[spec.name] = prop
-        schema: dict[str, Any] = {"type": "object", "title": self.name, "properties": properties}
-        if required:
-            schema["required"] = required
-        if self.description:
-            schema["description"] = self.description
-        return schema
-
     def models(self) -> dict[str, Model]:
         """This model and every model its fields reach, by name."""
         found: dict[str, Model] = {}
         _collect_models(self, found)
         return found
-
-
-def _json_safe(value: Any) -> bool:
-    return value is None or isinstance(value, (str, int, float, bool, list, dict))
 
 
 def _collect_models(node: Any, found: dict[str, Model]) -> None:

@@ -29,7 +29,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from render_service import __version__
-from render_service.api import messages, responses
+from render_service.api import messages, openapi, responses
 from render_service.audit.fingerprint import components_header, fingerprint, fingerprint_conflict
 from render_service.derender import pipeline as derender
 from render_service.derender.snapshots import LocalStore, RedisStore, SnapshotCodec, SnapshotStore
@@ -527,6 +527,7 @@ def create_app(settings: Settings, model: Model | None = None) -> Starlette:
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/load", load, methods=["GET"]),
         Route("/v1/render/config", render_config, methods=["GET"]),
+        Route("/openapi.json", openapi.openapi_endpoint, methods=["GET"]),
     ]
 
     async def watch_loop_lag() -> None:
