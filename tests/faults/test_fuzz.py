@@ -4,8 +4,8 @@ request-shaped bodies with hostile values. The property: an answer within a boun
 
 The CI run is derandomized and bounded (~150-300 examples per test); for a long fuzzing session:
 `RENDER_FUZZ_EXAMPLES=20000 python3 -m pytest tests/faults/test_fuzz.py` (random seeds).
-The service serves no OpenAPI description (vLLM's render tier does, through FastAPI), so there is
-no schemathesis run; these strategies are written from vLLM's request models instead.
+These strategies are written from vLLM's request models; test_schemathesis.py fuzzes the running
+service from its /openapi.json as well.
 """
 
 from __future__ import annotations
