@@ -629,7 +629,11 @@ class Model(FieldType):
                 spec.name: result_dict[spec.name] if spec.name in result_dict else spec.default for spec in self.fields
             }
         for validator in self.after:
-            validator(result_dict, loc)
+            try:
+                validator(result_dict, loc)
+            except ValueError as exc:  # pydantic wraps it: "Value error, ..." at the model
+                errors.append(value_error(loc, str(exc), value))
+                return INVALID
         return result_dict
 
     def validate(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -678,6 +682,8 @@ def _children(node: Any) -> list[Any]:
         return list(node.choices.values())
     if isinstance(node, Check):
         return [node.schema] if isinstance(node.schema, FieldType) else []
+    if isinstance(node, After):
+        return [node.inner]
     return []
 
 
@@ -733,6 +739,29 @@ class Tagged(FieldType):
             "oneOf": [m.json_schema() for m in self.choices.values()],
             "discriminator": {"propertyName": self.discriminator},
         }
+
+
+class After(FieldType):
+    """A field validator (pydantic's default "after" mode): `func(value)` once the type passed; a
+    ValueError it raises is reported at the field as "Value error, ..."."""
+
+    def __init__(self, inner: FieldType, func: Callable[[Any], Any]) -> None:
+        self.inner = inner
+        self.func = func
+
+    def check(self, value: Any, loc: Loc, errors: ErrorList, strict: bool = False) -> Any:
+        result = self.inner.check(value, loc, errors, strict)
+        if result is INVALID:
+            return INVALID
+        try:
+            out = self.func(result)
+        except ValueError as exc:
+            errors.append(value_error(loc, str(exc), value))
+            return INVALID
+        return result if out is None else out
+
+    def json_schema(self) -> dict[str, Any]:
+        return self.inner.json_schema()
 
 
 class Check(FieldType):

@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from render_service.api import requests
+from render_service.api import messages, requests
 from render_service.api.schema import (
     AnyValue,
     Bool,
@@ -60,6 +60,12 @@ ROUTES: dict[str, tuple[str, Model, dict[str, Any], frozenset[str]]] = {
         requests.TOKENIZE_CHAT_REQUEST,
         {"model": "tinyqwen3", "messages": HI},
         frozenset({"messages", "media_io_kwargs", "mm_processor_kwargs", "chat_template"}),
+    ),
+    "messages": (
+        "/v1/messages/render",
+        messages.MESSAGES_REQUEST,
+        {"model": "tinyqwen3", "messages": HI, "max_tokens": 8},
+        frozenset({"kv_transfer_params"}),
     ),
     "detokenize": ("/detokenize", requests.DETOKENIZE_REQUEST, {"model": "tinyqwen3", "tokens": [1, 2]}, frozenset()),
 }
