@@ -56,7 +56,7 @@ STOP = Nullable(Union(Str(), ListOf(Str(), max_length=MAX_STOP_STRINGS)))
 INT64 = Int(ge=INT64_MIN, le=INT64_MAX)
 
 
-def _top_logprobs(value: Any, loc: Loc, errors: ErrorList) -> Any:
+def top_logprobs(value: Any, loc: Loc, errors: ErrorList) -> Any:
     """`TopLogprobsParam`: null means 0 (a BeforeValidator), then `int`."""
     return Int().check(0 if value is None else value, loc, errors)
 
@@ -449,7 +449,7 @@ def _chat_fields() -> list[Field]:
         shared["frequency_penalty"],
         shared["logit_bias"],
         Field("logprobs", _opt(Bool()), False),
-        Field("top_logprobs", Check(_top_logprobs, Int()), 0),
+        Field("top_logprobs", Check(top_logprobs, Int()), 0),
         Field("max_tokens", _opt(Int())),
         Field("max_completion_tokens", _opt(Int())),
         Field("n", _opt(Int()), 1),

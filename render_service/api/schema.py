@@ -133,7 +133,8 @@ class FieldType:
         return {}
 
 
-def _bounds_errors(spec: Any, value: float | int, loc: Loc, errors: ErrorList) -> bool:
+def _bounds_errors(spec: Any, value: float | int, loc: Loc, errors: ErrorList, original: Any) -> bool:
+    """The bound checks on the coerced `value` (errors show the `original` input, as pydantic's do)."""
     # pydantic-core's order (it matters for nan, which fails every bound)
     for name, kind, words, failed in (
         ("le", "less_than_equal", "less than or equal to", lambda v, b: not v <= b),
@@ -143,7 +144,7 @@ def _bounds_errors(spec: Any, value: float | int, loc: Loc, errors: ErrorList) -
     ):
         bound = getattr(spec, name)
         if bound is not None and failed(value, bound):
-            errors.append(error(kind, loc, f"Input should be {words} {_number_text(bound)}", value, {name: bound}))
+            errors.append(error(kind, loc, f"Input should be {words} {_number_text(bound)}", original, {name: bound}))
             return False
     return True
 
@@ -216,7 +217,7 @@ class Int(FieldType):
         coerced = _lax_int(value, loc, errors, strict)
         if coerced is INVALID:
             return INVALID
-        return coerced if _bounds_errors(self, coerced, loc, errors) else INVALID
+        return coerced if _bounds_errors(self, coerced, loc, errors, value) else INVALID
 
     def json_schema(self) -> dict[str, Any]:
         return _bounds_schema(self, {"type": "integer"})
@@ -301,7 +302,7 @@ class Float(FieldType):
         else:
             errors.append(error("float_type", loc, "Input should be a valid number", value))
             return INVALID
-        return coerced if _bounds_errors(self, coerced, loc, errors) else INVALID
+        return coerced if _bounds_errors(self, coerced, loc, errors, value) else INVALID
 
     def json_schema(self) -> dict[str, Any]:
         return _bounds_schema(self, {"type": "number"})

@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from render_service.api import messages, requests
+from render_service.api import messages, requests, responses
 from render_service.api.schema import (
     AnyValue,
     Bool,
@@ -66,6 +66,27 @@ ROUTES: dict[str, tuple[str, Model, dict[str, Any], frozenset[str]]] = {
         messages.MESSAGES_REQUEST,
         {"model": "tinyqwen3", "messages": HI, "max_tokens": 8},
         frozenset({"kv_transfer_params"}),
+    ),
+    "responses": (
+        "/v1/responses/render",
+        responses.RESPONSES_REQUEST,
+        {"model": "tinyqwen3", "input": "Hi"},
+        # openai's item, tool, tool-choice and text unions are reduced to their first error (README)
+        frozenset(
+            {
+                "input",
+                "tools",
+                "tool_choice",
+                "text",
+                "prompt",
+                "prompt_cache_options",
+                "prompt_cache_retention",
+                "previous_input_messages",
+                "kv_transfer_params",
+                "media_io_kwargs",
+                "mm_processor_kwargs",
+            }
+        ),
     ),
     "detokenize": ("/detokenize", requests.DETOKENIZE_REQUEST, {"model": "tinyqwen3", "tokens": [1, 2]}, frozenset()),
 }
@@ -124,4 +145,6 @@ def cases(route: str) -> list[dict[str, Any]]:
 
 
 def request(route: str, body: dict[str, Any]) -> dict[str, Any]:
-    return {"method": "POST", "path": ROUTES[route][0], "headers": {"X-Request-Id": "schema"}, "json": body}
+    # vLLM's Responses render ignores X-Request-Id (its ids are random: the comparison normalizes them)
+    headers = {} if route == "responses" else {"X-Request-Id": "schema"}
+    return {"method": "POST", "path": ROUTES[route][0], "headers": headers, "json": body}
