@@ -1,7 +1,8 @@
 """Shared helpers for the benchmark scripts in this folder (not part of the service, not a test).
 
-- starting / stopping servers: render-service (as a child process) and vLLM's `vllm launch render`
-  through the oracle start script (which daemonizes it and prints its PID);
+- starting / stopping servers: render-service and vLLM's `vllm launch render` (with the python of
+  the vLLM 0.33 env named by VLLM_ORACLE_PYTHON or --oracle-python), each as a child process;
+- the model folder: the tiny Qwen3 example model, built into a temporary folder unless --model;
 - measuring a server from the outside: CPU time (utime+stime of the whole process tree, reaped
   children included) and memory (RSS and PSS summed over the tree) from /proc;
 - small statistics and a plain-text table printer.
@@ -11,6 +12,7 @@ Linux only (/proc). Every server is stopped by its own PID (and the PIDs of its 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -18,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -27,7 +30,8 @@ from pathlib import Path
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-DEFAULT_ORACLE_SCRIPT = "/work/venvs/start_oracle.sh"
+# The python of a vLLM 0.33 env (fixtures.md section 3B); the benchmarks start its render tier with it.
+DEFAULT_ORACLE_PYTHON = os.environ.get("VLLM_ORACLE_PYTHON")
 
 
 # -- /proc ----------------------------------------------------------------------------------
@@ -264,26 +268,62 @@ def start_floor_server(
 
 
 def start_vllm_render(
-    model_dir: str, port: int, args: Sequence[str], *, script: str = DEFAULT_ORACLE_SCRIPT, timeout: float = 300.0
+    model_dir: str,
+    port: int,
+    args: Sequence[str],
+    *,
+    python: str | None = DEFAULT_ORACLE_PYTHON,
+    timeout: float = 300.0,
 ) -> Server:
-    """vLLM's `vllm launch render` through the oracle start script (which waits for /health)."""
-    command = [script, model_dir, str(port), *args]
-    env = {**os.environ, "ORACLE_START_TIMEOUT": str(int(timeout))}
-    done = subprocess.run(
-        command, capture_output=True, text=True, env=env, timeout=timeout + 30, stdin=subprocess.DEVNULL
+    """vLLM's `vllm launch render MODEL_DIR --port PORT ARGS...` on CPU torch as a child process, healthy."""
+    if not python:
+        raise RuntimeError("no vLLM 0.33 env: set VLLM_ORACLE_PYTHON (or pass --oracle-python)")
+    scratch = Path(tempfile.gettempdir())
+    command = [
+        python,
+        "-c",
+        "import sys; from vllm.entrypoints.cli.main import main; sys.exit(main())",
+        "launch",
+        "render",
+        model_dir,
+        "--port",
+        str(port),
+        *args,
+    ]
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu"}
+    env.setdefault("VLLM_CACHE_ROOT", str(scratch / "vllmcache"))
+    log = scratch / f"oracle-{port}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=scratch,
+            start_new_session=True,
+        )
+    server = Server(
+        "vLLM", f"http://127.0.0.1:{port}", process.pid, owned=True, log=log, info={"command": " ".join(command)}
     )
-    lines = done.stdout.split()
-    if done.returncode != 0 or not lines or not lines[-1].isdigit():
-        raise RuntimeError(f"vLLM render did not start ({done.returncode}): {done.stderr.strip()[-2000:]}")
-    pid = int(lines[-1])
-    log = Path(f"/tmp/oracle-{port}.log")
-    server = Server("vLLM", f"http://127.0.0.1:{port}", pid, owned=True, log=log, info={"command": " ".join(command)})
     try:
-        wait_healthy(server.url, 30.0, pid, log)
+        wait_healthy(server.url, timeout, process.pid, log)
     except BaseException:
         server.stop()
         raise
     return server
+
+
+def example_model_dir(model_dir: str | None) -> str:
+    """`model_dir`, or the tiny Qwen3 example model (real Qwen3 vocabulary) built into a new temp folder
+    that is removed when the benchmark exits."""
+    if model_dir:
+        return model_dir
+    from render_service.model.example import build_example_model
+
+    folder = tempfile.mkdtemp(prefix="render-bench-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return str(build_example_model(Path(folder) / "tinyqwen3", "qwen3"))
 
 
 # -- statistics and tables ------------------------------------------------------------------

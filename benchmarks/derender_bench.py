@@ -30,7 +30,7 @@ output_token_ids / output_chunk_lens vLLM itself would carry, and the totals are
 
 Example:
 
-    python3 benchmarks/derender_bench.py --json /tmp/derender_bench.json
+    python3 -m benchmarks.derender_bench --json derender_bench.json
 
 See benchmarks/README.md for the options and how to read the tables.
 """
@@ -60,11 +60,10 @@ import httpx
 import orjson
 
 # benchmarks/ is a folder of scripts, not a package: make the shared helpers importable.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import (
-    DEFAULT_ORACLE_SCRIPT,
+from benchmarks._common import (
+    DEFAULT_ORACLE_PYTHON,
     Server,
+    example_model_dir,
     format_table,
     free_port,
     process_tree,
@@ -73,12 +72,11 @@ from _common import (
     start_vllm_render,
     tree_cpu_seconds,
 )
-from render_bench import Writer, _arr, _obj, _s, _tool
+from benchmarks.render_bench import Writer, _arr, _obj, _s, _tool
 
 RENDER_PATH = "/v1/chat/completions/render"
 DERENDER_PATH = "/v1/chat/completions/derender"
 MODEL_NAME = "tinyqwen3"
-DEFAULT_MODEL_DIR = "/work/fixtures/tinyqwen3"
 DEFAULT_SERVER_ARGS = (
     f"--served-model-name {MODEL_NAME} --reasoning-parser qwen3 --enable-auto-tool-choice "
     "--tool-call-parser hermes --max-model-len 16384"
@@ -852,7 +850,7 @@ def start_targets(args: argparse.Namespace, log_dir: Path, started: list[Server]
         if key == "vllm":
             port = free_port()
             print(f"starting vLLM render on port {port} ...", flush=True)
-            server = start_vllm_render(args.model, port, server_args, script=args.oracle_script)
+            server = start_vllm_render(args.model, port, server_args, python=args.oracle_python)
             started.append(server)
             targets[key] = Target(key, [server], compact=False)
             continue
@@ -1096,7 +1094,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", default=DEFAULT_MODEL_DIR, help="model folder (default: %(default)s)")
+    parser.add_argument(
+        "--model", help="model folder (default: the tiny Qwen3 example model, built into a temp folder)"
+    )
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help="output lengths in tokens (default: %(default)s)")
     parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated subset of: " + ", ".join(TARGETS))
     parser.add_argument("--skip-vllm", action="store_true", help="drop the vllm target")
@@ -1139,12 +1139,13 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="extra flags for our servers (default: --workers 1 when the CLI has a worker pool)",
     )
     parser.add_argument(
-        "--oracle-script",
-        default=DEFAULT_ORACLE_SCRIPT,
-        help="script that starts vLLM's render server (default: %(default)s)",
+        "--oracle-python",
+        default=DEFAULT_ORACLE_PYTHON,
+        help="python of the vLLM 0.33 env whose render tier is measured (default: $VLLM_ORACLE_PYTHON)",
     )
     parser.add_argument("--json", dest="json_out", help="also write all results as JSON to this file")
     args = parser.parse_args(argv)
+    args.model = example_model_dir(args.model)
     args.sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     args.targets = [t for t in args.targets.split(",") if t]
     unknown = [t for t in args.targets if t not in TARGETS]

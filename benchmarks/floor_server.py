@@ -11,7 +11,7 @@ segment cache included), and answers a GenerateRequest-shaped orjson body. No va
 parity work beyond what the template needs (tool-call arguments parsed to objects, as vLLM does),
 no metrics, no error handling: a malformed request is a 500 here.
 
-    python3 benchmarks/floor_server.py /work/fixtures/tinyqwen3 --port 8003
+    python3 -m benchmarks.floor_server MODEL_DIR --port 8003
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ orjson encode of a response of the same shape), CPU ms per request (`time.proces
 with `--profile`, a cProfile of ours (tottime; cProfile roughly doubles Python-heavy code, so
 read it for the split, not the totals).
 
-    PYTHONPATH=. python3 benchmarks/handler_split.py [--scenarios short,long9k,agent] [--profile]
+    python3 -m benchmarks.handler_split [--scenarios short,long9k,agent] [--profile]
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import cProfile
 import io
 import json
 import pstats
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,10 +25,8 @@ from typing import Any
 
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import render_bench
-
+from benchmarks import render_bench
+from benchmarks._common import example_model_dir
 from render_service import cli
 from render_service.model.loader import load_model
 from render_service.render import pipeline as render
@@ -51,11 +48,14 @@ def per_call_ms(function: Callable[[bytes], Any], bodies: list[bytes], seconds: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=render_bench.DEFAULT_MODEL_DIR)
+    parser.add_argument(
+        "--model", help="model folder (default: the tiny Qwen3 example model, built into a temp folder)"
+    )
     parser.add_argument("--scenarios", default="short,long9k,agent")
     parser.add_argument("--seconds", type=float, default=1.5, help="CPU seconds per measurement")
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of ours per scenario")
     args = parser.parse_args()
+    args.model = example_model_dir(args.model)
 
     settings = cli.settings_from_args(
         cli._parser().parse_args(["serve", args.model, *render_bench.DEFAULT_SERVER_ARGS.split()])

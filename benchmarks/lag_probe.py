@@ -21,7 +21,7 @@ is held by one piece of Python work, and how much of that hold the thread spent 
 Tasks are then pure-Python `asyncio.Task`s (a few microseconds more per step than the C ones).
 `GET /_probe/lag` returns this worker's samples and steps (a new connection lands on any worker).
 
-    python3 benchmarks/lag_probe.py serve MODEL --workers 2 [render-service serve flags]
+    python3 -m benchmarks.lag_probe serve MODEL --workers 2 [render-service serve flags]
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 """Chat render with 1 and 4 images of 1280x720 (JPEG): render-service vs `vllm launch render`,
 side by side, each a separate server process measured from the outside.
 
-    python3 benchmarks/mm_bench.py [--oracle-url URL --oracle-pid PID] [--json out.json]
+    python3 -m benchmarks.mm_bench [--oracle-url URL --oracle-pid PID] [--json out.json]
 
-Without --oracle-url the script starts vLLM 0.33's render tier itself (through
-/work/venvs/start_oracle.sh, with the patched torchvision of tests/parity/record_mm.py on
-PYTHONPATH, --mm-torchvision). Ours is `python -m render_service.cli serve` with PYTHONPATH set to
+Without --oracle-url the script starts vLLM 0.33's render tier itself (the python of
+VLLM_ORACLE_PYTHON, with the patched torchvision overlay of tests/parity/record_mm.py on PYTHONPATH:
+--mm-torchvision, default $VLLM_TORCHVISION_OVERLAY). Ours is `python -m render_service.cli serve` with PYTHONPATH set to
 this checkout, so the code measured is the code next to this script. Both serve the Qwen3-VL
 example folder from mm_corpus.MM_MODEL_DIR.
 
@@ -44,10 +44,7 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "parity"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import (
+from benchmarks._common import (
     Server,
     format_table,
     free_port,
@@ -56,7 +53,7 @@ from _common import (
     tree_cpu_seconds,
     wait_healthy,
 )
-from mm_corpus import MM_MAX_MODEL_LEN, MM_MODEL_DIR, MM_MODEL_NAME, make_image, summarize_item
+from tests.parity.mm_corpus import MM_MAX_MODEL_LEN, MM_MODEL_DIR, MM_MODEL_NAME, make_image, summarize_item
 
 ROOT = Path(__file__).resolve().parents[1]
 RENDER_PATH = "/v1/chat/completions/render"
@@ -169,8 +166,10 @@ def start_ours(workers: int, log_dir: Path) -> Server:
     return server
 
 
-def start_vllm(torchvision_path: str) -> Server:
-    os.environ["PYTHONPATH"] = torchvision_path  # inherited by the start script (and only it)
+def start_vllm(torchvision_path: str | None) -> Server:
+    if not torchvision_path:
+        raise SystemExit("vLLM's Qwen3-VL needs a torchvision overlay: set --mm-torchvision (see record_mm.py)")
+    os.environ["PYTHONPATH"] = torchvision_path  # inherited by the oracle process (and only it)
     try:
         return start_vllm_render(
             MM_MODEL_DIR, free_port(), ["--served-model-name", MM_MODEL_NAME, "--max-model-len", str(MM_MAX_MODEL_LEN)]
@@ -357,7 +356,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--oracle-url", help="a running vLLM render tier serving MM_MODEL_DIR (else started here)")
     parser.add_argument("--oracle-pid", type=int)
-    parser.add_argument("--mm-torchvision", default="/tmp/mm-tv")
+    parser.add_argument(
+        "--mm-torchvision",
+        default=os.environ.get("VLLM_TORCHVISION_OVERLAY"),
+        help="the patched torchvision overlay folder for the oracle (default: $VLLM_TORCHVISION_OVERLAY)",
+    )
     parser.add_argument("--n", type=int, default=10, help="requests per round, new images")
     parser.add_argument("--n-repeated", type=int, default=40, help="requests per round, repeated images")
     parser.add_argument("--rounds", type=int, default=3)

@@ -3,7 +3,7 @@
 repeated 1x and 4x 1280x720 JPEG on a replica whose local cache is cold but Redis is warm, side by
 side with the same replica processing the images and with a local cache hit.
 
-    python3 benchmarks/mm_redis_bench.py [--n 20] [--rounds 5] [--json out.json]
+    python3 -m benchmarks.mm_redis_bench [--n 20] [--rounds 5] [--json out.json]
 
 Each case starts, for each `mm_payload` (tensors, none), two replicas of `render-service serve`
 (one worker each, PYTHONPATH = this checkout) on the Qwen3-VL example folder, and one redis-server:
@@ -41,15 +41,10 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "parity"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from _common import Server, format_table, free_port, stop_process_tree, tree_cpu_seconds, wait_healthy
-from mm_bench import fill, jpeg_template
-from mm_corpus import MM_MAX_MODEL_LEN, MM_MODEL_DIR, MM_MODEL_NAME
-
+from benchmarks._common import Server, format_table, free_port, stop_process_tree, tree_cpu_seconds, wait_healthy
+from benchmarks.mm_bench import fill, jpeg_template
 from render_service.multimodal import qwen3_vl as multimodal
+from tests.parity.mm_corpus import MM_MAX_MODEL_LEN, MM_MODEL_DIR, MM_MODEL_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 RENDER_PATH = "/v1/chat/completions/render"

@@ -2,7 +2,7 @@
 """The HTTP transfer floor of an image render: what any server pays to receive the request and send
 vLLM's response bytes, against this service on the same repeated-image requests.
 
-    python3 benchmarks/mm_transfer_floor.py [--model /tmp/render-service-mm-tinyvl] [--n 40]
+    python3 -m benchmarks.mm_transfer_floor [--model DIR] [--n 40]
 
 A repeated image is a cache hit (a hash and a copy), but the response still carries vLLM's
 `kwargs_data`: ~7.2 MB of base64 per 720p image. Each floor reads the request body and answers
@@ -34,10 +34,8 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import free_port
-from mm_bench import Payloads
+from benchmarks._common import free_port
+from benchmarks.mm_bench import Payloads
 
 FLOOR_APP = """
 import os
@@ -143,10 +141,12 @@ class Server:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="/tmp/render-service-mm-tinyvl", help="a qwen3-vl example model folder")
+    parser.add_argument("--model", help="a qwen3-vl example model folder (default: built into a temp folder)")
     parser.add_argument("--n", type=int, default=40, help="timed requests per server and size")
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds the n requests are split into")
     args = parser.parse_args()
+    if not args.model:
+        args.model = tempfile.mkdtemp(prefix="transfer-floor-model-")
     if not Path(args.model, "preprocessor_config.json").exists():
         from render_service.model.example import build_example_model
 

@@ -17,7 +17,7 @@ token_ids are compared with ours too; a difference is reported, not fatal.
 
 Example (starts both servers itself, stops them at the end):
 
-    python3 benchmarks/render_bench.py --json /tmp/render_bench.json
+    python3 -m benchmarks.render_bench --json render_bench.json
 
 See benchmarks/README.md for the options and how to read the tables.
 """
@@ -43,12 +43,11 @@ import httpx
 import orjson
 
 # benchmarks/ is a folder of scripts, not a package: make the shared helpers importable.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import (
-    DEFAULT_ORACLE_SCRIPT,
+from benchmarks._common import (
+    DEFAULT_ORACLE_PYTHON,
     Memory,
     Server,
+    example_model_dir,
     fmt,
     fmt_bytes,
     format_table,
@@ -63,7 +62,6 @@ from _common import (
 
 RENDER_PATH = "/v1/chat/completions/render"
 MODEL_NAME = "tinyqwen3"
-DEFAULT_MODEL_DIR = "/work/fixtures/tinyqwen3"
 DEFAULT_SERVER_ARGS = (
     f"--served-model-name {MODEL_NAME} --reasoning-parser qwen3 --enable-auto-tool-choice "
     "--tool-call-parser hermes --max-model-len 16384"
@@ -1570,7 +1568,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", default=DEFAULT_MODEL_DIR, help="model folder (default: %(default)s)")
+    parser.add_argument(
+        "--model", help="model folder (default: the tiny Qwen3 example model, built into a temp folder)"
+    )
     parser.add_argument(
         "--scenarios", default=",".join(SCENARIOS), help="comma-separated subset of: " + ", ".join(SCENARIOS)
     )
@@ -1618,12 +1618,13 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--server-args", default=DEFAULT_SERVER_ARGS, help="flags given to both started servers (default: %(default)s)"
     )
     parser.add_argument(
-        "--oracle-script",
-        default=DEFAULT_ORACLE_SCRIPT,
-        help="script that starts vLLM's render server (default: %(default)s)",
+        "--oracle-python",
+        default=DEFAULT_ORACLE_PYTHON,
+        help="python of the vLLM 0.33 env whose render tier is measured (default: $VLLM_ORACLE_PYTHON)",
     )
     parser.add_argument("--json", dest="json_out", help="also write all results as JSON to this file")
     args = parser.parse_args(argv)
+    args.model = example_model_dir(args.model)
     if args.floor_engines and any(e not in FLOOR_SERVERS for e in args.floor_engines.split(",")):
         parser.error(f"--floor-engines: choose from {list(FLOOR_SERVERS)}")
     unknown = [s for s in args.scenarios.split(",") if s not in SCENARIOS]
@@ -1656,7 +1657,7 @@ def _start_servers(args: argparse.Namespace, log_dir: Path) -> dict[str, Server]
             else:
                 port = args.vllm_port or free_port()
                 print(f"starting vLLM render on port {port} ...", flush=True)
-                servers["vLLM"] = start_vllm_render(args.model, port, server_args, script=args.oracle_script)
+                servers["vLLM"] = start_vllm_render(args.model, port, server_args, python=args.oracle_python)
         for engine in args.floor_engines.split(",") if args.floor_engines else ():
             name = FLOOR_SERVERS[engine]
             port = free_port()

@@ -4,7 +4,7 @@ in-process snapshot hit rate of streaming derender with 2 workers and no Redis.
 wrk (Debian's) generates the load with a Lua script rotating pre-built bodies, so the load
 generator takes little CPU itself. Run on an otherwise idle machine:
 
-    python3 benchmarks/workers_bench.py [--duration 20] [--connections 8] [--skip-vllm]
+    python3 -m benchmarks.workers_bench [--duration 20] [--connections 8] [--skip-vllm]
 
 `--lag-study` instead measures where the event-loop lag of saturated workers comes from: the
 same ~9k-token chat load with wrk at normal priority vs `nice 19`, workers floating vs pinned
@@ -12,7 +12,7 @@ one per core, and one worker alone on a core (wrk on the other), each repeated; 
 with benchmarks/lag_probe.py, which records every lag sample exactly with the loop thread's CPU
 and run-queue delay over it:
 
-    python3 benchmarks/workers_bench.py --lag-study [--duration 15] [--lag-repeats 3]
+    python3 -m benchmarks.workers_bench --lag-study [--duration 15] [--lag-repeats 3]
 """
 
 from __future__ import annotations
@@ -33,11 +33,17 @@ from typing import Any
 import httpx
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import render_bench
-from _common import Server, free_port, percentile, process_tree, start_render_service, start_vllm_render, wait_healthy
+from benchmarks import render_bench
+from benchmarks._common import (
+    Server,
+    example_model_dir,
+    free_port,
+    percentile,
+    process_tree,
+    start_render_service,
+    start_vllm_render,
+    wait_healthy,
+)
 
 LUA = """
 -- Requests are formatted once: the per-request cost in wrk is then a table lookup.
@@ -346,7 +352,9 @@ def lag_study(args: argparse.Namespace, flags: list[str], script: Path, director
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="/work/fixtures/tinyqwen3")
+    parser.add_argument(
+        "--model", help="model folder (default: the tiny Qwen3 example model, built into a temp folder)"
+    )
     parser.add_argument("--duration", type=int, default=20)
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--skip-vllm", action="store_true")
@@ -354,6 +362,7 @@ def main() -> None:
     parser.add_argument("--lag-repeats", type=int, default=3)
     parser.add_argument("--json", dest="json_out")
     args = parser.parse_args()
+    args.model = example_model_dir(args.model)
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is needed: apt-get install wrk")
     workload = render_bench.build_workload(render_bench.SCENARIOS["long9k"], 1, 8)

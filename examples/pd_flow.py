@@ -8,7 +8,7 @@ derender here while the decode streams.
                                                                  kv_transfer_params
     derender POST {render}/v1/chat/completions/derender          one call per engine chunk, echoing stream_state
 
-`python examples/pd_flow.py` starts everything (this render service, two vLLM CPU `--tokens-only`
+`python -m examples.pd_flow` (from the repository root) starts everything (this render service, two vLLM CPU `--tokens-only`
 engines with the tiny weighted test model), runs one request and stops them. With `--render`,
 `--prefill` and `--decode` it uses servers that are already running.
 
@@ -35,14 +35,9 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
-
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 SERVED_NAME = "tinyqwen3"
 RENDER_FLAGS = (

@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-import render_bench  # benchmarks/ is a folder of scripts, not a package
-from render_bench import SCENARIOS, Writer
+from benchmarks import render_bench
+from benchmarks.render_bench import SCENARIOS, Writer
 
 MODEL = render_bench.MODEL_NAME
 RENDER_PATH = "/v1/chat/completions/render"

@@ -31,10 +31,8 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 
+from benchmarks._common import tree_cpu_seconds
 from loadtests import payloads
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from _common import tree_cpu_seconds  # benchmarks/_common.py: /proc CPU of a process tree
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 

@@ -30,7 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("rest", nargs=argparse.REMAINDER)
     example = commands.add_parser("example-model", help="build a tiny local model folder (no hub needed)")
     example.add_argument("directory")
-    example.add_argument("--family", default="qwen3", choices=("qwen3", "deepseek", "qwen3-vl"))
+    example.add_argument(
+        "--family", default="qwen3", choices=("qwen3", "deepseek", "qwen3-vl", "minimax_m2", "seed_oss")
+    )
     return parser
 
 
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 def print_fingerprint(settings) -> int:
     import json
 
-    from render_service import __version__
+    from render_service import VLLM_VERSION, __version__
     from render_service.audit.fingerprint import fingerprint
     from render_service.model.loader import ModelLoadError, load_model
 
@@ -73,7 +75,7 @@ def print_fingerprint(settings) -> int:
         return 2
     print(
         json.dumps(
-            {**fingerprint(settings, model), "vllm_parity_version": "0.33.0", "service_version": __version__},
+            {**fingerprint(settings, model), "vllm_parity_version": VLLM_VERSION, "service_version": __version__},
             indent=2,
             ensure_ascii=False,
             default=str,

@@ -22,7 +22,7 @@
 # 8. size     the image size as buildah reports it, and the base for comparison.
 #
 # Environment: IMAGE (localhost/render-service:dev), BASE_IMAGE (localhost/debian-python:bookworm),
-# SUITE (bookworm), MIRROR (http://deb.debian.org/debian), WORK (/var/tmp/render-service-image),
+# SUITE (bookworm), MIRROR (a Debian mirror URL; default: debootstrap's own), WORK (/var/tmp/render-service-image),
 # STORAGE_DRIVER (vfs), REBUILD_BASE (0), BUILD_CA (the host CA bundle, if any), PORT (a free one).
 set -euo pipefail
 
@@ -31,7 +31,7 @@ cd "$(dirname "$0")/.."
 IMAGE=${IMAGE:-localhost/render-service:dev}
 BASE_IMAGE=${BASE_IMAGE:-localhost/debian-python:bookworm}
 SUITE=${SUITE:-bookworm}
-MIRROR=${MIRROR:-http://deb.debian.org/debian}
+MIRROR=${MIRROR:-}
 WORK=${WORK:-/var/tmp/render-service-image}
 STORAGE_DRIVER=${STORAGE_DRIVER:-vfs}
 REBUILD_BASE=${REBUILD_BASE:-0}
@@ -132,7 +132,7 @@ step_base() {
   log "debootstrap $SUITE (minbase + python3, python3-venv, python3-pip) into $rootfs"
   rm -rf "$rootfs"
   debootstrap --variant=minbase --include=python3,python3-venv,python3-pip,ca-certificates \
-    "$SUITE" "$rootfs" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 \
+    "$SUITE" "$rootfs" ${MIRROR:+"$MIRROR"} >"$WORK/debootstrap.log" 2>&1 \
     || { tail -n 30 "$WORK/debootstrap.log"; die "debootstrap failed (log: $WORK/debootstrap.log)"; }
   # Trim as the official slim images do: no apt lists or caches, docs, man pages or locales.
   rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/cache/apt/archives/*.deb \

@@ -37,6 +37,7 @@ _GENERATE = {"$ref": "#/components/schemas/GenerateRequest"}
 _OPERATIONS: tuple[tuple[str, str, str, Any, tuple[str, ...], dict[str, Any] | None], ...] = (
     ("/load", "get", "get_server_load_metrics", None, (), {}),
     ("/version", "get", "show_version", None, (), {}),
+    ("/kv_event_sources", "get", "kv_event_sources", None, (), {}),
     ("/health", "get", "health", None, (), None),
     ("/metrics", "get", "metrics", None, (), {}),
     (

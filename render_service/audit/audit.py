@@ -47,13 +47,12 @@ from typing import Any
 
 import httpx
 
-from render_service import __version__
+from render_service import VLLM_VERSION, __version__
 from render_service.model.loader import Model
 from render_service.settings import Settings
 
 logger = logging.getLogger("render_service.audit.audit")
 
-VLLM_PARITY_VERSION = "0.33.0"
 # Engines whose /inference/v1/generate accepts this render's requests (0.32 ignores parse_context).
 ACCEPTED_ENGINE_SERIES = {
     "0.33": None,
@@ -340,7 +339,7 @@ class _LocalReference(_Reference):
         self.ctx = RenderContext(model, settings)
         self.fingerprint = {
             **fingerprint(settings, model),
-            "vllm_parity_version": VLLM_PARITY_VERSION,
+            "vllm_parity_version": VLLM_VERSION,
             "service_version": __version__,
         }
         # Built on first use: the detokenizer tables take most of a second for a 150k vocabulary.
@@ -454,25 +453,25 @@ class _RemoteReference(_Reference):
 
 def _version_check(out: _Collector, peer: str, version: Any, *, engine: bool) -> None:
     if not isinstance(version, str):
-        out.add(peer, "vllm_version", VLLM_PARITY_VERSION, version, "warning", "GET /version gave no version")
+        out.add(peer, "vllm_version", VLLM_VERSION, version, "warning", "GET /version gave no version")
         return
     base = version.split("+", 1)[0]
-    if base == VLLM_PARITY_VERSION:
-        out.ok(peer, "vllm_version", VLLM_PARITY_VERSION, version)
+    if base == VLLM_VERSION:
+        out.ok(peer, "vllm_version", VLLM_VERSION, version)
         return
     series = ".".join(base.split(".")[:2])
     if engine and series in ACCEPTED_ENGINE_SERIES:
-        note = ACCEPTED_ENGINE_SERIES[series] or f"parity was verified against {VLLM_PARITY_VERSION}"
-        out.add(peer, "vllm_version", VLLM_PARITY_VERSION, version, "info", f"accepted engine version: {note}")
+        note = ACCEPTED_ENGINE_SERIES[series] or f"parity was verified against {VLLM_VERSION}"
+        out.add(peer, "vllm_version", VLLM_VERSION, version, "info", f"accepted engine version: {note}")
         return
     what = "engine" if engine else "render replica"
     out.add(
         peer,
         "vllm_version",
-        VLLM_PARITY_VERSION,
+        VLLM_VERSION,
         version,
         "warning",
-        f"{what} reports vLLM {version}; this service's parity was verified against {VLLM_PARITY_VERSION}"
+        f"{what} reports vLLM {version}; this service's parity was verified against {VLLM_VERSION}"
         + (" (engines 0.32/0.33 accepted)" if engine else ""),
     )
 
@@ -710,7 +709,7 @@ def _check_fingerprint(
         out.check(
             peer,
             "vllm_parity_version",
-            VLLM_PARITY_VERSION,
+            VLLM_VERSION,
             parity,
             "the replica reproduces another vLLM version",
             severity="warning",

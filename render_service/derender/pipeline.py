@@ -310,7 +310,7 @@ def _parser_for(ctx: DerenderContext, request: dict[str, Any]) -> tuple[parsers.
         settings.reasoning_parser,
         settings.tool_call_parser,
         enable_auto_tools=settings.enable_auto_tool_choice,
-        thinking_enabled=kwargs.get("enable_thinking", True),
+        thinking_enabled=parsers.thinking_enabled(settings.reasoning_parser, kwargs),
     )
     return parser, kwargs
 
@@ -732,12 +732,18 @@ class _StreamRequest:
             self.top_limit,
             self.spaces,
             self.request_id,
+            o.tools,  # parsers that coerce arguments to the tool schema read them
         ]
 
     @classmethod
     def from_obj(cls, obj: list[Any]) -> _StreamRequest:
         opts = parsers.RequestOptions(
-            tool_choice=obj[0], tool_name=obj[1], has_tools=obj[2], parallel_tool_calls=obj[3], include_reasoning=obj[4]
+            tool_choice=obj[0],
+            tool_name=obj[1],
+            has_tools=obj[2],
+            parallel_tool_calls=obj[3],
+            include_reasoning=obj[4],
+            tools=obj[13] if len(obj) > 13 else None,
         )
         stop = StopParams(stop_token_ids=tuple(obj[6]), ignore_eos=obj[7], include_stop_str_in_output=obj[8])
         return cls(opts, obj[5], stop, obj[9], obj[10], obj[11], obj[12])
@@ -747,7 +753,7 @@ def _stream_request(ctx: DerenderContext, chat_request: dict[str, Any], request_
     kwargs = effective_template_kwargs(ctx.render, chat_request)
     return _StreamRequest(
         opts=parsers.RequestOptions.from_request(chat_request),
-        thinking=bool(kwargs.get("enable_thinking", True)),
+        thinking=parsers.thinking_enabled(ctx.render.settings.reasoning_parser, kwargs),
         stop=_stop_params(chat_request),
         return_token_ids=bool(chat_request.get("return_token_ids")),
         top_limit=lp.chat_top_limit(chat_request),

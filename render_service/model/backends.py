@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import unicodedata
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 logger = logging.getLogger("render_service.model.backends")
 
@@ -53,7 +53,7 @@ class TokenizerBackend(Protocol):
 class HFBackend:
     name = "hf-tokenizers"
 
-    def __init__(self, tokenizer: object) -> None:
+    def __init__(self, tokenizer: Any) -> None:
         self._tokenizer = tokenizer  # tokenizers.Tokenizer
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:

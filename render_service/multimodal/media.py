@@ -104,7 +104,7 @@ async def _check_resolved(host: str, port: int, limits: MediaLimits) -> None:
     except OSError as exc:
         raise media_error(f"Cannot resolve image URL host {host!r}: {exc}") from None
     for info in infos:
-        if not _is_public(info[4][0]):
+        if not _is_public(str(info[4][0])):
             raise media_error(f"Image URL host {host!r} resolves to a non-public address; refused.")
 
 

@@ -132,7 +132,7 @@ def _bands(
     lengths = np.where(nonzero.any(axis=1), weights.shape[1] - np.argmax(nonzero[:, ::-1], axis=1), 0)
     ends = np.minimum(starts + lengths, in_size)
     scaled = weights.astype(np.float64) * 2.0**-precision
-    blocks = []
+    blocks: list[tuple[int, int, int, int, np.ndarray]] = []
     for out0 in range(0, out_size, block_size):
         out1 = min(out0 + block_size, out_size)
         in0 = int(starts[out0:out1].min())
@@ -151,7 +151,7 @@ def _pass(src: np.ndarray, axis: int, out_size: int, dtype: type) -> np.ndarray:
     blocks = _bands(src.shape[axis], out_size, dtype, _BLOCK[axis])
     shape = list(src.shape)
     shape[axis] = out_size
-    dst = np.empty(shape, dtype=dtype)
+    dst: np.ndarray = np.empty(shape, dtype=dtype)
     if axis == 1:  # height: block @ rows, batched over channels
         for out0, out1, in0, in1, block in blocks:
             np.matmul(block, src[:, in0:in1, :], out=dst[:, out0:out1, :])

@@ -1,9 +1,7 @@
 """Shared pieces of the native parsers: delta types, request options, tool-call ids, the
-`finish_reason` / `tool_choice` / `parallel_tool_calls` rules, and small streaming matchers.
-
-Every parser keeps its per-stream state in a plain dataclass (ints, strings, short lists) with
-`to_obj()` / `from_obj()`; the parser objects themselves hold only immutable tables built from
-the tokenizer, so one parser object serves every stream.
+`finish_reason` / `tool_choice` / `parallel_tool_calls` rules, small streaming matchers and
+structural-tag building blocks. Families reuse these; see `protocols.py` for what a family
+implements.
 """
 
 from __future__ import annotations
@@ -94,6 +92,8 @@ class RequestOptions:
     has_tools: bool = False
     parallel_tool_calls: bool | None = True
     include_reasoning: bool = True
+    # The request's tools (for parsers that coerce arguments to the schema or check names).
+    tools: Any = None
 
     @classmethod
     def from_request(cls, req: Mapping[str, Any] | None) -> RequestOptions:
@@ -116,6 +116,7 @@ class RequestOptions:
             has_tools=bool(tools),
             parallel_tool_calls=req.get("parallel_tool_calls", True),
             include_reasoning=True if include is None else bool(include),
+            tools=tools or None,
         )
 
     @property
@@ -216,6 +217,21 @@ class Tag:
             k = nk
             i += 1
         return k, "".join(out), False, size
+
+
+# -- structural tags ----------------------------------------------------------------------------------
+
+
+def json_schema_format(schema: Any) -> dict[str, Any]:
+    """xgrammar's `JSONSchemaFormat(json_schema=schema)`, dumped as vLLM sends it."""
+    return {
+        "type": "json_schema",
+        "json_schema": schema,
+        "style": "json",
+        "any_order": False,
+        "max_whitespace_cnt": None,
+        "excludes": [],
+    }
 
 
 def partial_tag_overlap(text: str, tag: str) -> int:

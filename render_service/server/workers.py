@@ -129,9 +129,9 @@ def serve(app_factory: Any, host: str, port: int, workers: int, log_level: str =
             break
         except InterruptedError:
             continue
-        index = children.pop(pid, None)
-        if index is None:
+        if pid not in children:
             continue
+        index = children.pop(pid)
         if not stopping:
             logger.error("worker %d (pid %d) exited with status %d; replacing it", index, pid, status)
             time.sleep(0.1)

@@ -6,8 +6,8 @@ adds random bf16 weights written by transformers in the engine's own venv (torch
 there). The result is cached under the temp dir, keyed by the config and a recipe version, so
 a test session pays for it once (a few seconds).
 
-`engine_python()` is None when no engine env exists (VLLM_ENGINE_PYTHON, else
-/work/venvs/vllm032engine): tests call `require_engine()` to skip cleanly.
+`engine_python()` is None when no engine env is configured (VLLM_ENGINE_PYTHON, the python of a
+vLLM CPU engine venv): tests call `require_engine()` to skip cleanly.
 
 The engine takes ~40 s to start and ~4 GB RSS; on a 2-core machine run one at a time.
 """
@@ -30,8 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DEFAULT_ENGINE_VENV = Path("/work/venvs/vllm032engine")
-DEFAULT_ORACLE_VENV = Path("/work/venvs/vllm033")
 RECIPE_VERSION = 1
 SERVED_NAME = "tinyqwen3"
 
@@ -48,12 +46,9 @@ model.save_pretrained(sys.argv[1], safe_serialization=True)
 
 
 def engine_python() -> str | None:
-    """The python of the vLLM engine env: VLLM_ENGINE_PYTHON, else the default venv when present."""
+    """The python of the vLLM engine env (VLLM_ENGINE_PYTHON), or None when unset or missing."""
     env = os.environ.get("VLLM_ENGINE_PYTHON")
-    if env:
-        return env if Path(env).exists() else None
-    python = DEFAULT_ENGINE_VENV / "bin" / "python"
-    return str(python) if python.exists() else None
+    return env if env and Path(env).exists() else None
 
 
 def require_engine() -> str:
@@ -61,17 +56,14 @@ def require_engine() -> str:
     if python is None:
         import pytest
 
-        pytest.skip("no vLLM engine env (set VLLM_ENGINE_PYTHON or install /work/venvs/vllm032engine)")
+        pytest.skip("no vLLM engine env (set VLLM_ENGINE_PYTHON)")
     return python
 
 
 def render_oracle_python() -> str | None:
-    """The python of a vLLM 0.33 env for `vllm launch render`: VLLM_ORACLE_PYTHON, else the default venv."""
+    """The python of a vLLM 0.33 env for `vllm launch render` (VLLM_ORACLE_PYTHON), or None."""
     env = os.environ.get("VLLM_ORACLE_PYTHON")
-    if env:
-        return env if Path(env).exists() else None
-    python = DEFAULT_ORACLE_VENV / "bin" / "python"
-    return str(python) if python.exists() else None
+    return env if env and Path(env).exists() else None
 
 
 def require_render_oracle() -> str:
@@ -79,7 +71,7 @@ def require_render_oracle() -> str:
     if python is None:
         import pytest
 
-        pytest.skip("no vLLM 0.33 env (set VLLM_ORACLE_PYTHON or install /work/venvs/vllm033)")
+        pytest.skip("no vLLM 0.33 env (set VLLM_ORACLE_PYTHON)")
     return python
 
 

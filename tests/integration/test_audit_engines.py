@@ -4,8 +4,7 @@ vLLM 0.33's `vllm launch render`, each once configured to match and once deliber
 Every planted mismatch must be reported under the component that differs, nothing else may be
 reported as a mismatch, and a matching setup must pass. At most one engine runs at a time (~4 GB);
 the render servers are small. Run with `pytest -m live tests/integration/test_audit_engines.py`;
-skipped when the engine env (VLLM_ENGINE_PYTHON or /work/venvs/vllm032engine) or the 0.33 env
-(VLLM_ORACLE_PYTHON or /work/venvs/vllm033) is missing.
+skipped when the engine env (VLLM_ENGINE_PYTHON) or the 0.33 env (VLLM_ORACLE_PYTHON) is not set.
 """
 
 from __future__ import annotations

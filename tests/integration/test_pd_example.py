@@ -25,7 +25,7 @@ pytestmark = [
 
 def test_pd_flow_example_runs_end_to_end() -> None:
     run = subprocess.run(
-        [sys.executable, str(REPO / "examples" / "pd_flow.py")],
+        [sys.executable, "-m", "examples.pd_flow"],
         capture_output=True,
         text=True,
         timeout=840,

@@ -14,18 +14,18 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from render_service import VLLM_VERSION
+
 PARITY_DIR = Path(__file__).resolve().parent
 GOLDEN_DIR = PARITY_DIR / "golden"
-VLLM_VERSION = "0.33.0"
 MAX_MODEL_LEN = 16384
-DEFAULT_ORACLE_PYTHON = Path("/work/venvs/vllm033/bin/python")
-START_ORACLE_SCRIPT = Path("/work/venvs/start_oracle.sh")
 MODEL_DIR_PLACEHOLDER = "<MODEL_DIR>"
 
 
@@ -1790,11 +1790,8 @@ def golden_record(case: Case, status: int, response: Any, model_dir: str) -> dic
 
 
 def oracle_python() -> str | None:
-    """The python of a vLLM 0.33 env: VLLM_ORACLE_PYTHON, else the default venv if present."""
-    env = os.environ.get("VLLM_ORACLE_PYTHON")
-    if env:
-        return env
-    return str(DEFAULT_ORACLE_PYTHON) if DEFAULT_ORACLE_PYTHON.exists() else None
+    """The python of a vLLM 0.33 env (VLLM_ORACLE_PYTHON; fixtures.md section 3B), or None when unset."""
+    return os.environ.get("VLLM_ORACLE_PYTHON") or None
 
 
 @dataclass
@@ -1832,8 +1829,8 @@ class Oracle:
 
 
 def start_oracle(config: ServerConfig, model_dir: str | Path, port: int, timeout: float = 240.0) -> Oracle:
-    """Start vLLM 0.33's render tier for `config`: through VLLM_ORACLE_PYTHON when set, else through
-    /work/venvs/start_oracle.sh. Waits for GET /health = 200."""
+    """Start vLLM 0.33's render tier for `config` with the python of VLLM_ORACLE_PYTHON, in its own
+    session (stopped by its PID). Waits for GET /health = 200."""
     import socket
 
     import httpx
@@ -1841,23 +1838,11 @@ def start_oracle(config: ServerConfig, model_dir: str | Path, port: int, timeout
     with socket.socket() as probe:  # a server already there would answer the health check for the oracle
         if probe.connect_ex(("127.0.0.1", port)) == 0:
             raise RuntimeError(f"port {port} is already in use; pick another with --port")
-    log = Path(f"/tmp/oracle-{port}.log")
+    scratch = Path(tempfile.gettempdir())
+    log = scratch / f"oracle-{port}.log"
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu")
-    env.setdefault("VLLM_CACHE_ROOT", "/tmp/vllmcache")
-    python = os.environ.get("VLLM_ORACLE_PYTHON")
-    if not python and START_ORACLE_SCRIPT.exists():
-        out = subprocess.run(
-            [str(START_ORACLE_SCRIPT), str(model_dir), str(port), *config.vllm_flags()],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout + 60,
-            check=False,
-        )
-        if out.returncode != 0:
-            raise RuntimeError(f"oracle for {config.name} failed to start:\n{out.stderr[-3000:]}")
-        return Oracle(int(out.stdout.strip().splitlines()[-1]), port, log)
-    python = python or oracle_python()
+    env.setdefault("VLLM_CACHE_ROOT", str(scratch / "vllmcache"))
+    python = oracle_python()
     if not python:
         raise RuntimeError("no vLLM 0.33 environment: set VLLM_ORACLE_PYTHON")
     cmd = [
@@ -1872,7 +1857,7 @@ def start_oracle(config: ServerConfig, model_dir: str | Path, port: int, timeout
         *config.vllm_flags(),
     ]
     with log.open("wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd="/tmp", start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=scratch, start_new_session=True)
     oracle = Oracle(proc.pid, port, log)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

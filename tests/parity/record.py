@@ -1,11 +1,11 @@
 """Record the render parity goldens from vLLM 0.33.0's render tier (`vllm launch render`).
 
-    python tests/parity/record.py [--only NAME ...] [--config NAME ...] [--model-dir DIR]
+    python -m tests.parity.record [--only NAME ...] [--config NAME ...] [--model-dir DIR]
                                   [--deepseek-model-dir DIR] [--port PORT]
 
 For each server config in corpus.CONFIGS that has selected cases: build the model folder into a
 temp dir (or use --model-dir / --deepseek-model-dir), start the oracle with the config's flags
-(through VLLM_ORACLE_PYTHON when set, else /work/venvs/start_oracle.sh), send each case with
+(with the python of VLLM_ORACLE_PYTHON, a vLLM 0.33 env), send each case with
 httpx, write tests/parity/golden/<case>.json, and stop the oracle by its PID.
 
 Not imported by the tests: everything they share lives in corpus.py.
@@ -21,9 +21,7 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from corpus import (
+from .corpus import (
     CASES,
     CONFIGS,
     GOLDEN_DIR,

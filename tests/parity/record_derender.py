@@ -1,6 +1,6 @@
 """Record the derender parity goldens from vLLM 0.33.0's render tier (`vllm launch render`).
 
-    python tests/parity/record_derender.py [--only NAME ...] [--config NAME ...] [--model-dir DIR]
+    python -m tests.parity.record_derender [--only NAME ...] [--config NAME ...] [--model-dir DIR]
                                            [--deepseek-model-dir DIR] [--port PORT] [--prune]
 
 For each server config (parsers, plain, deepseek) that has selected cases: build the example model
@@ -22,8 +22,6 @@ import tempfile
 from pathlib import Path
 
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.parity.corpus import CONFIGS, send, start_oracle
 from tests.parity.derender_corpus import (

@@ -1,8 +1,8 @@
 """Record the multimodal render goldens (tests/parity/golden_mm/) from vLLM 0.33.0's render tier.
 
-    python tests/parity/record_mm.py --oracle-url http://127.0.0.1:PORT [--only NAME ...]
+    python -m tests.parity.record_mm --oracle-url http://127.0.0.1:PORT [--only NAME ...]
 
-    python tests/parity/record_mm.py --oracle-url http://127.0.0.1:PORT --kwargs server|trust
+    python -m tests.parity.record_mm --oracle-url http://127.0.0.1:PORT --kwargs server|trust
 
 `--kwargs server` records mm_corpus.kwargs_cases() into golden_mm_kwargs/, from an oracle started
 with mm_corpus.KWARGS_FLAGS added (--trust-request-mm-kwargs and a server-wide
@@ -13,12 +13,14 @@ The oracle must serve the Qwen3-VL example folder from mm_corpus.MM_MODEL_DIR (v
 images with the model path as given), e.g.:
 
     python -m render_service.model.example /tmp/render-service-mm-tinyvl qwen3-vl
-    PYTHONPATH=/tmp/mm-tv /work/venvs/start_oracle.sh /tmp/render-service-mm-tinyvl PORT \\
-        --served-model-name tinyvl --max-model-len 16384
+    PYTHONPATH=$VLLM_TORCHVISION_OVERLAY VLLM_TARGET_DEVICE=cpu $VLLM_ORACLE_PYTHON -m vllm.entrypoints.cli.main \\
+        launch render /tmp/render-service-mm-tinyvl --port PORT --served-model-name tinyvl --max-model-len 16384
+
+(that path is part of the goldens: mm_corpus.MM_MODEL_DIR).
 
 vLLM 0.33's Qwen2-VL/Qwen3-VL modules import torchvision, which the CPU oracle venv lacks. The
 goldens were recorded with the PyPI torchvision 0.28.0 wheel (the one matching torch 2.13)
-installed with `pip install --no-deps --target /tmp/mm-tv torchvision==0.28.0`; its CUDA `_C`
+installed with `pip install --no-deps --target $VLLM_TORCHVISION_OVERLAY torchvision==0.28.0`; its CUDA `_C`
 extension cannot load next to CPU torch, so `torchvision/__init__.py` there imports
 `_meta_registrations`/`_autograd_registrations` only `if extension._has_ops()` (they only
 register detection ops; the resize vLLM uses is pure torch). Not imported by the tests.
@@ -28,14 +30,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from mm_corpus import KWARGS_FLAGS, MM_MODEL_DIR, TRUST_FLAGS, cases, endpoint, kwargs_cases, shrink, trust_cases
+from .mm_corpus import KWARGS_FLAGS, MM_MODEL_DIR, TRUST_FLAGS, cases, endpoint, kwargs_cases, shrink, trust_cases
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden_mm"
 # --kwargs: (golden folder, oracle flags, cases)

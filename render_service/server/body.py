@@ -1,0 +1,71 @@
+"""Request bodies: read within the size limit, parse as JSON, report failures as FastAPI does."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+
+from render_service.exceptions import PayloadTooLargeError, RequestValidationError
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The parsed body: 400 for a non-JSON content type or body, 413 past `limit` bytes."""
+    content_type = request.headers.get("content-type", "").lower().split(";", 1)[0].strip()
+    if content_type != "application/json":
+        raise RequestValidationError(
+            "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed"
+        )
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLargeError(f"Request body of {declared} bytes exceeds the limit of {limit} bytes.")
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLargeError(f"Request body exceeds the limit of {limit} bytes.")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise _json_error(raw, exc) from None
+
+
+def _json_error(raw: bytes, parse_error: orjson.JSONDecodeError) -> RequestValidationError:
+    """FastAPI's report of a body that is not JSON: stdlib json's message and offset."""
+    if parse_error.msg.startswith("depth limit exceeded"):
+        # orjson's bound (1024 levels); the stdlib would recurse until its own limit.
+        reason, position = "JSON nested deeper than 1024 levels", parse_error.pos
+    else:
+        try:
+            json.loads(raw)
+            reason, position = "Invalid JSON", 0
+        except json.JSONDecodeError as exc:
+            reason, position = exc.msg, exc.pos
+        except UnicodeDecodeError:
+            reason, position = "Invalid UTF-8", 0
+        except (RecursionError, ValueError):  # e.g. an integer of more than 4300 digits
+            reason, position = parse_error.msg, parse_error.pos
+    detail = {
+        "type": "json_invalid",
+        "loc": f"body.{position}",
+        "msg": "JSON decode error",
+        "input": "<dict of 0 items>",
+        "ctx": {"error": reason},
+    }
+    return RequestValidationError(f"1 validation error:\n  {detail}", param=f"body.{position}")
+
+
+def object_body(body: Any) -> dict[str, Any]:
+    """The body as a JSON object, or pydantic's error for a model given something else."""
+    if not isinstance(body, dict):
+        raise RequestValidationError(
+            "1 validation error:\n  {'type': 'model_attributes_type', 'loc': 'body', "
+            "'msg': 'Input should be a valid dictionary or object to extract fields from'}",
+            param="body",
+        )
+    return body

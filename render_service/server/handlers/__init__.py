@@ -1,0 +1,1 @@
+"""The endpoints, one module per concern; `server.routes` maps paths to them."""

@@ -1,0 +1,81 @@
+"""Start-up and shutdown: load the model and stores, watch the event loop, run the audit; then
+close what start-up opened (Redis connections, the audit thread)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+
+from render_service.server.metrics import Metrics
+from render_service.server.state import State
+
+# The HTTP edge logs under one name (operators' log filters use it), whichever module writes.
+logger = logging.getLogger("render_service.server.app")
+
+LOOP_LAG_INTERVAL = 0.05  # seconds between the lag watcher's timer ticks
+
+
+@asynccontextmanager
+async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    state: State = app.state.render
+    settings = state.settings
+    model = state.load()
+    state.metrics.worker_info.labels(os.environ.get("RENDER_WORKER_ID", "0")).set(1)
+    lag_task = asyncio.get_running_loop().create_task(watch_loop_lag(state.metrics))
+    if settings.audit_engine or settings.audit_render:
+        from render_service.audit.audit import ContinuousAudit  # only when an audit is configured
+
+        state.audit = ContinuousAudit(
+            settings.audit_render,
+            settings.audit_engine,
+            local=(settings, model),
+            registry=state.metrics.registry,
+            interval=settings.audit_interval,
+            api_key=settings.api_key,
+        ).start()
+    logger.info(
+        "ready: %s (max_model_len=%d, tokenizer backend %s, fingerprint %s)",
+        settings.served_names[0],
+        model.max_model_len,
+        model.backend.name,
+        state.fingerprint["fingerprint"],
+    )
+    yield
+    lag_task.cancel()
+    if state.audit is not None:
+        state.audit.stop()
+    await state.store.close()
+    if state.image_tier is not None:
+        await state.image_tier.close()
+
+
+async def watch_loop_lag(metrics: Metrics, interval: float = LOOP_LAG_INTERVAL) -> None:
+    """CPU work runs inline on each worker's loop; this proves it never blocks the loop long, and
+    separates that from time the OS kept the loop off a CPU (a saturated or shared machine)."""
+    waited = runqueue_wait_seconds()
+    while True:
+        start = time.perf_counter()
+        await asyncio.sleep(interval)
+        lag = max(0.0, time.perf_counter() - start - interval)
+        metrics.loop_lag.observe(lag)
+        if waited is not None:
+            now = runqueue_wait_seconds()
+            if now is not None:
+                metrics.loop_runqueue.inc(max(0.0, now - waited))
+                metrics.loop_held.observe(max(0.0, lag - (now - waited)))
+                waited = now
+
+
+def runqueue_wait_seconds() -> float | None:
+    """Seconds this thread has waited runnable for a CPU (Linux schedstat); None elsewhere."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as fh:
+            return int(fh.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None

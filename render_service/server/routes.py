@@ -1,0 +1,36 @@
+"""The API at a glance: vLLM 0.33's render tier (`vllm launch render`) plus /v1/render/config.
+
+Every POST route but /ping takes a JSON body (`json_endpoint`: admission, limits, error shape);
+the GET routes are the service's own and are never refused for load.
+"""
+
+from __future__ import annotations
+
+from starlette.routing import Route
+
+from render_service.api import openapi
+from render_service.server.handlers import derender, info, render, tokenize
+
+ROUTES: list[Route] = [
+    # Render: a request in, token ids and a vLLM GenerateRequest out.
+    Route("/v1/chat/completions/render", render.chat_render, methods=["POST"]),
+    Route("/v1/completions/render", render.completion_render, methods=["POST"]),
+    Route("/v1/messages/render", render.messages_render, methods=["POST"]),
+    Route("/v1/responses/render", render.responses_render, methods=["POST"]),
+    # Derender: engine token ids in, an OpenAI response (or stream chunk) out.
+    Route("/v1/chat/completions/derender", derender.chat_derender, methods=["POST"]),
+    Route("/v1/completions/derender", derender.completion_derender, methods=["POST"]),
+    # Tokenizer.
+    Route("/tokenize", tokenize.tokenize, methods=["POST"]),
+    Route("/detokenize", tokenize.detokenize, methods=["POST"]),
+    # Operations.
+    Route("/health", info.health, methods=["GET"]),
+    Route("/ping", info.health, methods=["GET", "POST"]),
+    Route("/version", info.version, methods=["GET"]),
+    Route("/v1/models", info.models, methods=["GET"]),
+    Route("/metrics", info.metrics, methods=["GET"]),
+    Route("/load", info.load, methods=["GET"]),
+    Route("/kv_event_sources", info.kv_event_sources, methods=["GET"]),
+    Route("/v1/render/config", info.render_config, methods=["GET"]),
+    Route("/openapi.json", openapi.openapi_endpoint, methods=["GET"]),
+]
