@@ -34,6 +34,7 @@ from render_service.api.schema import (
     Str,
     Union,
     legacy,
+    raise_if_errors,
 )
 
 MAX_COMPLETION_PROMPTS = 1024  # VLLM_MAX_COMPLETION_PROMPTS
@@ -739,23 +740,24 @@ TOKENIZE_CHAT_REQUEST = Model(
     ],
     before=(check_generation_prompt,),
 )
-TOKENIZE_REQUEST = Union(TOKENIZE_COMPLETION_REQUEST, TOKENIZE_CHAT_REQUEST)
+TOKENIZE_REQUEST_MEMBERS = (TOKENIZE_COMPLETION_REQUEST, TOKENIZE_CHAT_REQUEST)
+TOKENIZE_REQUEST = Union(*TOKENIZE_REQUEST_MEMBERS)
 DETOKENIZE_REQUEST = Model(
     "DetokenizeRequest",
     [Field("model", _opt(Str())), Field("tokens", ListOf(Int(ge=0, le=INT64_MAX)), REQUIRED)],
 )
 
 
-def validate_tokenize_request(body: dict[str, Any]) -> dict[str, Any]:
-    """`TokenizeCompletionRequest | TokenizeChatRequest` (FastAPI's body union), in place."""
-    from render_service.api.schema import raise_if_errors
-
+def validate_tokenize_request(body: dict[str, Any]) -> Model:
+    """`TokenizeCompletionRequest | TokenizeChatRequest` (FastAPI's body union), in place: the
+    member that validated (a body with both a valid `prompt` and `messages` is a completion)."""
     errors: ErrorList = []
-    result = TOKENIZE_REQUEST.check(body, ("body",), errors)
+    index, result = TOKENIZE_REQUEST.match(body, ("body",), errors)
     raise_if_errors(errors)
     for key, item in result.items():
         body[key] = item
-    return body
+    assert index is not None
+    return TOKENIZE_REQUEST_MEMBERS[index]
 
 
 def validate_detokenize_request(body: dict[str, Any]) -> dict[str, Any]:

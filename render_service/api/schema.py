@@ -515,23 +515,27 @@ class Union(FieldType):
         self.members = members
 
     def check(self, value: Any, loc: Loc, errors: ErrorList, strict: bool = False) -> Any:
-        for member in self.members:
+        return self.match(value, loc, errors, strict)[1]
+
+    def match(self, value: Any, loc: Loc, errors: ErrorList, strict: bool = False) -> tuple[int | None, Any]:
+        """(index of the member that validated, its result), or (None, INVALID)."""
+        for index, member in enumerate(self.members):
             result = member.check(value, _member_loc(loc, member), [], True)
             if result is not INVALID:
-                return result
+                return index, result
         collected: ErrorList = []
         if not strict:
-            for member in self.members:
+            for index, member in enumerate(self.members):
                 found: ErrorList = []
                 result = member.check(value, _member_loc(loc, member), found, False)
                 if result is not INVALID:
-                    return result
+                    return index, result
                 collected += found
         else:
             for member in self.members:
                 member.check(value, _member_loc(loc, member), collected, True)
         errors += collected
-        return INVALID
+        return None, INVALID
 
     def json_schema(self) -> dict[str, Any]:
         return {"anyOf": [m.json_schema() for m in self.members]}

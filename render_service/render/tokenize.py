@@ -13,9 +13,9 @@ from render_service.render import templating
 def tokenize(ctx: render.RenderContext, body: dict[str, Any]) -> dict[str, Any]:
     model = ctx.model
     # FastAPI's body union: TokenizeCompletionRequest | TokenizeChatRequest (no chat validators)
-    requests.validate_tokenize_request(body)
+    matched = requests.validate_tokenize_request(body)
     render.check_model(ctx, body.get("model"))
-    if "messages" in body:
+    if matched is requests.TOKENIZE_CHAT_REQUEST:
         user_kwargs = body.get("chat_template_kwargs") or {}
         if not ctx.settings.trust_request_chat_template and (
             body.get("chat_template") is not None or user_kwargs.get("chat_template") is not None
