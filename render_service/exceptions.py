@@ -10,6 +10,7 @@ that escapes a handler is a bug, logged and answered with a 500 in the same shap
     ├── UnauthorizedError       401 {"error": "Unauthorized"}
     ├── NotFoundError           404 "NotFoundError"    (unknown model)
     ├── ConflictError           409 "ConflictError"    (fingerprint or snapshot mismatch)
+    ├── UnprocessableEntityError 422 "UnprocessableEntityError" (a media URL the server refused)
     ├── PayloadTooLargeError    413 "PayloadTooLargeError"
     ├── OverloadedError         503 "ServiceUnavailableError" (+ Retry-After)
     └── TemplateTimeoutError    504 "GatewayTimeoutError"
@@ -81,6 +82,13 @@ class NotFoundError(RenderServiceError):
 class ConflictError(RenderServiceError):
     status_code = 409
     error_type = "ConflictError"
+
+
+class UnprocessableEntityError(RenderServiceError):
+    """vLLM's VLLMUnprocessableEntityError: str() carries parameter and value."""
+
+    status_code = 422
+    error_type = "UnprocessableEntityError"
 
 
 class PayloadTooLargeError(RenderServiceError):

@@ -21,21 +21,28 @@ import jinja2
 import jinja2.ext
 import jinja2.sandbox
 
-from render_service.api.protocol import (
-    MAX_STOP_STRINGS,
-    bounded_list,
-    check_type,
-    opt_bool,
-    opt_dict,
-    opt_float,
-    opt_int,
-    schema_error,
-    str_list,
-    union_error,
-    validate_cache_salt,
-    validate_mm_payload,
+from render_service.api import requests
+from render_service.api.protocol import MAX_STOP_STRINGS, check_count, validate_cache_salt
+from render_service.api.schema import (
+    REQUIRED,
+    After,
+    Bool,
+    Check,
+    DictOf,
+    ErrorList,
+    Field,
+    Float,
+    Int,
+    ListOf,
+    Literal,
+    Loc,
+    Model,
+    Nullable,
+    Str,
+    Tagged,
+    Union,
 )
-from render_service.exceptions import BadRequestError, RequestValidationError
+from render_service.exceptions import BadRequestError
 from render_service.render.pipeline import MAX_MESSAGES, MAX_TOOLS, render_chat
 
 BLOCK_TYPES = (
@@ -86,198 +93,235 @@ def merge_inline_system(chat_template: str | None) -> bool:
     return False
 
 
-# -- schema ---------------------------------------------------------------------------------
+# -- schema: vLLM's AnthropicMessagesRequest (entrypoints/anthropic/protocol.py) ---------------
 
 
-def _literal(value: Any, allowed: tuple[str, ...], param: str) -> None:
-    if value not in allowed:
-        quoted = [f"'{a}'" for a in allowed]
-        expected = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
-        raise schema_error(param, f"Input should be {expected}", value)
-
-
-def _validate_tool(tool: Any, param: str) -> None:
-    if not isinstance(tool, dict):
-        raise schema_error(param, "Input should be a valid dictionary or instance of AnthropicTool", tool)
-    if not isinstance(tool.get("name"), str):
-        raise schema_error(
-            f"{param}.name",
-            "Field required" if "name" not in tool else "Input should be a valid string",
-            tool.get("name"),
-        )
-    if "input_schema" not in tool:
-        raise schema_error(f"{param}.input_schema", "Field required", tool)
-    if not isinstance(tool["input_schema"], dict):
-        raise schema_error(f"{param}.input_schema", "Input should be a valid dictionary", tool["input_schema"])
-    check_type(tool, "description", (str,), prefix=param)
-    opt_bool(tool, "strict", prefix=param)
-    opt_bool(tool, "defer_loading", prefix=param)
-
-
-def _validate_block(block: Any, param: str) -> None:
-    if not isinstance(block, dict):
-        raise schema_error(param, "Input should be a valid dictionary or instance of AnthropicContentBlock", block)
-    _literal(block.get("type"), BLOCK_TYPES, f"{param}.type")
-    for name in ("text", "id", "tool_use_id", "name", "tool_name", "thinking", "signature", "data"):
-        check_type(block, name, (str,), prefix=param)
-    for name in ("source", "input"):
-        opt_dict(block, name, prefix=param)
-    opt_bool(block, "is_error", prefix=param)
-    content = block.get("content")
-    if content is not None and not isinstance(content, str):
-        if not isinstance(content, list) or not all(isinstance(item, dict) for item in content):
-            raise schema_error(f"{param}.content", "Input should be a valid string", content)
-    if block["type"] in ("tool_addition", "tool_removal"):
-        tool = block.get("tool")
-        if tool is None:
-            raise validator_value_error(param, f"tool is required for {block['type']} blocks", block)
-        if not isinstance(tool, dict) or tool.get("type") not in ("tool_reference", "tool_definition"):
-            raise schema_error(
-                f"{param}.tool",
-                "Input tag does not match any of the expected tags: 'tool_reference', 'tool_definition'",
-                tool,
-            )
-        if tool["type"] == "tool_reference":
-            if not isinstance(tool.get("name"), str):
-                raise schema_error(f"{param}.tool.tool_reference.name", "Field required", tool)
-        else:
-            if "definition" not in tool:
-                raise schema_error(f"{param}.tool.tool_definition.definition", "Field required", tool)
-            _validate_tool(tool["definition"], f"{param}.tool.tool_definition.definition")
-        if block["type"] == "tool_removal" and tool["type"] != "tool_reference":
-            raise validator_value_error(param, "tool_removal only accepts a tool_reference", block)
-
-
-def validator_value_error(param: str, message: str, value: Any) -> Any:
-    """A ValueError raised in a pydantic validator: reported as "Value error, <message>"."""
-    return schema_error(param, f"Value error, {message}", value)
-
-
-def _validate_content(content: Any, param: str) -> None:
-    """`str | list[AnthropicContentBlock]`: pydantic reports a failing union at the field itself
-    first ("Input should be a valid string"), then each member's errors."""
-    if isinstance(content, str):
-        return
-    if not isinstance(content, list):
-        raise union_error(param, content)
-    for index, block in enumerate(content):
-        try:
-            _validate_block(block, f"{param}.{index}")
-        except RequestValidationError:
-            raise union_error(param, content) from None
-
-
-def _reject_tool_changes(content: Any, param: str) -> None:
+def _reject_tool_changes(content: Any) -> None:
+    """`_reject_tool_changes` (a ValueError: pydantic reports it as "Value error, ...")."""
     if isinstance(content, list):
         for block in content:
             if block["type"] in ("tool_addition", "tool_removal"):
-                raise validator_value_error(
-                    param, f'{block["type"]} blocks are only allowed in messages with role "system"', content
+                raise ValueError(f'{block["type"]} blocks are only allowed in messages with role "system"')
+
+
+def _default_object_type(schema: dict[str, Any]) -> None:
+    """`AnthropicTool.validate_input_schema`: a schema without "type" is an object schema."""
+    schema.setdefault("type", "object")
+
+
+TOOL = Model(
+    "AnthropicTool",
+    [
+        Field("name", Str(), REQUIRED),
+        Field("description", Nullable(Str())),
+        Field("input_schema", After(DictOf(), _default_object_type), REQUIRED),
+        Field("strict", Nullable(Bool())),
+        Field("defer_loading", Nullable(Bool())),
+    ],
+)
+TOOL_CHANGE = Nullable(
+    Tagged(
+        "type",
+        {
+            "tool_reference": Model(
+                "AnthropicToolChangeReference",
+                [Field("type", Literal("tool_reference"), REQUIRED), Field("name", Str(), REQUIRED)],
+            ),
+            "tool_definition": Model(
+                "AnthropicToolChangeDefinition",
+                [Field("type", Literal("tool_definition"), REQUIRED), Field("definition", TOOL, REQUIRED)],
+            ),
+        },
+    )
+)
+
+
+def _validate_tool_change(block: dict[str, Any], loc: Loc) -> None:
+    """`AnthropicContentBlock.validate_tool_change`."""
+    if block["type"] not in ("tool_addition", "tool_removal"):
+        return
+    tool = block.get("tool")
+    if tool is None:
+        raise ValueError(f"tool is required for {block['type']} blocks")
+    if block["type"] == "tool_removal" and tool["type"] != "tool_reference":
+        raise ValueError("tool_removal only accepts a tool_reference")
+
+
+_OPT_STR = Nullable(Str())
+BLOCK = Model(
+    "AnthropicContentBlock",
+    [
+        Field("type", Literal(*BLOCK_TYPES), REQUIRED),
+        Field("text", _OPT_STR),
+        Field("source", Nullable(DictOf())),
+        Field("id", _OPT_STR),
+        Field("tool_use_id", _OPT_STR),
+        Field("name", _OPT_STR),
+        Field("input", Nullable(DictOf())),
+        Field("content", Nullable(Union(Str(), ListOf(DictOf())))),
+        Field("is_error", Nullable(Bool())),
+        Field("tool_name", _OPT_STR),
+        Field("thinking", _OPT_STR),
+        Field("signature", _OPT_STR),
+        Field("data", _OPT_STR),
+        Field("tool", TOOL_CHANGE),
+    ],
+    after=(_validate_tool_change,),
+)
+CONTENT = Union(Str(), ListOf(BLOCK))
+
+
+def _validate_tool_change_role(message: dict[str, Any], loc: Loc) -> None:
+    """`AnthropicMessage.validate_tool_change_role`."""
+    if message["role"] != "system":
+        _reject_tool_changes(message["content"])
+
+
+MESSAGE = Model(
+    "AnthropicMessage",
+    [Field("role", Literal(*ROLES), REQUIRED), Field("content", CONTENT, REQUIRED)],
+    after=(_validate_tool_change_role,),
+)
+
+
+def _model_required(value: str) -> None:
+    if not value:
+        raise ValueError("Model is required")
+
+
+def _max_tokens_positive(value: int) -> None:
+    if value <= 0:
+        raise ValueError("max_tokens must be positive")
+
+
+def _bounded_list(limit: int, noun: str, inner: ListOf) -> Check:
+    """Our bound on a list's length (vLLM has none), checked before its items."""
+
+    def check(value: Any, loc: Loc, errors: ErrorList) -> Any:
+        if isinstance(value, list):
+            check_count(value, limit, noun, noun)
+        return inner.check(value, loc, errors)
+
+    return Check(check, inner)
+
+
+def _validate_thinking_budget(body: dict[str, Any], loc: Loc) -> None:
+    """`AnthropicMessagesRequest.validate_thinking_budget` (P/D prefill legs are not checked)."""
+    kv = body.get("kv_transfer_params")
+    if kv and kv.get("do_remote_decode"):
+        return
+    thinking = body.get("thinking")
+    if thinking is not None and thinking["type"] == "enabled" and thinking["budget_tokens"] >= body["max_tokens"]:
+        raise ValueError("thinking.budget_tokens must be less than max_tokens")
+
+
+def _apply_return_mm_kwargs_alias(body: dict[str, Any], loc: Loc) -> None:
+    if body.get("return_mm_kwargs") is False and "mm_payload" not in body:
+        body["mm_payload"] = "none"
+
+
+def _validate_tool_choice_name(choice: dict[str, Any], loc: Loc) -> None:
+    """`AnthropicToolChoice.validate_name_required_for_tool`."""
+    if choice["type"] == "tool" and not choice.get("name"):
+        raise ValueError("tool_choice.name is required when type is 'tool'")
+
+
+_DISPLAY = Nullable(Literal("summarized", "omitted", "updates"))
+MESSAGES_REQUEST = Model(
+    "AnthropicMessagesRequest",
+    [
+        Field("model", After(Str(), _model_required), REQUIRED),
+        Field("messages", _bounded_list(MAX_MESSAGES, "messages", ListOf(MESSAGE)), REQUIRED),
+        Field("max_tokens", After(Int(), _max_tokens_positive), REQUIRED),
+        Field("metadata", Nullable(DictOf())),
+        Field(
+            "output_config",
+            Nullable(
+                Model(
+                    "AnthropicOutputConfig",
+                    [
+                        Field("effort", Nullable(Literal(*EFFORTS))),
+                        Field(
+                            "format",
+                            Nullable(
+                                Model(
+                                    "AnthropicJsonOutputFormat",
+                                    [
+                                        Field("schema", Nullable(DictOf())),
+                                        Field("type", Literal("json_schema"), "json_schema"),
+                                    ],
+                                )
+                            ),
+                        ),
+                    ],
                 )
+            ),
+        ),
+        Field(
+            "thinking",
+            Nullable(
+                Tagged(
+                    "type",
+                    {
+                        "enabled": Model(
+                            "AnthropicThinkingConfigEnabled",
+                            [
+                                Field("type", Literal("enabled"), REQUIRED),
+                                Field("budget_tokens", Int(ge=1024), REQUIRED),
+                                Field("display", _DISPLAY),
+                            ],
+                        ),
+                        "disabled": Model(
+                            "AnthropicThinkingConfigDisabled", [Field("type", Literal("disabled"), REQUIRED)]
+                        ),
+                        "adaptive": Model(
+                            "AnthropicThinkingConfigAdaptive",
+                            [Field("type", Literal("adaptive"), REQUIRED), Field("display", _DISPLAY)],
+                        ),
+                    },
+                )
+            ),
+        ),
+        Field("stop_sequences", Nullable(ListOf(Str(), max_length=MAX_STOP_STRINGS))),
+        Field("stream", Nullable(Bool()), False),
+        Field("system", Nullable(After(CONTENT, _reject_tool_changes))),
+        Field("temperature", Nullable(Float())),
+        Field(
+            "tool_choice",
+            Nullable(
+                Model(
+                    "AnthropicToolChoice",
+                    [
+                        Field("type", Literal("auto", "any", "tool", "none"), REQUIRED),
+                        Field("name", _OPT_STR),
+                        Field("disable_parallel_tool_use", Nullable(Bool())),
+                    ],
+                    after=(_validate_tool_choice_name,),
+                )
+            ),
+        ),
+        Field("tools", Nullable(_bounded_list(MAX_TOOLS, "tools", ListOf(TOOL)))),
+        Field("top_k", Nullable(Int())),
+        Field("top_p", Nullable(Float())),
+        Field("mm_payload", Literal("tensors", "none"), "tensors"),
+        Field("return_mm_kwargs", Nullable(Bool())),
+        Field("cache_salt", Nullable(Str(min_length=1, max_length=1024))),
+        Field("watermarking", Nullable(Bool())),
+        Field("kv_transfer_params", Nullable(DictOf())),
+        Field("ec_transfer_params", Nullable(DictOf())),
+        Field("vllm_xargs", requests.VLLM_XARGS),
+        Field("chat_template_kwargs", Nullable(DictOf())),
+    ],
+    before=(_apply_return_mm_kwargs_alias,),
+    after=(_validate_thinking_budget,),
+)
 
 
 def validate_messages_request(body: dict[str, Any]) -> None:
-    """The schema and validators of vLLM's `AnthropicMessagesRequest`, in pydantic's field order."""
-    if "model" not in body:
-        raise schema_error("body.model", "Field required", body)
-    check_type(body, "model", (str,), nullable=False)
-    if "messages" not in body:
-        raise schema_error("body.messages", "Field required", body)
-    messages = bounded_list(body["messages"], MAX_MESSAGES, "messages")
-    for index, message in enumerate(messages):
-        param = f"body.messages.{index}"
-        if not isinstance(message, dict):
-            raise schema_error(param, "Input should be a valid dictionary or instance of AnthropicMessage", message)
-        _literal(message.get("role"), ROLES, f"{param}.role")
-        if "content" not in message:
-            raise schema_error(f"{param}.content", "Field required", message)
-        _validate_content(message["content"], f"{param}.content")
-        if message["role"] != "system":
-            _reject_tool_changes(message["content"], param)
-    if "max_tokens" not in body:
-        raise schema_error("body.max_tokens", "Field required", body)
-    opt_int(body, "max_tokens")
-    opt_dict(body, "metadata")
-    output_config = opt_dict(body, "output_config")
-    if output_config:
-        if output_config.get("effort") is not None:
-            _literal(output_config["effort"], EFFORTS, "body.output_config.effort")
-        fmt = output_config.get("format")
-        if fmt is not None:
-            if not isinstance(fmt, dict):
-                raise schema_error("body.output_config.format", "Input should be a valid dictionary", fmt)
-            if fmt.get("type", "json_schema") != "json_schema":
-                _literal(fmt.get("type"), ("json_schema",), "body.output_config.format.type")
-            opt_dict(fmt, "schema", prefix="body.output_config.format")
-    thinking = opt_dict(body, "thinking")
-    if thinking is not None:
-        kind = thinking.get("type")
-        if kind not in ("enabled", "disabled", "adaptive"):
-            raise schema_error(
-                "body.thinking",
-                "Unable to extract tag using discriminator 'type'"
-                if kind is None
-                else f"Input tag '{kind}' found using 'type' does not match any of the expected "
-                "tags: 'enabled', 'disabled', 'adaptive'",
-                thinking,
-            )
-        if kind == "enabled":
-            if "budget_tokens" not in thinking:
-                raise schema_error("body.thinking.enabled.budget_tokens", "Field required", thinking)
-            budget = opt_int(thinking, "budget_tokens", prefix="body.thinking.enabled")
-            if budget is not None and budget < 1024:
-                raise schema_error(
-                    "body.thinking.enabled.budget_tokens", "Input should be greater than or equal to 1024", budget
-                )
-    stops = body.get("stop_sequences")
-    if stops is not None:
-        str_list(stops, "body.stop_sequences")
-        if len(stops) > MAX_STOP_STRINGS:
-            raise schema_error(
-                "body.stop_sequences",
-                f"List should have at most {MAX_STOP_STRINGS} items after validation, not {len(stops)}",
-                stops,
-            )
-    opt_bool(body, "stream")
-    system = body.get("system")
-    if system is not None:
-        _validate_content(system, "body.system")
-    opt_float(body, "temperature")
-    tool_choice = opt_dict(body, "tool_choice")
-    if tool_choice is not None:
-        _literal(tool_choice.get("type"), ("auto", "any", "tool", "none"), "body.tool_choice.type")
-        check_type(tool_choice, "name", (str,), prefix="body.tool_choice")
-        opt_bool(tool_choice, "disable_parallel_tool_use", prefix="body.tool_choice")
-        if tool_choice["type"] == "tool" and not tool_choice.get("name"):
-            raise validator_value_error(
-                "body.tool_choice", "tool_choice.name is required when type is 'tool'", tool_choice
-            )
-    tools = body.get("tools")
-    if tools is not None:
-        bounded_list(tools, MAX_TOOLS, "tools")
-        for index, tool in enumerate(tools):
-            _validate_tool(tool, f"body.tools.{index}")
-    opt_int(body, "top_k")
-    opt_float(body, "top_p")
-    validate_mm_payload(body)
+    """`AnthropicMessagesRequest.model_validate(body)`, in place; then the cache salt check the
+    chat request built from it runs."""
+    MESSAGES_REQUEST.validate(body)
     validate_cache_salt(body.get("cache_salt"))
-    opt_bool(body, "watermarking")
-    for name in ("kv_transfer_params", "ec_transfer_params", "vllm_xargs", "chat_template_kwargs"):
-        opt_dict(body, name)
-    # field validators, then model validators
-    if not body["model"]:
-        raise validator_value_error("body.model", "Model is required", body["model"])
-    if body["max_tokens"] <= 0:
-        raise validator_value_error("body.max_tokens", "max_tokens must be positive", body["max_tokens"])
-    _reject_tool_changes(system, "body.system")
-    kv = body.get("kv_transfer_params")
-    if (
-        not (kv and kv.get("do_remote_decode"))
-        and thinking is not None
-        and thinking.get("type") == "enabled"
-        and thinking["budget_tokens"] >= body["max_tokens"]
-    ):
-        raise validator_value_error("body", "thinking.budget_tokens must be less than max_tokens", body)
 
 
 # -- conversion -----------------------------------------------------------------------------

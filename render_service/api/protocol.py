@@ -12,6 +12,7 @@ import math
 import re
 from typing import Any
 
+from render_service.api.schema import INVALID, ErrorList, Int, error, validation_error
 from render_service.exceptions import BadRequestError, RequestValidationError
 
 INT64_MIN = -(2**63)
@@ -74,16 +75,18 @@ def _error_type(message: str) -> str:
 def schema_error(param: str, message: str, value: Any = None) -> RequestValidationError:
     """A schema failure reported as vLLM's validation handler reports it (pydantic's error type
     follows from the message)."""
-    summary = _summarize(value)
-    detail = {"type": _error_type(message), "loc": param, "msg": message, "input": summary}
-    return RequestValidationError(f"1 validation error:\n  {detail}", param=param)
+    return validation_error([error(_error_type(message), _loc(param), message, value)])
 
 
 def union_error(param: str, value: Any, count: int = 2) -> RequestValidationError:
     """A value matching no member of a `str | list[...]` union: pydantic reports every member's
     errors, the `str` member's first; we report that first one (the count is pydantic's minimum)."""
-    detail = {"type": "string_type", "loc": param, "msg": "Input should be a valid string", "input": _summarize(value)}
-    return RequestValidationError(f"{count} validation errors:\n  {detail}", param=param)
+    first = error("string_type", _loc(param), "Input should be a valid string", value)
+    return validation_error([first], unlisted=count - 1)
+
+
+def _loc(param: str) -> tuple[str | int, ...]:
+    return tuple(int(part) if part.isdigit() else part for part in param.split("."))
 
 
 def validator_error(message: str, param: str | None = None, value: Any = None) -> BadRequestError:
@@ -106,100 +109,7 @@ def handler_error(message: str, param: str | None = None, value: Any = None) -> 
     return BadRequestError(text, param=param)
 
 
-def _summarize(value: Any) -> Any:
-    if isinstance(value, str):
-        return value if len(value) <= 200 else value[:200] + "...[truncated]"
-    if isinstance(value, (list, tuple, dict)):
-        return f"<{type(value).__name__} of {len(value)} items>"
-    return value
-
-
 # -- field checks ---------------------------------------------------------------------------
-
-# pydantic's words for the types in its "Input should be a valid ..." messages
-_TYPE_NAMES = {str: "string", dict: "dictionary", list: "list", int: "integer", float: "number", bool: "boolean"}
-
-
-def check_type(
-    body: dict[str, Any], name: str, types: tuple[type, ...], *, nullable: bool = True, prefix: str = "body"
-) -> Any:
-    value = body.get(name)
-    if value is None:
-        if not nullable and name in body:
-            raise schema_error(f"{prefix}.{name}", "Input should not be None", value)
-        return None
-    # bool is an int subclass: accept it only where bool itself is allowed.
-    if isinstance(value, types) and (bool in types or not isinstance(value, bool)):
-        return value
-    names = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
-    raise schema_error(f"{prefix}.{name}", f"Input should be a valid {names}", value)
-
-
-def _lax_int(value: Any, param: str) -> int:
-    """pydantic's lax int: integral floats and digit strings are accepted, with its messages otherwise."""
-    if isinstance(value, float):
-        if value.is_integer():
-            return int(value)
-        raise schema_error(param, "Input should be a valid integer, got a number with a fractional part", value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            raise schema_error(
-                param, "Input should be a valid integer, unable to parse string as an integer", value
-            ) from None
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise schema_error(param, "Input should be a valid integer", value)
-    return value
-
-
-def opt_int(
-    body: dict[str, Any], name: str, *, lo: int = INT64_MIN, hi: int = INT64_MAX, prefix: str = "body"
-) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    value = body[name] = _lax_int(value, f"{prefix}.{name}")
-    if value < lo:  # pydantic's Field(ge=lo, le=hi)
-        raise schema_error(f"{prefix}.{name}", f"Input should be greater than or equal to {lo}", value)
-    if value > hi:
-        raise schema_error(f"{prefix}.{name}", f"Input should be less than or equal to {hi}", value)
-    return value
-
-
-def opt_float(body: dict[str, Any], name: str, prefix: str = "body") -> float | None:
-    """pydantic's lax float: numeric strings are parsed (and stored back as numbers)."""
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = body[name] = float(value.strip())
-        except ValueError:
-            raise schema_error(
-                f"{prefix}.{name}", "Input should be a valid number, unable to parse string as a number", value
-            ) from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise schema_error(f"{prefix}.{name}", "Input should be a valid number", value)
-    return float(value)
-
-
-def opt_bool(body: dict[str, Any], name: str, default: bool | None = None, prefix: str = "body") -> bool | None:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise schema_error(f"{prefix}.{name}", "Input should be a valid boolean", value)
-    return value
-
-
-def opt_str(body: dict[str, Any], name: str, prefix: str = "body") -> str | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise schema_error(f"{prefix}.{name}", "Input should be a valid string", value)
-    return value
 
 
 def opt_dict(body: dict[str, Any], name: str, prefix: str = "body") -> dict[str, Any] | None:
@@ -212,13 +122,18 @@ def opt_dict(body: dict[str, Any], name: str, prefix: str = "body") -> dict[str,
 
 
 def int_list(value: Any, param: str, *, non_negative: bool = False) -> list[int]:
+    """`list[int]` (`Field(ge=0)` items with `non_negative`), pydantic's lax ints written back;
+    the first error only (the derender checks that still call this report one)."""
     if not isinstance(value, list):
         raise schema_error(param, "Input should be a valid list", value)
+    item_type = Int(ge=0) if non_negative else Int()
+    loc = _loc(param)
     for index, item in enumerate(value):
-        if not isinstance(item, int) or isinstance(item, bool):
-            value[index] = item = _lax_int(item, f"{param}.{index}")
-        if non_negative and item < 0:
-            raise schema_error(f"{param}.{index}", "Input should be greater than or equal to 0", item)
+        errors: ErrorList = []
+        result = item_type.check(item, (*loc, index), errors)
+        if result is INVALID:
+            raise validation_error(errors[:1])
+        value[index] = result
     return value
 
 
@@ -226,17 +141,6 @@ def str_list(value: Any, param: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise schema_error(param, "Input should be a valid list of strings", value)
     return value
-
-
-def validate_mm_payload(body: dict[str, Any]) -> None:
-    """`mm_payload`, with vLLM's deprecated alias: `return_mm_kwargs: false` means `"none"` unless
-    `mm_payload` is set (llm-d sends it on every render call)."""
-    opt_bool(body, "return_mm_kwargs")
-    if body.get("return_mm_kwargs") is False and "mm_payload" not in body:
-        body["mm_payload"] = "none"
-    mm_payload = body.get("mm_payload", "tensors")
-    if mm_payload not in ("tensors", "none"):
-        raise schema_error("body.mm_payload", "Input should be 'tensors' or 'none'", mm_payload)
 
 
 def check_count(items: list[Any], limit: int, noun: str, param: str) -> None:
@@ -466,8 +370,10 @@ def generate_request(
 def stream_options_wire(options: Any) -> dict[str, Any] | None:
     if options is None:
         return None
-    if not isinstance(options, dict):
-        raise schema_error("body.stream_options", "Input should be a valid dictionary", options)
-    include_usage = opt_bool(options, "include_usage", False, prefix="body.stream_options")
-    continuous = opt_bool(options, "continuous_usage_stats", False, prefix="body.stream_options")
-    return {"include_usage": include_usage, "continuous_usage_stats": continuous}
+    # validated (and coerced) by the request table's StreamOptions; null means the default
+    include_usage = options.get("include_usage")
+    continuous = options.get("continuous_usage_stats")
+    return {
+        "include_usage": False if include_usage is None else include_usage,
+        "continuous_usage_stats": False if continuous is None else continuous,
+    }

@@ -11,29 +11,35 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from render_service.api import structured
+from render_service.api import requests, structured
 from render_service.api.protocol import (
-    INT64_MAX,
-    INT64_MIN,
     OUTPUT_KIND_DELTA,
     OUTPUT_KIND_FINAL_ONLY,
-    bounded_list,
     check_count,
-    check_type,
     generate_request,
     handler_error,
-    int_list,
-    opt_bool,
-    opt_dict,
-    opt_float,
-    opt_int,
-    opt_str,
     sampling_params_wire,
-    schema_error,
-    str_list,
     union_error,
-    validate_cache_salt,
-    validate_mm_payload,
+)
+from render_service.api.schema import (
+    INVALID,
+    REQUIRED,
+    AnyValue,
+    Bool,
+    Check,
+    DictOf,
+    ErrorList,
+    Field,
+    Float,
+    Int,
+    ListOf,
+    Literal,
+    Loc,
+    Model,
+    Nullable,
+    Str,
+    error,
+    errors_of,
 )
 from render_service.exceptions import BadRequestError, RequestValidationError
 from render_service.render.pipeline import (
@@ -115,112 +121,229 @@ def _validate_item(item: Any) -> None:
             raise _input_error([item])
 
 
-def validate_responses_request(body: dict[str, Any]) -> None:
-    """`ResponsesRequest`'s "before" model validators, then its schema (the fields render reads)."""
-    validate_cache_salt(body.get("cache_salt"))
-    if body.get("background") and not body.get("store", True):
-        raise handler_error("background can only be used when `store` is true", "background")
-    if body.get("prompt") is not None:
-        raise handler_error("prompt template is not supported", "prompt")
-    items = body.get("input")
-    if not isinstance(items, (str, list)):
-        raise union_error("body.input", "None" if items is None else items)
-    if isinstance(items, list):
-        check_count(items, MAX_MESSAGES, "input items", "input")
-        for item in items:
+def _check_input(value: Any, loc: Loc, errors: ErrorList) -> Any:
+    """`str | list[ResponseInputOutputItem]`: openai's item union is reduced to its first error
+    (pydantic lists every member's); a value that is neither gets both members' errors."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        errors.append(error("string_type", loc, "Input should be a valid string", value))
+        errors.append(error("list_type", loc, "Input should be a valid list", value))
+        return INVALID
+    check_count(value, MAX_MESSAGES, "input items", "input")
+    try:
+        for item in value:
             _validate_item(item)
-    include = body.get("include")
-    if include is not None:
-        str_list(include, "body.include")
-        for index, value in enumerate(include):
-            if value not in _INCLUDE:
-                raise schema_error(
-                    f"body.include.{index}",
-                    "Input should be " + ", ".join(f"'{v}'" for v in _INCLUDE[:-1]) + f" or '{_INCLUDE[-1]}'",
-                    value,
+    except RequestValidationError as exc:
+        found, unlisted = errors_of(exc)
+        errors.extend(found)
+        errors.extend(found[-1:] * unlisted)  # counted as pydantic counts them, listed once
+        return INVALID
+    return value
+
+
+def _check_tools(value: Any, loc: Loc, errors: ErrorList) -> Any:
+    """`list[Tool]` (openai's tool union, reduced to its first error)."""
+    if not isinstance(value, list):
+        errors.append(error("list_type", loc, "Input should be a valid list", value))
+        return INVALID
+    check_count(value, MAX_TOOLS, "tools", "tools")
+    for index, tool in enumerate(value):
+        if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+            errors.append(
+                error(
+                    "union_tag_not_found",
+                    (*loc, index),
+                    "Unable to extract tag using discriminator 'type'",
+                    tool,
+                    {"discriminator": "'type'"},
                 )
-    for name in ("instructions", "model", "previous_response_id", "user", "request_id"):
-        opt_str(body, name)
-    for name in ("max_output_tokens", "max_tool_calls", "top_k"):
-        opt_int(body, name)
-    opt_int(body, "top_logprobs", lo=0, hi=20)
-    opt_int(body, "priority", lo=INT64_MIN, hi=INT64_MAX)
-    opt_int(body, "seed", lo=INT64_MIN, hi=INT64_MAX)
-    for name in ("temperature", "top_p", "min_p", "repetition_penalty"):
-        opt_float(body, name)
-    for name in ("presence_penalty", "frequency_penalty"):
-        value = opt_float(body, name)
-        if value is not None and not -2.0 <= value <= 2.0:
-            op, bound = ("greater", -2) if value < -2.0 else ("less", 2)
-            raise schema_error(f"body.{name}", f"Input should be {op} than or equal to {bound}", value)
-    for name in (
-        "background",
-        "parallel_tool_calls",
-        "store",
-        "stream",
-        "include_reasoning",
-        "skip_special_tokens",
-        "spaces_between_special_tokens",
-        "include_stop_str_in_output",
-        "ignore_eos",
-        "watermarking",
-        "enable_response_messages",
-    ):
-        opt_bool(body, name)
-    for name in (
-        "metadata",
-        "logit_bias",
-        "reasoning",
-        "text",
-        "kv_transfer_params",
-        "ec_transfer_params",
-        "vllm_xargs",
-        "chat_template_kwargs",
-        "mm_processor_kwargs",
-        "media_io_kwargs",
-        "structured_outputs",
-    ):
-        opt_dict(body, name)
-    reasoning = body.get("reasoning") or {}
-    effort = reasoning.get("effort")
-    if effort is not None and effort not in _EFFORTS:
-        raise schema_error(
-            "body.reasoning.effort",
-            "Input should be " + ", ".join(f"'{v}'" for v in _EFFORTS[:-1]) + f" or '{_EFFORTS[-1]}'",
-            effort,
+            )
+            return INVALID
+        if tool["type"] == "function" and not isinstance(tool.get("name"), str):
+            errors.append(error("missing", (*loc, index, "function", "name"), "Field required", tool))
+            return INVALID
+    return value
+
+
+def _check_tool_choice(value: Any, loc: Loc, errors: ErrorList) -> Any:
+    """`ToolChoice` (openai's union, reduced to its first error)."""
+    if isinstance(value, dict) or value in ("none", "auto", "required"):
+        return value
+    expected = "'none', 'auto' or 'required'"
+    errors.append(error("literal_error", loc, f"Input should be {expected}", value, {"expected": expected}))
+    return INVALID
+
+
+def _check_text(value: Any, loc: Loc, errors: ErrorList) -> Any:
+    """`ResponseTextConfig`: its `format` union, reduced to its first error."""
+    if not isinstance(value, dict):
+        errors.append(
+            error(
+                "model_attributes_type",
+                loc,
+                "Input should be a valid dictionary or object to extract fields from",
+                value,
+            )
         )
-    truncation = body.get("truncation", "disabled")
-    if truncation not in (None, "auto", "disabled"):
-        raise schema_error("body.truncation", "Input should be 'auto' or 'disabled'", truncation)
-    stop = body.get("stop")
-    if stop is not None and not isinstance(stop, str):
-        str_list(stop, "body.stop")
-    if body.get("stop_token_ids") is not None:
-        int_list(body["stop_token_ids"], "body.stop_token_ids")
-    tools = body.get("tools")
-    if tools is not None:
-        bounded_list(tools, MAX_TOOLS, "tools")
-        for index, tool in enumerate(tools):
-            if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
-                raise schema_error(f"body.tools.{index}", "Unable to extract tag using discriminator 'type'", tool)
-            if tool["type"] == "function" and not isinstance(tool.get("name"), str):
-                raise schema_error(f"body.tools.{index}.function.name", "Field required", tool)
-    choice = body.get("tool_choice", "auto")
-    if isinstance(choice, str):
-        if choice not in ("none", "auto", "required"):
-            raise schema_error("body.tool_choice", "Input should be 'none', 'auto' or 'required'", choice)
-    elif not isinstance(choice, dict):
-        raise schema_error("body.tool_choice", "Input should be 'none', 'auto' or 'required'", choice)
-    text = body.get("text") or {}
-    fmt = text.get("format")
+        return INVALID
+    fmt = value.get("format")
     if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_schema", "json_object")):
-        raise schema_error(
-            "body.text.format",
-            "Input tag does not match any of the expected tags: 'text', 'json_schema', 'json_object'",
-            fmt,
+        errors.append(
+            error(
+                "union_tag_invalid",
+                (*loc, "format"),
+                "Input tag does not match any of the expected tags: 'text', 'json_schema', 'json_object'",
+                fmt,
+            )
         )
-    validate_mm_payload(body)
-    check_type(body, "service_tier", (str,))
+        return INVALID
+    return value
+
+
+REASONING = Model(
+    "Reasoning",
+    [
+        Field("effort", Nullable(Literal(*_EFFORTS))),
+        Field("generate_summary", AnyValue()),
+        Field("summary", AnyValue()),
+    ],
+)
+
+
+def _background(data: dict[str, Any], loc: Loc) -> None:
+    """`validate_background`."""
+    if data.get("background") and not data.get("store", True):
+        raise handler_error("background can only be used when `store` is true", "background")
+
+
+def _prompt(data: dict[str, Any], loc: Loc) -> None:
+    """`validate_prompt`: prompt templates are not supported."""
+    if data.get("prompt") is not None:
+        raise handler_error("prompt template is not supported", "prompt")
+
+
+def _custom_tool_format(data: dict[str, Any], loc: Loc) -> None:
+    """`check_custom_tool_format`."""
+    tools = data.get("tools")
+    if not isinstance(tools, list):
+        return
+    for tool in tools:
+        fmt = tool.get("format") if isinstance(tool, dict) else None
+        if (
+            isinstance(tool, dict)
+            and tool.get("type") == "custom"
+            and isinstance(fmt, dict)
+            and fmt.get("type") == "grammar"
+        ):
+            raise handler_error(
+                "Custom tools with a grammar format are not supported; only free-form text custom tools are accepted.",
+                "tools",
+            )
+
+
+def _tool_usage(data: dict[str, Any], loc: Loc) -> None:
+    """`check_tool_usage`: without tools, "auto" becomes "none"; "required" or a named tool is refused."""
+    tools = data.get("tools")
+    choice = data.get("tool_choice", "auto")
+    has_tools = isinstance(tools, list) and len(tools) > 0
+    named = isinstance(choice, dict) and choice.get("type") in ("function", "custom")
+    if not has_tools:
+        if choice in ("auto", "none"):
+            data["tool_choice"] = "none"
+        elif choice == "required":
+            raise handler_error("Tool choice 'required' must be specified with 'tools' parameter.", "tool_choice")
+        elif named:
+            raise handler_error("Tool choice 'function' not found in 'tools' parameter.", "tool_choice")
+    elif named and not choice.get("name"):
+        raise handler_error("Tool choice 'function' not found in 'tools' parameter.", "tool_choice")
+
+
+_OPT_STR = Nullable(Str())
+_OPT_BOOL = Nullable(Bool())
+RESPONSES_REQUEST = Model(
+    "ResponsesRequest",
+    [
+        Field("background", _OPT_BOOL, False),
+        Field("include", Nullable(ListOf(Literal(*_INCLUDE)))),
+        Field(
+            "input",
+            Check(_check_input, {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]}),
+            REQUIRED,
+        ),
+        Field("instructions", _OPT_STR),
+        Field("max_output_tokens", Nullable(Int())),
+        Field("max_tool_calls", Nullable(Int())),
+        Field("metadata", Nullable(DictOf(Str()))),
+        Field("model", _OPT_STR),
+        Field("logit_bias", Nullable(DictOf(Float()))),
+        Field("parallel_tool_calls", _OPT_BOOL, True),
+        Field("previous_response_id", _OPT_STR),
+        Field("prompt", AnyValue({"type": "object"})),
+        Field("reasoning", Nullable(REASONING)),
+        Field("include_reasoning", Bool(), True),
+        Field("service_tier", Literal("auto", "default", "flex", "scale", "priority"), "auto"),
+        Field("store", _OPT_BOOL, True),
+        Field("stream", _OPT_BOOL, False),
+        Field("temperature", Nullable(Float())),
+        Field("text", Nullable(Check(_check_text, {"type": "object"}))),
+        Field(
+            "tool_choice",
+            Check(_check_tool_choice, {"anyOf": [{"enum": ["none", "auto", "required"]}, {"type": "object"}]}),
+            "auto",
+        ),
+        Field("tools", Check(_check_tools, {"type": "array", "items": {"type": "object"}}), []),
+        Field("top_logprobs", Check(requests.top_logprobs, Int()), 0),
+        Field("top_p", Nullable(Float())),
+        Field("top_k", Nullable(Int())),
+        Field("min_p", Nullable(Float())),
+        Field("truncation", Nullable(Literal("auto", "disabled")), "disabled"),
+        Field("user", _OPT_STR),
+        Field("skip_special_tokens", _OPT_BOOL),
+        Field("spaces_between_special_tokens", Bool(), True),
+        Field("include_stop_str_in_output", Bool(), False),
+        Field("presence_penalty", Nullable(Float(ge=-2.0, le=2.0))),
+        Field("frequency_penalty", Nullable(Float(ge=-2.0, le=2.0))),
+        Field("prompt_cache_key", _OPT_STR),
+        Field("prompt_cache_options", AnyValue({"type": "object"})),
+        Field("prompt_cache_retention", AnyValue({"enum": ["in_memory", "24h"]})),
+        Field("safety_identifier", _OPT_STR),
+        Field("watermarking", _OPT_BOOL),
+        Field("request_id", Str()),
+        Field("session_id", _OPT_STR),
+        Field("media_io_kwargs", Nullable(DictOf(DictOf()))),
+        Field("mm_processor_kwargs", Nullable(DictOf())),
+        Field("priority", requests.INT64, 0),
+        Field("mm_payload", Literal("tensors", "none"), "tensors"),
+        Field("return_mm_kwargs", _OPT_BOOL),
+        Field("cache_salt", Nullable(Str(min_length=1, max_length=1024))),
+        Field("enable_response_messages", Bool(), False),
+        Field("previous_input_messages", Nullable(ListOf(AnyValue({"type": "object"})))),
+        Field("structured_outputs", Nullable(requests.STRUCTURED_OUTPUTS)),
+        Field("repetition_penalty", Nullable(Float())),
+        Field("seed", Nullable(requests.INT64)),
+        Field("stop", requests.STOP, []),
+        Field("stop_token_ids", Nullable(ListOf(Int())), []),
+        Field("ignore_eos", Bool(), False),
+        Field("vllm_xargs", requests.VLLM_XARGS),
+        Field("kv_transfer_params", Nullable(DictOf())),
+        Field("ec_transfer_params", Nullable(DictOf())),
+        Field("chat_template_kwargs", Nullable(DictOf())),
+    ],
+    before=(
+        _tool_usage,
+        _custom_tool_format,
+        _prompt,
+        _background,
+        requests.check_cache_salt_support,
+        requests.apply_return_mm_kwargs_alias,
+    ),
+)
+
+
+def validate_responses_request(body: dict[str, Any]) -> None:
+    """`ResponsesRequest.model_validate(body)`, in place (its "before" validators, then the table)."""
+    RESPONSES_REQUEST.validate(body)
 
 
 # -- input items -> chat messages (responses/utils.py) -----------------------------------------
@@ -511,7 +634,7 @@ def render_responses(
     sampling = sampling_params_wire(_sampling_values(ctx, body, max_tokens, structured_outputs, skip_special_tokens))
     kv_params, ec_params = _hoist_transfer_params(sampling)
     return generate_request(
-        request_id=body.get("request_id") or f"resp_{random_uuid()}",
+        request_id=body["request_id"] if body.get("request_id") is not None else f"resp_{random_uuid()}",
         token_ids=token_ids,
         features=features,
         sampling_params=sampling,

@@ -31,7 +31,7 @@ import re
 from typing import Any, NamedTuple
 
 from render_service.api.protocol import handler_error, schema_error
-from render_service.exceptions import RenderServiceError, RequestValidationError
+from render_service.exceptions import RequestValidationError
 from render_service.parsers.base import json_schema_format
 from render_service.parsers.protocols import ToolParser, ToolStrictLevel
 from render_service.parsers.registry import tool_parser_class
@@ -330,8 +330,8 @@ def check_structured_outputs_count(body: dict[str, Any], *, chat: bool) -> None:
     if so is None:
         return
     if not isinstance(so, dict):
-        # vLLM calls `.get` on it and answers 500.
-        raise RenderServiceError(f"'{type(so).__name__}' object has no attribute 'get'")
+        # vLLM calls `.get` on it and answers 500; field validation reports it (a 400).
+        return
     count = sum(so.get(k) is not None for k in ("json", "regex", "choice"))
     if count > 1:
         message = "You can only use one kind of constraints for structured outputs ('json', 'regex' or 'choice')."

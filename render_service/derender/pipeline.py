@@ -20,6 +20,7 @@ from typing import Any
 
 from render_service import parsers
 from render_service.api.protocol import int_list, schema_error, str_list
+from render_service.api.schema import INVALID, ErrorList, Int, Nullable, validation_error
 from render_service.derender import logprobs as lp
 from render_service.derender.detokenize import (
     DetokState,
@@ -288,6 +289,15 @@ def _stop_params(request: dict[str, Any] | None) -> StopParams:
     )
 
 
+def _prompt_token_count(value: Any) -> int:
+    """`prompt_tokens: int | None` (pydantic's lax int), 0 when absent."""
+    errors: ErrorList = []
+    count = Nullable(Int()).check(value, ("body", "prompt_tokens"), errors)
+    if count is INVALID:
+        raise validation_error(errors)
+    return count or 0
+
+
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
     return {
         "prompt_tokens": prompt_tokens,
@@ -412,7 +422,7 @@ def derender_chat(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
                 "weight_versions": None,
             }
         )
-    prompt_tokens = body.get("prompt_tokens") or 0
+    prompt_tokens = _prompt_token_count(body.get("prompt_tokens"))
     completion_tokens = sum(len(c.get("token_ids") or []) for c in gen["choices"])
     return {
         "id": request_id,

@@ -2,7 +2,9 @@
 
 vLLM's defaults where it has them (5 s fetch timeout, 178,956,970 decoded pixels); stricter
 where it has none: redirects are off, private/loopback/link-local addresses are refused unless
-allowed, and bodies and `data:` payloads are capped. Every refusal is a 400.
+allowed, and bodies and `data:` payloads are capped. Refusals are 400s, except what vLLM answers
+with a 422 (`_wrap_media_fetch_error`): a URL whose server answers a 4xx other than 408/429, or
+a body over the size limit.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from render_service.exceptions import BadRequestError
+from render_service.exceptions import BadRequestError, UnprocessableEntityError
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,13 @@ class MediaLimits:
 
 def media_error(message: str) -> BadRequestError:
     return BadRequestError(message, param="messages")
+
+
+def unprocessable(message: str, url: str) -> UnprocessableEntityError:
+    """vLLM's VLLMUnprocessableEntityError for a media URL (parameter and value in the message)."""
+    return UnprocessableEntityError(
+        f"Failed to fetch media from URL: {message} (parameter=image_url, value={url})", param="image_url"
+    )
 
 
 try:  # vLLM's own decoder (pybase64, SIMD): ~60x faster than the stdlib on a 720p image
@@ -83,6 +92,10 @@ def check_url(url: str, limits: MediaLimits) -> tuple[str, str]:
     return parts.scheme, host
 
 
+def _too_large(url: str, limits: MediaLimits) -> UnprocessableEntityError:
+    return unprocessable(f"Remote media download exceeds the limit of {limits.max_fetch_bytes} bytes", url)
+
+
 async def _check_resolved(host: str, port: int, limits: MediaLimits) -> None:
     if limits.allow_private_addresses:
         return
@@ -105,16 +118,19 @@ async def fetch(client: httpx.AsyncClient, url: str, limits: MediaLimits) -> byt
             async with client.stream("GET", url, follow_redirects=limits.allow_redirects) as response:
                 if response.is_redirect:
                     raise media_error(f"Image URL redirected ({response.status_code}); redirects are not followed.")
-                if response.status_code != 200:
-                    raise media_error(f"Failed to fetch image from {url}: HTTP {response.status_code}.")
+                status = response.status_code
+                if 400 <= status < 500 and status not in (408, 429):
+                    raise unprocessable(f"HTTP {status} error", url)
+                if status != 200:
+                    raise media_error(f"Failed to fetch image from {url}: HTTP {status}.")
                 declared = response.headers.get("content-length")
                 if declared is not None and declared.isdigit() and int(declared) > limits.max_fetch_bytes:
-                    raise media_error(f"Image at {url} exceeds the limit of {limits.max_fetch_bytes} bytes.")
+                    raise _too_large(url, limits)
                 body = bytearray()
                 async for chunk in response.aiter_bytes():
                     body += chunk
                     if len(body) > limits.max_fetch_bytes:
-                        raise media_error(f"Image at {url} exceeds the limit of {limits.max_fetch_bytes} bytes.")
+                        raise _too_large(url, limits)
                 return bytes(body)
     except TimeoutError:
         raise media_error(f"Timed out fetching image from {url} after {limits.fetch_timeout} s.") from None

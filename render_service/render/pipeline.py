@@ -13,31 +13,18 @@ from functools import partial
 from typing import Any
 
 from render_service import parsers
-from render_service.api import structured
+from render_service.api import requests, structured
 from render_service.api.protocol import (
     DEFAULT_SAMPLING_FLOATS,
-    INT64_MAX,
-    INT64_MIN,
-    MAX_STOP_STRINGS,
     OUTPUT_KIND_DELTA,
     OUTPUT_KIND_FINAL_ONLY,
     bounded_list,
-    check_type,
     generate_request,
     handler_error,
-    int_list,
-    opt_bool,
     opt_dict,
-    opt_float,
-    opt_int,
-    opt_str,
     sampling_params_wire,
     schema_error,
-    str_list,
     stream_options_wire,
-    union_error,
-    validate_cache_salt,
-    validate_mm_payload,
     validator_error,
 )
 from render_service.exceptions import BadRequestError, NotFoundError
@@ -49,11 +36,10 @@ from render_service.render import content_parts, renderers, templating
 from render_service.render import token_ids as token_id_checks
 from render_service.settings import Settings
 
-MAX_COMPLETION_PROMPTS = 1024  # VLLM_MAX_COMPLETION_PROMPTS
 # Ours (vLLM has none): far above real conversations and tool lists (OpenAI accepts 128 tools), they
 # cap the work of one request before any templating (~7 µs per message, ~16 µs per tool).
-MAX_MESSAGES = 100_000
-MAX_TOOLS = 10_000
+MAX_MESSAGES = requests.MAX_MESSAGES
+MAX_TOOLS = requests.MAX_TOOLS
 
 
 def random_uuid() -> str:
@@ -99,67 +85,13 @@ def check_model(ctx: RenderContext, model: Any) -> None:
 
 
 # -- request validation ---------------------------------------------------------------------
+# The tables and vLLM's model validators live in api/requests.py; what stays here is the message
+# list check the tables call (vLLM's message union, reduced to its first error).
 
 
-def _validate_common(body: dict[str, Any]) -> None:
-    """Schema checks shared by chat and completions (types and bounds of sampling fields)."""
-    for name in ("frequency_penalty", "presence_penalty", "temperature", "top_p", "min_p", "repetition_penalty"):
-        opt_float(body, name)
-    opt_int(body, "seed", lo=INT64_MIN, hi=INT64_MAX)
-    opt_int(body, "top_k")
-    opt_int(body, "n")
-    opt_int(body, "min_tokens")
-    opt_int(body, "priority", lo=INT64_MIN, hi=INT64_MAX)
-    opt_int(body, "truncate_prompt_tokens", lo=-1, hi=INT64_MAX)
-    opt_int(body, "stream_interval", lo=1)
-    opt_int(body, "thinking_token_budget")
-    for name in (
-        "stream",
-        "ignore_eos",
-        "include_stop_str_in_output",
-        "skip_special_tokens",
-        "spaces_between_special_tokens",
-        "use_beam_search",
-        "add_special_tokens",
-        "return_token_ids",
-        "echo",
-    ):
-        opt_bool(body, name)
-    stop = body.get("stop")
-    if stop is not None and not isinstance(stop, str):
-        str_list(stop, "body.stop")
-        if len(stop) > MAX_STOP_STRINGS:
-            raise union_error("body.stop", stop)  # `str | list[str]` (max_length on the list member)
-    if body.get("stop_token_ids") is not None:
-        int_list(body["stop_token_ids"], "body.stop_token_ids")
-    if body.get("allowed_token_ids") is not None:
-        int_list(body["allowed_token_ids"], "body.allowed_token_ids")
-    if body.get("bad_words") is not None:
-        str_list(body["bad_words"], "body.bad_words")
-    for name in (
-        "logit_bias",
-        "kv_transfer_params",
-        "ec_transfer_params",
-        "vllm_xargs",
-        "structured_outputs",
-        "repetition_detection",
-    ):
-        opt_dict(body, name)
-    truncation_side = body.get("truncation_side")
-    if truncation_side not in (None, "left", "right"):
-        raise schema_error("body.truncation_side", "Input should be 'left' or 'right'", truncation_side)
-    opt_str(body, "request_id")
-    validate_mm_payload(body)
-    validate_cache_salt(body.get("cache_salt"))
-    if body.get("stream_options") and not body.get("stream"):
-        raise validator_error("Stream options can only be defined when `stream=True`.", "stream_options")
-    stream_options_wire(body.get("stream_options"))
-
-
-def _validate_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
-    if "messages" not in body:
-        raise schema_error("body.messages", "Field required", body)
-    messages = bounded_list(body["messages"], MAX_MESSAGES, "messages")
+def check_messages(messages: Any) -> list[dict[str, Any]]:
+    """`list[ChatCompletionMessageParam]`: our bound on its length, then each message's shape."""
+    messages = bounded_list(messages, MAX_MESSAGES, "messages")
     for index, message in enumerate(messages):
         param = f"body.messages.{index}"
         if not isinstance(message, dict):
@@ -204,105 +136,6 @@ def _validate_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
         if reasoning_content is not None and message.get("reasoning") is None:
             message["reasoning"] = reasoning_content
     return messages
-
-
-def _validate_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
-    tools = body.get("tools")
-    if tools is None:
-        return None
-    bounded_list(tools, MAX_TOOLS, "tools")
-    if tools == []:
-        raise validator_error(
-            "`tools` must not be an empty array. Either provide at least one tool or omit the field entirely.", "tools"
-        )
-    for index, tool in enumerate(tools):
-        param = f"body.tools.{index}"
-        if not isinstance(tool, dict):
-            raise schema_error(param, "Input should be a valid dictionary", tool)
-        if tool.get("type", "function") != "function":
-            raise schema_error(f"{param}.type", "Input should be 'function'", tool.get("type"))
-        function = tool.get("function")
-        if not isinstance(function, dict):
-            raise schema_error(
-                f"{param}.function",
-                "Field required" if function is None else "Input should be a valid dictionary",
-                function,
-            )
-        if not isinstance(function.get("name"), str):
-            raise schema_error(f"{param}.function.name", "Field required", function.get("name"))
-        if function.get("description") is not None and not isinstance(function["description"], str):
-            raise schema_error(
-                f"{param}.function.description", "Input should be a valid string", function["description"]
-            )
-        if function.get("parameters") is not None and not isinstance(function["parameters"], dict):
-            raise schema_error(
-                f"{param}.function.parameters", "Input should be a valid dictionary", function["parameters"]
-            )
-    return tools
-
-
-def _validate_tool_choice(body: dict[str, Any]) -> None:
-    """`ChatCompletionRequest.check_tool_usage`, including its "auto" default."""
-    tools = body.get("tools")
-    if "tool_choice" not in body and tools:
-        body["tool_choice"] = "auto"
-    if body.get("tool_choice", "none") == "none":
-        return
-    choice = body.get("tool_choice")
-    if choice is None:
-        return
-    if tools is None:
-        raise validator_error("When using `tool_choice`, `tools` must be set.", "tool_choice")
-    if choice not in ("auto", "required") and not isinstance(choice, dict):
-        raise validator_error(
-            f'Invalid value for `tool_choice`: {choice}! Only named tools, "none", "auto" or "required" are supported.',
-            "tool_choice",
-        )
-    usage = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
-    if isinstance(choice, dict):
-        function = choice.get("function")
-        if not isinstance(function, dict):
-            raise validator_error(
-                f"Invalid value for `function`: `{function}` in `tool_choice`! {usage}", "tool_choice.function"
-            )
-        if "name" not in function:
-            raise validator_error(
-                f"Expected field `name` in `function` in `tool_choice`! {usage}", "tool_choice.function.name"
-            )
-        name = function["name"]
-        if not isinstance(name, str) or not name:
-            raise validator_error(
-                f"Invalid `name` in `function`: `{name}` in `tool_choice`! {usage}", "tool_choice.function.name"
-            )
-        if not any(t["function"]["name"] == name for t in tools):
-            raise validator_error(
-                "The tool specified in `tool_choice` does not match any of the specified `tools`", "tool_choice"
-            )
-
-
-def _validate_logprobs(body: dict[str, Any]) -> None:
-    if body.get("logprob_token_ids") and body.get("use_beam_search"):
-        raise validator_error("`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
-    if body.get("logprob_token_ids") and not body.get("logprobs"):
-        raise validator_error("when using `logprob_token_ids`, `logprobs` must be set to true.", "logprob_token_ids")
-    for name in ("prompt_logprobs", "top_logprobs"):
-        value = body.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise validator_error(f"`{name}` must be an integer.", name, value)
-    prompt_logprobs = body.get("prompt_logprobs")
-    if prompt_logprobs is not None:
-        if body.get("stream") and (prompt_logprobs > 0 or prompt_logprobs == -1):
-            raise validator_error("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
-        if prompt_logprobs < 0 and prompt_logprobs != -1:
-            raise validator_error(
-                "`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs", prompt_logprobs
-            )
-    top_logprobs = body.get("top_logprobs")
-    if top_logprobs is not None:
-        if top_logprobs < 0 and top_logprobs != -1:
-            raise validator_error("`top_logprobs` must be a positive value or -1.", "top_logprobs", top_logprobs)
-        if (top_logprobs == -1 or top_logprobs > 0) and not body.get("logprobs"):
-            raise validator_error("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
 
 
 # -- shared steps ---------------------------------------------------------------------------
@@ -590,45 +423,8 @@ def parser_adjustments(
 
 
 def validate_chat_request(body: dict[str, Any]) -> None:
-    """The schema and `model_validator`s of vLLM's `ChatCompletionRequest`."""
-    _validate_messages(body)
-    _validate_common(body)
-    _validate_logprobs(body)
-    _validate_tools(body)
-    _validate_tool_choice(body)
-    structured.validate_structured(body, chat=True)
-    if body.get("continue_final_message") and body.get("add_generation_prompt"):
-        raise validator_error("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
-    for name in ("max_tokens", "max_completion_tokens", "top_logprobs"):
-        opt_int(body, name)
-    for name in ("chat_template_kwargs",):
-        opt_dict(body, name)
-    opt_str(body, "chat_template")
-    for name in (
-        "add_generation_prompt",
-        "continue_final_message",
-        "include_reasoning",
-        "parallel_tool_calls",
-        "logprobs",
-    ):
-        opt_bool(body, name)
-    documents = body.get("documents")
-    if documents is not None and (not isinstance(documents, list) or not all(isinstance(d, dict) for d in documents)):
-        raise schema_error("body.documents", "Input should be a valid list of dictionaries", documents)
-    if body.get("reasoning_effort") is not None and body["reasoning_effort"] not in (
-        "none",
-        "minimal",
-        "low",
-        "medium",
-        "high",
-        "xhigh",
-        "max",
-    ):
-        raise schema_error(
-            "body.reasoning_effort",
-            "Input should be 'none', 'minimal', 'low', 'medium', 'high', 'xhigh' or 'max'",
-            body["reasoning_effort"],
-        )
+    """The schema and `model_validator`s of vLLM's `ChatCompletionRequest` (api/requests.py)."""
+    requests.validate_chat_request(body)
 
 
 def make_context(model: Model, settings: Settings, adapters: AdapterRegistry | None = None) -> RenderContext:
@@ -913,45 +709,23 @@ def _history_tool_calls(messages: list[dict[str, Any]]) -> int:
 
 
 def _prompts(body: dict[str, Any]) -> list[str | list[int]]:
+    """The validated `prompt` as a list of prompts (text or token ids)."""
     prompt = body.get("prompt")
     if body.get("prompt_embeds") is not None:
         raise BadRequestError("prompt_embeds are not supported by this render tier (no torch).", param="prompt_embeds")
     if prompt == []:
         raise validator_error("You must pass at least one prompt", "prompt")
-    if prompt is None or prompt == "":
-        raise validator_error("Either prompt or prompt_embeds must be provided and non-empty.", "prompt")
     if isinstance(prompt, str):
         return [prompt]
-    if not isinstance(prompt, list):
-        raise schema_error("body.prompt", "Input should be a valid string or list", prompt)
-    if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
-        return [int_list(prompt, "body.prompt", non_negative=True)]
-    if all(isinstance(p, str) for p in prompt):
-        prompts: list[str | list[int]] = list(prompt)
-    elif all(isinstance(p, list) for p in prompt):
-        prompts = [int_list(p, f"body.prompt.{i}", non_negative=True) for i, p in enumerate(prompt)]
-    else:
-        # pydantic reports the first union branch (list[int]) first: its first bad element.
-        bad = next(i for i, p in enumerate(prompt) if not isinstance(p, int) or isinstance(p, bool) or p < 0)
-        int_list([prompt[bad]], "body.prompt")  # raises pydantic's message for that element
-        raise schema_error(f"body.prompt.{bad}", "Input should be a valid integer", prompt[bad])
-    if len(prompts) > MAX_COMPLETION_PROMPTS:
-        raise validator_error(
-            f"The number of prompts ({len(prompts)}) exceeds the maximum of {MAX_COMPLETION_PROMPTS}.", "prompt"
-        )
-    return prompts
+    if all(isinstance(p, int) for p in prompt):
+        return [prompt]
+    return list(prompt)
 
 
 def render_completion(
     ctx: RenderContext, body: dict[str, Any], header_request_id: str | None = None
 ) -> list[dict[str, Any]]:
-    if body.get("max_tokens", 16) is None:
-        body["max_tokens"] = 16  # CompletionRequest.normalize_null_max_tokens
-    _validate_common(body)
-    for name in ("max_tokens", "logprobs"):
-        opt_int(body, name)
-    check_type(body, "suffix", (str,))
-    structured.validate_structured(body, chat=False)
+    requests.validate_completion_request(body)
     prompts = _prompts(body)
     check_model(ctx, body.get("model"))
     if body.get("use_beam_search"):

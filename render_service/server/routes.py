@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
+from render_service.api import openapi
 from render_service.server.handlers import derender, info, lora, render, tokenize
 from render_service.settings import Settings
 
@@ -32,6 +33,7 @@ ROUTES: list[Route] = [
     Route("/load", info.load, methods=["GET"]),
     Route("/kv_event_sources", info.kv_event_sources, methods=["GET"]),
     Route("/v1/render/config", info.render_config, methods=["GET"]),
+    Route("/openapi.json", openapi.openapi_endpoint, methods=["GET"]),
 ]
 
 # vLLM mounts these only when VLLM_ALLOW_RUNTIME_LORA_UPDATING is set (otherwise they are 404s).

@@ -6,8 +6,8 @@ The CI run is derandomized and bounded (~150-300 examples per test), and reprodu
 locked `hypothesis` (requirements/constraints.txt); for a long random fuzzing session:
 `python -m tests.faults.fuzz_long --minutes 10` (fresh seeds round after round; or
 `RENDER_FUZZ_EXAMPLES=20000 python3 -m pytest tests/faults/test_fuzz.py`).
-The service serves no OpenAPI description (vLLM's render tier does, through FastAPI), so there is
-no schemathesis run; these strategies are written from vLLM's request models instead.
+These strategies are written from vLLM's request models; test_schemathesis.py fuzzes the running
+service from its /openapi.json as well.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from render_service.exceptions import BadRequestError
+from render_service.exceptions import BadRequestError, UnprocessableEntityError
 from render_service.multimodal.media import MediaLimits, decode_data_url, fetch_all
 
 PNG = base64.b64decode(
@@ -72,15 +72,34 @@ def test_fetch_from_allowed_loopback(server: str) -> None:
     [
         ("/image.png", MediaLimits(), "non-public address"),
         ("/redirect", LOCAL, "redirects are not followed"),
-        ("/big", LOCAL, "exceeds the limit of 1000 bytes"),
         ("/slow", LOCAL, "Timed out"),
-        ("/missing", LOCAL, "HTTP 404"),
         ("/image.png", MediaLimits(allowed_domains=("example.com",)), "allowed domains"),
     ],
 )
 def test_fetch_refusals_are_400s(server: str, path: str, limits: MediaLimits, message: str) -> None:
     with pytest.raises(BadRequestError, match=message):
         _fetch(f"{server}{path}", limits)
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("/missing", "Failed to fetch media from URL: HTTP 404 error (parameter=image_url, value={url})"),
+        (
+            "/big",
+            "Failed to fetch media from URL: Remote media download exceeds the limit of 1000 bytes "
+            "(parameter=image_url, value={url})",
+        ),
+    ],
+)
+def test_fetch_refusals_vllm_answers_with_422(server: str, path: str, message: str) -> None:
+    """vLLM's `_wrap_media_fetch_error`: a client error of the media server, or a body over the limit."""
+    url = f"{server}{path}"
+    with pytest.raises(UnprocessableEntityError) as info:
+        _fetch(url, LOCAL)
+    body = info.value.body()["error"]
+    assert (info.value.status_code, body["type"], body["param"]) == (422, "UnprocessableEntityError", "image_url")
+    assert body["message"] == message.format(url=url)
 
 
 def test_redirect_followed_only_when_allowed(server: str) -> None:
@@ -188,4 +207,9 @@ def test_every_render_path_fetches_http_images(server: str, tmp_path) -> None:
                 ],
             },
         )
-        assert refused.status_code == 400
+        # vLLM: a media server's 4xx is a 422 UnprocessableEntityError on `image_url`
+        assert refused.status_code == 422
+        assert (refused.json()["error"]["type"], refused.json()["error"]["param"]) == (
+            "UnprocessableEntityError",
+            "image_url",
+        )

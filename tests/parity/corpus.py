@@ -611,6 +611,10 @@ def _chat_error_cases() -> list[Case]:
         _chat("err_chat_messages_not_list", "Hi"),  # type: ignore[arg-type]
         _chat("err_chat_bad_role_type", [{"role": 123, "content": "Hi"}]),
         _chat("err_chat_temperature_string", hi, temperature="hot"),
+        # pydantic validates in declaration order: max_tokens is reported before temperature
+        _chat("err_chat_max_tokens_and_temperature_strings", hi, max_tokens="x", temperature="y"),
+        _chat("err_chat_several_field_errors", hi, n="two", stop=[1], seed=2**63, top_k=1.5, logit_bias={"1": "a"}),
+        _chat("chat_lax_bool_and_number_strings", hi, stream="true", max_tokens="12", temperature="0.5", echo="no"),
         _chat("err_chat_tools_empty", hi, tools=[]),
         _chat("err_chat_tool_choice_without_tools", hi, tool_choice="auto"),
         _chat("err_chat_tool_choice_invalid", hi, tools=[WEATHER_TOOL], tool_choice="sometimes"),

@@ -35,6 +35,7 @@ VLLM_RENDER_TIER = {
     ("/kv_event_sources", "GET"),
     ("/metrics", "GET"),
     ("/v1/models", "GET"),
+    ("/openapi.json", "GET"),  # FastAPI serves it
 }
 OURS = {("/v1/render/config", "GET")}  # the render fingerprint (not in vLLM)
 JSON_POSTS = sorted(path for path, method in VLLM_RENDER_TIER if method == "POST" and path != "/ping")
