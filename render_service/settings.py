@@ -8,8 +8,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-REASONING_PARSERS = ("deepseek_r1", "qwen3")
-TOOL_PARSERS = ("hermes", "qwen3_json")
+from render_service.parsers.registry import reasoning_parser_names, tool_parser_names
+
 CONTENT_FORMATS = ("auto", "string", "openai")
 STREAM_STATE_MODES = ("full", "compact")
 
@@ -82,15 +82,15 @@ class Settings:
         return kwargs
 
     def validate(self) -> Settings:
-        if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
+        reasoning_names, tool_names = reasoning_parser_names(), tool_parser_names()
+        if self.reasoning_parser is not None and self.reasoning_parser not in reasoning_names:
             raise SettingsError(
                 f"--reasoning-parser {self.reasoning_parser!r} is not supported; "
-                f"choose one of {', '.join(REASONING_PARSERS)}"
+                f"choose one of {', '.join(reasoning_names)}"
             )
-        if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_PARSERS:
+        if self.tool_call_parser is not None and self.tool_call_parser not in tool_names:
             raise SettingsError(
-                f"--tool-call-parser {self.tool_call_parser!r} is not supported; "
-                f"choose one of {', '.join(TOOL_PARSERS)}"
+                f"--tool-call-parser {self.tool_call_parser!r} is not supported; choose one of {', '.join(tool_names)}"
             )
         if self.enable_auto_tool_choice and self.tool_call_parser is None:
             raise SettingsError("--enable-auto-tool-choice requires --tool-call-parser")

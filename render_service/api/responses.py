@@ -45,6 +45,7 @@ from render_service.render.pipeline import (
     check_mm_kwargs,
     check_model,
     get_max_tokens,
+    parser_adjustments,
     random_uuid,
     render_conversation,
     tool_dicts,
@@ -490,10 +491,7 @@ def render_responses(
     skip_special_tokens = body.get("skip_special_tokens")
     if skip_special_tokens is None:
         skip_special_tokens = ctx.model.default_sampling.get("skip_special_tokens", True)
-    if settings.reasoning_parser == "qwen3":
-        skip_special_tokens = False
-    if ctx.has_tool_parser and tools and chat_choice != "none":
-        skip_special_tokens = False
+    skip_special_tokens = bool(parser_adjustments(ctx, bool(tools), chat_choice, skip_special_tokens))
     structured_outputs = _structured_outputs(ctx, body, tools, chat_choice)
     max_tokens = get_max_tokens(ctx, None, len(token_ids), truncate)
     if max_output is not None:

@@ -8,7 +8,7 @@ Covers what ends up in `sampling_params.structured_outputs`:
 * `structured_outputs_from_response_format` (generate/base/protocol.py): `response_format`
   overrides the request's own `structured_outputs`;
 * the tool-calling structural tag that the composed parser's `adjust_request` injects for the
-  hermes / qwen3_json tool parser (parser/abstract_parser.py `_apply_structural_tag`,
+  tool parser's structural tag model (parser/abstract_parser.py `_apply_structural_tag`,
   tool_parsers/structural_tag_registry.py), and the JSON-schema fallback of
   `ToolParser.adjust_request` when `VLLM_ENFORCE_STRICT_TOOL_CALLING=0`.
 
@@ -26,13 +26,15 @@ here, so `tool_choice="auto"` + a strict tool + a Lark `grammar` keeps the gramm
 
 from __future__ import annotations
 
-import enum
 import json
 import re
 from typing import Any, NamedTuple
 
 from render_service.api.protocol import handler_error, schema_error
 from render_service.exceptions import RenderServiceError, RequestValidationError
+from render_service.parsers.base import json_schema_format
+from render_service.parsers.protocols import ToolParser, ToolStrictLevel
+from render_service.parsers.registry import tool_parser_class
 
 __all__ = [
     "StructuredOutputsResult",
@@ -77,22 +79,6 @@ _NESTING_MESSAGE = (
     "The JSON schema is nested too deeply: objects and arrays may nest at most "
     f"{MAX_STRUCTURED_OUTPUT_JSON_NESTING} levels"
 )
-
-# Tool parsers whose `structural_tag_model` is "hermes" (qwen3_json is an alias of hermes).
-_HERMES_TAGS = ("<tool_call>", "</tool_call>")
-TOOL_PARSER_TAGS: dict[str, tuple[str, str]] = {"hermes": _HERMES_TAGS, "qwen3_json": _HERMES_TAGS}
-
-
-class ToolStrictLevel(enum.IntEnum):
-    """`--tool-strict-level` (tool_parsers/tool_strict_level.py)."""
-
-    AUTO = 0
-    FUNCTION = 1
-    PARAMETER = 2
-
-
-# Hermes2ProToolParser keeps ToolParser.default_tool_strict_level.
-HERMES_DEFAULT_STRICT_LEVEL = ToolStrictLevel.AUTO
 
 
 class StructuredOutputsResult(NamedTuple):
@@ -517,63 +503,15 @@ def _from_response_format(body: dict[str, Any]) -> dict[str, Any] | None:
 # -- tool calling ---------------------------------------------------------------------------------
 
 
-def _json_schema_format(schema: Any) -> dict[str, Any]:
-    return {
-        "type": "json_schema",
-        "json_schema": schema,
-        "style": "json",
-        "any_order": False,
-        "max_whitespace_cnt": None,
-        "excludes": [],
-    }
-
-
 def _tool_is_strict(tool: dict[str, Any]) -> bool:
     return _as_bool(tool["function"].get("strict")) is True
 
 
-def _hermes_tool_format(
-    tools: list[dict[str, Any]], strict: list[bool], choice: str, tags: tuple[str, str]
-) -> dict[str, Any]:
-    """`_hermes_style_structural_tag(...).format` dumped."""
-    start, end = tags
-    formats = ((start + '\n{"name": "', "}\n" + end), (start + '{"name": "', "}" + end))
-    tag_list = []
-    for tool, is_strict in zip(tools, strict, strict=True):
-        function = tool["function"]
-        parameters = function.get("parameters")
-        schema = (parameters if parameters is not None else True) if is_strict else True
-        for begin, finish in formats:
-            tag_list.append(
-                {
-                    "type": "tag",
-                    "begin": begin + function["name"] + '", "arguments": ',
-                    "content": _json_schema_format(schema),
-                    "end": finish,
-                }
-            )
-    if choice == "auto":
-        return {
-            "type": "triggered_tags",
-            "triggers": [start],
-            "tags": tag_list,
-            "at_least_one": False,
-            "stop_after_first": False,
-            "excludes": [],
-        }
-    return {
-        "type": "tags_with_separator",
-        "tags": tag_list,
-        "separator": "",
-        "at_least_one": True,
-        "stop_after_first": choice == "forced",
-    }
-
-
 def _tools_structural_tag(
-    tools: list[dict[str, Any]], tool_choice: Any, strict_level: ToolStrictLevel, tags: tuple[str, str]
+    tools: list[dict[str, Any]], tool_choice: Any, strict_level: ToolStrictLevel, parser: type[ToolParser]
 ) -> dict[str, Any] | None:
-    """`get_model_structural_tag` for the hermes model, dumped (`StructuralTag.model_dump()`)."""
+    """`get_model_structural_tag` for the parser's structural tag model, dumped
+    (`StructuralTag.model_dump()`)."""
     if not tools or tool_choice == "none":
         return None
     if tool_choice == "auto" and strict_level == ToolStrictLevel.AUTO and not any(map(_tool_is_strict, tools)):
@@ -589,7 +527,8 @@ def _tools_structural_tag(
     else:
         choice = "auto" if tool_choice in (None, "auto") else "required"
     strict = [strict_level >= ToolStrictLevel.PARAMETER or _tool_is_strict(t) for t in tools]
-    return {"type": "structural_tag", "format": _hermes_tool_format(tools, strict, choice, tags)}
+    tag_format = parser.structural_tag(tools, strict, choice)
+    return None if tag_format is None else {"type": "structural_tag", "format": tag_format}
 
 
 _TOOL_CALL_LIST_FORMATS = frozenset({"triggered_tags", "token_triggered_tags", "tags_with_separator"})
@@ -662,13 +601,13 @@ def _json_schema_from_tools(tools: list[dict[str, Any]], tool_choice: Any, paral
 def _output_format(so: dict[str, Any]) -> dict[str, Any] | None:
     """`structured_outputs_to_format` (parser/abstract_parser.py), dumped."""
     if so["json_object"]:
-        return _json_schema_format({"type": "object"})
+        return json_schema_format({"type": "object"})
     if so["json"] is not None:
         schema = so["json"]
         if isinstance(schema, str):
             check_json_nesting(schema)
             schema = json.loads(schema)
-        return _json_schema_format(schema)
+        return json_schema_format(schema)
     if so["regex"] is not None:
         return {"type": "regex", "pattern": so["regex"]}
     if so["choice"] is not None:
@@ -683,7 +622,7 @@ def _output_format(so: dict[str, Any]) -> dict[str, Any] | None:
                 "type": "triggered_tags",
                 "triggers": s_tag["triggers"],
                 "tags": [
-                    {"type": "tag", "begin": s["begin"], "content": _json_schema_format(s["schema"]), "end": s["end"]}
+                    {"type": "tag", "begin": s["begin"], "content": json_schema_format(s["schema"]), "end": s["end"]}
                     for s in s_tag["structures"]
                 ],
                 "at_least_one": False,
@@ -699,17 +638,21 @@ def _apply_structural_tag(
     tools: list[dict[str, Any]],
     tool_choice: Any,
     structured_outputs: dict[str, Any] | None,
-    tags: tuple[str, str],
+    parser: type[ToolParser],
     enforce_strict_tool_calling: bool,
     tool_strict_level: str | None,
 ) -> dict[str, Any] | None:
     """`Parser._apply_structural_tag`: the dumped structural tag it sets, or None if it leaves the request."""
     if not (tool_choice in ("auto", "required") or isinstance(tool_choice, dict)):
         return None
+    if parser.structural_tag_model is None:  # no tools to resolve: the request is left alone
+        return None
     is_auto = tool_choice == "auto"
     single_call = _as_bool(body.get("parallel_tool_calls", True)) is False
     strict_level = (
-        HERMES_DEFAULT_STRICT_LEVEL if tool_strict_level is None else ToolStrictLevel[tool_strict_level.strip().upper()]
+        parser.default_tool_strict_level
+        if tool_strict_level is None
+        else ToolStrictLevel[tool_strict_level.strip().upper()]
     )
     if single_call and not (is_auto and structured_outputs is not None):
         # Limiting the call count needs the call envelope in the grammar.
@@ -725,7 +668,7 @@ def _apply_structural_tag(
     if not enforce_strict_tool_calling:  # ToolParser.get_structural_tag returns None
         return None
     # With an output format the tools part is "required": the structured output is the other branch.
-    tag = _tools_structural_tag(tools, "required" if output_format is not None else tool_choice, strict_level, tags)
+    tag = _tools_structural_tag(tools, "required" if output_format is not None else tool_choice, strict_level, parser)
     if tag is None:
         return None
     if single_call:
@@ -754,11 +697,9 @@ def resolve_structured_outputs(
     del reasoning_parser
     tool_choice = body.get("tool_choice", "auto" if body.get("tools") else "none")
     has_tool_parser = chat and enable_auto_tool_choice and tool_parser is not None
-    if has_tool_parser and tool_parser not in TOOL_PARSER_TAGS:
-        raise ValueError(f"no structural tag model for tool parser {tool_parser!r}")
-    if not has_tool_parser or not body.get("tools") or tool_choice == "none":
+    parser = tool_parser_class(tool_parser) if has_tool_parser and tool_parser is not None else None
+    if parser is None or not body.get("tools") or tool_choice == "none":
         return StructuredOutputsResult(_from_response_format(body), False)
-    assert tool_parser is not None
     tools: list[dict[str, Any]] = body["tools"]
     structured_outputs = _from_response_format(body)  # request.extract_structured_outputs()
 
@@ -768,7 +709,7 @@ def resolve_structured_outputs(
         tools,
         tool_choice,
         structured_outputs,
-        TOOL_PARSER_TAGS[tool_parser],
+        parser,
         enforce_strict_tool_calling,
         tool_strict_level,
     )
@@ -776,8 +717,8 @@ def resolve_structured_outputs(
         return StructuredOutputsResult(make_structured_outputs(structural_tag=json.dumps(tag)), True)
 
     # ToolParser.adjust_request: the JSON-schema path only runs while the parser still "supports
-    # required and named", i.e. with VLLM_ENFORCE_STRICT_TOOL_CALLING=0.
-    if enforce_strict_tool_calling:
+    # required and named", i.e. with VLLM_ENFORCE_STRICT_TOOL_CALLING=0 or no structural tag model.
+    if enforce_strict_tool_calling and not parser.supports_required_and_named:
         return StructuredOutputsResult(structured_outputs, False)
     own = body.get("structured_outputs")
     if own is not None and own.get("structural_tag") is not None:

@@ -310,7 +310,7 @@ def _parser_for(ctx: DerenderContext, request: dict[str, Any]) -> tuple[parsers.
         settings.reasoning_parser,
         settings.tool_call_parser,
         enable_auto_tools=settings.enable_auto_tool_choice,
-        thinking_enabled=kwargs.get("enable_thinking", True),
+        thinking_enabled=parsers.thinking_enabled(settings.reasoning_parser, kwargs),
     )
     return parser, kwargs
 
@@ -747,7 +747,7 @@ def _stream_request(ctx: DerenderContext, chat_request: dict[str, Any], request_
     kwargs = effective_template_kwargs(ctx.render, chat_request)
     return _StreamRequest(
         opts=parsers.RequestOptions.from_request(chat_request),
-        thinking=bool(kwargs.get("enable_thinking", True)),
+        thinking=parsers.thinking_enabled(ctx.render.settings.reasoning_parser, kwargs),
         stop=_stop_params(chat_request),
         return_token_ids=bool(chat_request.get("return_token_ids")),
         top_limit=lp.chat_top_limit(chat_request),

@@ -62,9 +62,6 @@ class Model:
     override_max_tokens: int | None
     eos_token_id: int | None
     tokenizer_files: dict[str, bytes] = field(default_factory=dict)
-    # Ids of the markers the parsers and render look for (the vocabulary is 150k entries:
-    # never rebuild it per request).
-    marker_ids: dict[str, int] = field(default_factory=dict)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return self.backend.encode(text, add_special_tokens)
@@ -155,7 +152,6 @@ def load_model(settings: Settings) -> Model:
         override_max_tokens=override_max_tokens,
         eos_token_id=hf_tokenizer.eos_token_id,
         tokenizer_files=files,
-        marker_ids=_marker_ids(hf_tokenizer),
     )
     release_freed_memory()
     return model
@@ -171,14 +167,6 @@ def release_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc
         pass
-
-
-_MARKERS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_start|>", "<|im_end|>")
-
-
-def _marker_ids(hf_tokenizer: Any) -> dict[str, int]:
-    vocab = hf_tokenizer.get_vocab()
-    return {marker: vocab[marker] for marker in _MARKERS if marker in vocab}
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -1,66 +1,60 @@
-"""Native reasoning and tool parsers, registered under vLLM's names, and their composition.
+"""Native reasoning and tool parsers, registered under vLLM 0.33's names, and their composition.
 
-`ChatParser` is vLLM 0.33's `DelegatingParser` (`parser/abstract_parser.py`: `parse_delta`,
-`parse`, `finalize_generation`, `_flush_engine_parsers`) fused with `ChatStreamProcessor.step`
-(`entrypoints/openai/chat_completion/stream_processor.py`): the initial reasoning state from the
-prompt (`is_reasoning_end(prompt)`, e.g. `enable_thinking=false` or `</think>` in the prompt), the
-reasoning -> tool phase hand-over (the transition chunk's content plus the engine flush), the
-finish flush, `include_reasoning=false`, `tool_choice` none/auto/required/named,
-`parallel_tool_calls=false` (index 0 only), `tools_streamed` and `resolve_finish_reason`.
+- `protocols`: what a family implements (`ReasoningParser`, `ToolParser`, `ParserState`);
+- `registry`: `@register_reasoning_parser` / `@register_tool_parser` and the name lookups;
+  every module of this package is imported on first lookup, so a family is one module;
+- `chat`: `ChatParser`, vLLM's `DelegatingParser` + `ChatStreamProcessor` over any two families,
+  and the render-side questions (`adjust_request`, `prompt_ends_reasoning`, `thinking_enabled`);
+- `base`: deltas, request options, tool-call ids, `finish_reason` rules, streaming matchers.
 
-Unlike vLLM, nothing is replayed and nothing re-scanned: the parser objects are immutable
-tables; each stream's data is a `StreamState` (a few flags plus the reasoning and tool
-sub-states) whose size does not grow with the output, and `to_obj()`/`from_obj()` turn it
-into plain JSON-able lists that resume identically in another process.
-
-The request half (`RequestOptions`) and the tool-call id function are passed to every call, not
-stored: they come with every derender request.
-
-Registered names: reasoning `qwen3`, `deepseek_r1`; tools `hermes`, `qwen3_json` (an alias of
-`hermes`, as in vLLM).
-
-Parity: every delta (content / reasoning / tool-call index, id presence, name, arguments),
-`finish_reason` and `tools_streamed` is identical to vLLM 0.33's at every chunk boundary, and
-batch `parse` + `assemble` give the same message, on the curated and fuzzed cases of
-/work/oracle-notes/compare_parsers.py (tens of thousands of streams, random chunkings, JSON
-snapshots taken between chunks). Deliberate or known differences:
+See README.md in this folder for how to add a family, and `tests/parity/compare_parsers.py`
+for the comparison with vLLM's own parser classes. Deliberate or known differences from vLLM,
+for every family:
 - tool-call ids: `id_for(request_id, choice, index)` (`chatcmpl-tool-` + 16 hex, vLLM's shape)
   instead of random ids, the same in streaming and batch;
 - the prompt check vLLM runs on the first `parse_delta` runs in `new_state` (same result: it is
-  a pure function of the prompt ids); a stream must be created with the prompt ids it uses;
-- `hermes` is treated as vLLM treats it with the default `VLLM_ENFORCE_STRICT_TOOL_CALLING=1`
+  a pure function of the prompt); a stream must be created with the prompt ids it uses;
+- parsers are treated as vLLM treats them with the default `VLLM_ENFORCE_STRICT_TOOL_CALLING=1`
   (`supports_required_and_named=False`: required/named tool_choice are parsed like auto); the
   JSON-list paths vLLM uses for required/named when that variable is 0 are not implemented;
-- Kimi-style (`functions.<name>:<idx>`) ids and history tool-call counts are not needed by these
-  parsers and not implemented;
 - with a bare `tokenizers.Tokenizer` (no transformers wrapper) the special tokens are the added
   tokens flagged special, not transformers' `all_special_tokens`; pass the transformers tokenizer
-  for vLLM's exact drop set in `qwen3`.
+  for vLLM's exact drop sets.
 """
 
-from __future__ import annotations
-
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any
-
-from render_service.derender.detokenize import DetokState, TokenizerInfo, detokenize_delta, seed_state
 from render_service.parsers.base import (
     Delta,
     FunctionCall,
     RequestOptions,
     ToolCallDelta,
-    ToolIdFn,
-    filter_parallel,
     id_for,
-    keeps_tool_calls,
     resolve_finish_reason,
     tool_ids,
 )
-from render_service.parsers.deepseek_r1 import DeepSeekR1ReasoningParser, DeepSeekR1State
-from render_service.parsers.hermes import HermesState, HermesToolParser
-from render_service.parsers.qwen3 import Qwen3ReasoningParser, Qwen3State
+from render_service.parsers.chat import (
+    ChatParser,
+    ParsedStreamState,
+    StreamState,
+    adjust_request,
+    advance,
+    get_parser,
+    load_parsed_stream,
+    new_parsed_stream,
+    parser_versions,
+    prompt_ends_reasoning,
+    thinking_enabled,
+)
+from render_service.parsers.protocols import ParserState, ReasoningParser, RequestAdjustment, ToolParser
+from render_service.parsers.registry import (
+    REASONING_PARSERS,
+    TOOL_PARSERS,
+    reasoning_parser_class,
+    reasoning_parser_names,
+    register_reasoning_parser,
+    register_tool_parser,
+    tool_parser_class,
+    tool_parser_names,
+)
 
 __all__ = [
     "REASONING_PARSERS",
@@ -69,375 +63,28 @@ __all__ = [
     "Delta",
     "FunctionCall",
     "ParsedStreamState",
+    "ParserState",
+    "ReasoningParser",
+    "RequestAdjustment",
     "RequestOptions",
     "StreamState",
     "ToolCallDelta",
+    "ToolParser",
+    "adjust_request",
     "advance",
     "get_parser",
     "id_for",
+    "load_parsed_stream",
+    "new_parsed_stream",
     "parser_versions",
+    "prompt_ends_reasoning",
+    "reasoning_parser_class",
+    "reasoning_parser_names",
+    "register_reasoning_parser",
+    "register_tool_parser",
     "resolve_finish_reason",
+    "thinking_enabled",
     "tool_ids",
+    "tool_parser_class",
+    "tool_parser_names",
 ]
-
-REASONING_PARSERS: dict[str, type] = {
-    "qwen3": Qwen3ReasoningParser,
-    "deepseek_r1": DeepSeekR1ReasoningParser,
-}
-TOOL_PARSERS: dict[str, type] = {
-    "hermes": HermesToolParser,
-    "qwen3_json": HermesToolParser,
-}
-_REASONING_STATES = {"qwen3": Qwen3State, "deepseek_r1": DeepSeekR1State}
-
-STATE_VERSION = 1
-
-
-def parser_versions(reasoning: str | None, tool: str | None) -> dict[str, int]:
-    """Name -> implementation version, for the config fingerprint."""
-    out = {}
-    if reasoning:
-        out[f"reasoning:{reasoning}"] = REASONING_PARSERS[reasoning].version
-    if tool:
-        out[f"tool:{tool}"] = TOOL_PARSERS[tool].version
-    return out
-
-
-@dataclass(slots=True)
-class StreamState:
-    """Everything one choice's stream needs between chunks (vLLM's `StreamState` minus the
-    accumulated text and ids, plus `ChatStreamProcessor`'s counters)."""
-
-    prompt_checked: bool = False
-    reasoning_ended: bool = False
-    tool_started: bool = False
-    has_output: bool = False  # `num_output_tokens > 0`
-    tools_streamed: bool = False
-    reasoning: Qwen3State | DeepSeekR1State | None = None
-    tool: HermesState | None = None
-
-    def to_obj(self) -> list[Any]:
-        flags = (
-            self.prompt_checked
-            | self.reasoning_ended << 1
-            | self.tool_started << 2
-            | self.has_output << 3
-            | self.tools_streamed << 4
-        )
-        return [
-            STATE_VERSION,
-            flags,
-            self.reasoning.to_obj() if self.reasoning is not None else None,
-            self.tool.to_obj() if self.tool is not None else None,
-        ]
-
-
-@dataclass(slots=True)
-class ParsedStreamState:
-    """The parser path's whole per-choice state: the detokenizer window (special tokens kept)
-    and the parser state."""
-
-    detok: DetokState = field(default_factory=DetokState)
-    parser: StreamState = field(default_factory=StreamState)
-
-    def to_obj(self) -> list[Any]:
-        return [STATE_VERSION, self.detok.to_dict(), self.parser.to_obj()]
-
-
-class ChatParser:
-    """One reasoning parser and/or one tool parser, composed as vLLM's `DelegatingParser`."""
-
-    def __init__(
-        self,
-        tokenizer: Any,
-        reasoning: str | None = None,
-        tool: str | None = None,
-        *,
-        enable_auto_tools: bool = False,
-        thinking_enabled: bool = True,
-    ) -> None:
-        if reasoning is not None and reasoning not in REASONING_PARSERS:
-            raise ValueError(f"unknown reasoning parser {reasoning!r}")
-        if tool is not None and tool not in TOOL_PARSERS:
-            raise ValueError(f"unknown tool parser {tool!r}")
-        self.info = TokenizerInfo.of(tokenizer)
-        self.reasoning_name = reasoning
-        # vLLM only builds a tool parser with --enable-auto-tool-choice.
-        self.tool_name = tool if enable_auto_tools else None
-        self.enable_auto_tools = enable_auto_tools
-        self.reasoning: Qwen3ReasoningParser | DeepSeekR1ReasoningParser | None = (
-            REASONING_PARSERS[reasoning](self.info, thinking_enabled=thinking_enabled) if reasoning else None
-        )
-        self.tool: HermesToolParser | None = TOOL_PARSERS[tool]() if self.tool_name else None
-        r, t = self.reasoning, self.tool
-        self.engine_based = (r is None or r.engine_based_streaming) and (t is None or t.engine_based_streaming)
-
-    # -- state --------------------------------------------------------------------------------------
-
-    def new_state(self, prompt_token_ids: Sequence[int] | None) -> StreamState:
-        """A fresh stream. The prompt check vLLM runs on the first `parse_delta` happens here
-        (it is a pure function of the prompt); with None it never runs, as in vLLM."""
-        st = StreamState(
-            reasoning=self.reasoning.new_state() if self.reasoning is not None else None,
-            tool=self.tool.new_state() if self.tool is not None else None,
-        )
-        if prompt_token_ids is not None:
-            st.prompt_checked = True
-            if self.reasoning is None or self.reasoning.prompt_ends_reasoning(prompt_token_ids):
-                st.reasoning_ended = True
-        return st
-
-    def load_state(self, obj: list[Any]) -> StreamState:
-        if obj[0] != STATE_VERSION:
-            raise ValueError(f"unsupported parser state version {obj[0]!r}")
-        flags = int(obj[1])
-        r_obj, t_obj = obj[2], obj[3]
-        if (r_obj is None) != (self.reasoning is None) or (t_obj is None) != (self.tool is None):
-            raise ValueError("parser state does not match this parser configuration")
-        return StreamState(
-            prompt_checked=bool(flags & 1),
-            reasoning_ended=bool(flags & 2),
-            tool_started=bool(flags & 4),
-            has_output=bool(flags & 8),
-            tools_streamed=bool(flags & 16),
-            reasoning=_REASONING_STATES[self.reasoning_name].from_obj(r_obj) if r_obj is not None else None,  # type: ignore[index]
-            tool=HermesState.from_obj(t_obj) if t_obj is not None else None,
-        )
-
-    # -- streaming ----------------------------------------------------------------------------------
-
-    def keeps_tool_calls(self, opts: RequestOptions) -> bool:
-        return keeps_tool_calls(opts, enable_auto_tools=self.enable_auto_tools, has_tool_parser=self.tool is not None)
-
-    def step(
-        self,
-        st: StreamState,
-        delta_text: str,
-        delta_token_ids: Sequence[int],
-        finish_reason: str | None,
-        opts: RequestOptions,
-        tool_id: ToolIdFn,
-    ) -> tuple[Delta | None, str | None]:
-        """`ChatStreamProcessor.step`: the (filtered) delta and the chat `finish_reason`."""
-        delta: Delta | None
-        if not delta_text and not delta_token_ids and not st.has_output:
-            delta = Delta()  # finished without output: the final chunk goes out unparsed
-        else:
-            delta = self.parse_delta(st, delta_text, delta_token_ids, opts, tool_id, finished=finish_reason is not None)
-            if delta is not None and delta.tool_calls:
-                if self.keeps_tool_calls(opts):
-                    st.tools_streamed = True
-                else:
-                    delta.tool_calls = []
-                    if not delta.content and not delta.reasoning:
-                        delta = None
-        if delta_token_ids:
-            st.has_output = True
-        if delta is not None:
-            delta = filter_parallel(delta, opts)
-        if finish_reason is not None:
-            finish_reason = resolve_finish_reason(finish_reason, opts, st.tools_streamed)
-        return delta, finish_reason
-
-    def parse_delta(
-        self,
-        st: StreamState,
-        delta_text: str,
-        delta_token_ids: Sequence[int],
-        opts: RequestOptions,
-        tool_id: ToolIdFn,
-        *,
-        finished: bool,
-    ) -> Delta | None:
-        """`DelegatingParser.parse_delta` on the new text only."""
-        rp, tp = self.reasoning, self.tool
-        delta: Delta | None = None
-        transitioned = False
-        tool_text = delta_text  # what the tool parser consumes (vLLM: current_text - previous_text)
-
-        if rp is not None and not st.reasoning_ended:
-            delta, ended = rp.stream(st.reasoning, delta_text, delta_token_ids)  # type: ignore[arg-type]
-            if ended:
-                st.reasoning_ended = True
-                transitioned = True
-                # The engine buffers post-marker text (e.g. "<" of "<tool_call>"): flush it.
-                flush = rp.flush_on_transition(st.reasoning) if rp.engine_based_streaming else None  # type: ignore[arg-type]
-                handed = ((delta.content if delta else None) or "") + ((flush.content if flush else None) or "")
-                if self.engine_based:
-                    if handed:  # no tool phase follows to consume it
-                        if delta is None:
-                            delta = Delta()
-                        delta.content = handed
-                else:
-                    tool_text = handed
-
-        if tp is not None and st.reasoning_ended:
-            st.tool_started = True
-            reasoning_from_batch = delta.reasoning if delta else None
-            if opts.tool_choice == "none":
-                delta = Delta(content=tool_text) if tool_text else None
-            else:  # hermes: required/named are parsed like auto (strict tool calling)
-                delta = tp.feed(st.tool, tool_text, tool_id)  # type: ignore[arg-type]
-            if reasoning_from_batch:
-                if delta is None:
-                    delta = Delta(reasoning=reasoning_from_batch)
-                elif not delta.reasoning:
-                    delta.reasoning = reasoning_from_batch
-
-        in_reasoning = rp is not None and not st.reasoning_ended
-        in_tools = tp is not None and st.reasoning_ended
-        if delta is None and not transitioned and not in_reasoning and not in_tools:
-            delta = Delta(content=delta_text)
-
-        if finished:
-            # finalize_generation: append parsed-but-unstreamed tool arguments
-            if tp is not None and delta is not None and delta.tool_calls:
-                last = delta.tool_calls[-1]
-                last.arguments = (last.arguments or "") + tp.remaining_args(st.tool)  # type: ignore[arg-type]
-            # _flush_engine_parsers: an engine still in reasoning flushes its buffers
-            if rp is not None and rp.engine_based_streaming and not st.reasoning_ended:
-                flush = rp.finish(st.reasoning)  # type: ignore[arg-type]
-                if flush is not None:
-                    if delta is None:
-                        delta = flush
-                    else:
-                        if flush.content:
-                            delta.content = (delta.content or "") + flush.content
-                        if flush.reasoning:
-                            delta.reasoning = (delta.reasoning or "") + flush.reasoning
-
-        if delta is not None and not opts.include_reasoning:
-            delta.reasoning = None
-            if not delta.content and not delta.tool_calls:
-                delta = None
-        return delta
-
-    # -- batch --------------------------------------------------------------------------------------
-
-    def parse(
-        self, model_output: str, opts: RequestOptions, prompt_token_ids: Sequence[int] | None = None
-    ) -> tuple[str | None, str | None, list[FunctionCall] | None]:
-        """`DelegatingParser.parse`: (reasoning, content, tool_calls).
-
-        `model_output` is the decoded text with special tokens kept. `prompt_token_ids` is what
-        vLLM passes to `set_prompt_token_ids` (batch derender: `generate_response.prompt_token_ids`,
-        possibly None); only `qwen3` reads it, to start in content when the prompt closes reasoning.
-        """
-        if self.reasoning is not None:
-            reasoning, content = self.reasoning.extract(model_output, prompt_token_ids)
-        else:
-            reasoning, content = None, model_output
-        tool_calls, content = self._extract_tool_calls(content, opts)
-        return reasoning, content, tool_calls
-
-    def _extract_tool_calls(
-        self, content: str | None, opts: RequestOptions
-    ) -> tuple[list[FunctionCall] | None, str | None]:
-        tp = self.tool
-        if tp is None or opts.tool_choice == "none":
-            return [], content
-        forced = opts.tool_choice in ("named", "required")
-        # supports_required_and_named is False for hermes: every choice but "none" is auto here.
-        called, calls, parsed_content = tp.extract_tool_calls(content if content is not None else "")
-        if called:
-            if parsed_content and parsed_content.strip() == "":
-                parsed_content = None
-            return calls, parsed_content
-        if forced and (content is None or not content.strip()):
-            return [], None
-        return None, content
-
-    def assemble(
-        self,
-        reasoning: str | None,
-        content: str | None,
-        tool_calls: list[FunctionCall] | None,
-        opts: RequestOptions,
-        tool_id: ToolIdFn,
-    ) -> tuple[str | None, str | None, list[tuple[str, FunctionCall]]]:
-        """`assemble_chat_message_fields`: the message's reasoning, content and (id, call)s."""
-        if not opts.include_reasoning:
-            reasoning = None
-        if not self.keeps_tool_calls(opts):
-            return reasoning, content, []
-        if opts.forces_tool_calls:
-            content = content or ""
-        calls = list(tool_calls or [])
-        if opts.parallel_tool_calls is False:
-            calls = calls[:1]
-        return reasoning, content, [(tool_id(i), call) for i, call in enumerate(calls)]
-
-
-@lru_cache(maxsize=64)
-def _cached_parser(
-    info: TokenizerInfo, reasoning: str | None, tool: str | None, enable_auto_tools: bool, thinking_enabled: bool
-) -> ChatParser | None:
-    if not reasoning and not (tool and enable_auto_tools):
-        return None
-    return ChatParser(info, reasoning, tool, enable_auto_tools=enable_auto_tools, thinking_enabled=thinking_enabled)
-
-
-def get_parser(
-    tokenizer: Any,
-    reasoning: str | None,
-    tool: str | None,
-    *,
-    enable_auto_tools: bool,
-    thinking_enabled: bool = True,
-) -> ChatParser | None:
-    """The composed parser for a server config, or None when no parser runs (plain path).
-
-    `thinking_enabled` is the request's resolved `chat_template_kwargs["enable_thinking"]`
-    (default True); only `qwen3` reads it.
-    """
-    if reasoning is not None and reasoning not in REASONING_PARSERS:
-        raise ValueError(f"unknown reasoning parser {reasoning!r}")
-    if tool is not None and tool not in TOOL_PARSERS:
-        raise ValueError(f"unknown tool parser {tool!r}")
-    thinking = bool(thinking_enabled) if reasoning == "qwen3" else True
-    return _cached_parser(TokenizerInfo.of(tokenizer), reasoning, tool, enable_auto_tools, thinking)
-
-
-def advance(
-    parser: ChatParser,
-    state: ParsedStreamState,
-    text_token_ids: Sequence[int],
-    delta_token_ids: Sequence[int],
-    finish_reason: str | None,
-    opts: RequestOptions,
-    tool_id: ToolIdFn,
-    *,
-    spaces_between_special_tokens: bool = True,
-) -> tuple[Delta | None, str | None]:
-    """One chunk of the streaming parser path, as `_derender_chat_stream_parsed` runs it:
-    detokenize `text_token_ids` (the chunk after `drop_stop_token`) with special tokens kept,
-    then `step` with the chunk's full `delta_token_ids`. Updates `state` in place.
-
-    A chunk with no tokens and no `finish_reason` is not stepped (vLLM skips it): (None, None).
-    """
-    if not delta_token_ids and finish_reason is None:
-        return None, None
-    text = ""
-    if delta_token_ids:
-        text, state.detok = detokenize_delta(
-            parser.info,
-            text_token_ids,
-            state.detok,
-            skip_special_tokens=False,
-            spaces_between_special_tokens=spaces_between_special_tokens,
-        )
-    return parser.step(state.parser, text, delta_token_ids, finish_reason, opts, tool_id)
-
-
-def new_parsed_stream(parser: ChatParser, prompt_token_ids: Sequence[int] | None) -> ParsedStreamState:
-    """Detokenizer seeded from the prompt tail (special tokens kept) + a fresh parser state."""
-    return ParsedStreamState(
-        detok=seed_state(parser.info, prompt_token_ids, skip_special_tokens=False),
-        parser=parser.new_state(prompt_token_ids),
-    )
-
-
-def load_parsed_stream(parser: ChatParser, obj: list[Any]) -> ParsedStreamState:
-    if obj[0] != STATE_VERSION:
-        raise ValueError(f"unsupported stream state version {obj[0]!r}")
-    return ParsedStreamState(DetokState.from_dict(obj[1]), parser.load_state(obj[2]))

@@ -1,9 +1,7 @@
 """Shared pieces of the native parsers: delta types, request options, tool-call ids, the
-`finish_reason` / `tool_choice` / `parallel_tool_calls` rules, and small streaming matchers.
-
-Every parser keeps its per-stream state in a plain dataclass (ints, strings, short lists) with
-`to_obj()` / `from_obj()`; the parser objects themselves hold only immutable tables built from
-the tokenizer, so one parser object serves every stream.
+`finish_reason` / `tool_choice` / `parallel_tool_calls` rules, small streaming matchers and
+structural-tag building blocks. Families reuse these; see `protocols.py` for what a family
+implements.
 """
 
 from __future__ import annotations
@@ -216,6 +214,21 @@ class Tag:
             k = nk
             i += 1
         return k, "".join(out), False, size
+
+
+# -- structural tags ----------------------------------------------------------------------------------
+
+
+def json_schema_format(schema: Any) -> dict[str, Any]:
+    """xgrammar's `JSONSchemaFormat(json_schema=schema)`, dumped as vLLM sends it."""
+    return {
+        "type": "json_schema",
+        "json_schema": schema,
+        "style": "json",
+        "any_order": False,
+        "max_whitespace_cnt": None,
+        "excludes": [],
+    }
 
 
 def partial_tag_overlap(text: str, tag: str) -> int:

@@ -13,47 +13,33 @@ bool. Output is identical chunk by chunk, including vLLM's chunking-dependent qu
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from render_service.derender.detokenize import TokenizerInfo
 from render_service.parsers.base import Delta
+from render_service.parsers.protocols import ParserState, ReasoningParser
+from render_service.parsers.registry import register_reasoning_parser
 
-STATE_VERSION = 1
 
-
-@dataclass(slots=True)
-class DeepSeekR1State:
+class DeepSeekR1State(ParserState, tag="deepseek_r1/2"):
     seen_start: bool = False  # `<think>` among the output ids so far
 
-    def to_obj(self) -> list[Any]:
-        return [STATE_VERSION, self.seen_start]
 
-    @classmethod
-    def from_obj(cls, obj: list[Any]) -> DeepSeekR1State:
-        if obj[0] != STATE_VERSION:
-            raise ValueError(f"unsupported deepseek_r1 state version {obj[0]!r}")
-        return cls(bool(obj[1]))
-
-
-class DeepSeekR1ReasoningParser:
-    name = "deepseek_r1"
-    version = 1
-    engine_based_streaming = False
+@register_reasoning_parser("deepseek_r1")
+class DeepSeekR1ReasoningParser(ReasoningParser):
+    version = 2
+    state_type = DeepSeekR1State
     start_token = "<think>"
     end_token = "</think>"
 
-    def __init__(self, tokenizer: Any, **_: Any) -> None:
-        info = TokenizerInfo.of(tokenizer)
+    def __init__(self, tokenizer: TokenizerInfo, *, thinking_enabled: bool = True) -> None:
+        super().__init__(tokenizer, thinking_enabled=thinking_enabled)
+        info = tokenizer
         start_id = info.token_to_id(self.start_token)
         end_id = info.token_to_id(self.end_token)
         if start_id is None or end_id is None:
             raise ValueError("deepseek_r1 reasoning parser could not locate think start/end tokens in the tokenizer")
         self.start_token_id: int = start_id
         self.end_token_id: int = end_id
-
-    def new_state(self) -> DeepSeekR1State:
-        return DeepSeekR1State()
 
     def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
         """`is_reasoning_end(prompt)`: the last think token of the prompt is `</think>`."""
@@ -96,12 +82,6 @@ class DeepSeekR1ReasoningParser:
         else:  # DeepSeek-R1 override: no <think> at all means reasoning until </think>
             out = self._split_at_end(delta_text) if end_delta else Delta(reasoning=delta_text)
         return out, end_delta
-
-    def flush_on_transition(self, st: DeepSeekR1State) -> Delta | None:
-        return None
-
-    def finish(self, st: DeepSeekR1State) -> Delta | None:
-        return None
 
     def extract(
         self, model_output: str, prompt_token_ids: Sequence[int] | None = None

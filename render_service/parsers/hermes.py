@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from render_service.parsers.base import (
     JSON_WS,
@@ -41,15 +42,16 @@ from render_service.parsers.base import (
     Tag,
     ToolCallDelta,
     ToolIdFn,
+    json_schema_format,
 )
+from render_service.parsers.protocols import ParserState, RequestAdjustment, ToolParser
+from render_service.parsers.registry import register_tool_parser
 
 TOOL_CALL_START = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"
 _START = Tag(TOOL_CALL_START)
 _END = Tag(TOOL_CALL_END)
 _TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
-
-STATE_VERSION = 1
 
 # -- JSON validator ---------------------------------------------------------------------------------
 # Modes of an incremental validator equivalent to CPython's json.loads(text.strip()).
@@ -83,8 +85,7 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 _DIGITS = frozenset("0123456789")
 
 
-@dataclass(slots=True)
-class JsonCheck:
+class JsonCheck(msgspec.Struct, array_like=True):
     """Incremental "is `json.loads(text.strip())` valid" for a growing text."""
 
     mode: int = J_START
@@ -254,13 +255,6 @@ class JsonCheck:
             self.mode = J_AFTER  # the number ended; c belongs to what follows
             self._after(c)
 
-    def to_obj(self) -> list[Any]:
-        return [self.mode, self.stack, self.aux, self.lit, self.bad_ws]
-
-    @classmethod
-    def from_obj(cls, obj: list[Any]) -> JsonCheck:
-        return cls(int(obj[0]), str(obj[1]), int(obj[2]), str(obj[3]), bool(obj[4]))
-
 
 # -- regex matchers -----------------------------------------------------------------------------------
 # Leftmost-first streaming equivalents of vLLM's two regexes. A candidate is [state, capture];
@@ -335,8 +329,7 @@ PH_CONTENT, PH_REGION, PH_BETWEEN, PH_BLOCKED = range(4)
 ARGS_SEARCH, ARGS_WS, ARGS_ON = range(3)
 
 
-@dataclass(slots=True)
-class HermesState:
+class HermesState(ParserState, tag="hermes/2"):
     """Per-stream state. `k` is the KMP state of the tag being looked for (`<tool_call>` in the
     content and between phases, `</tool_call>` inside a region), so the look-behind is
     `tag[:k]`. `n` counts regions visited (vLLM's `prev_tool_call_arr` length)."""
@@ -345,60 +338,72 @@ class HermesState:
     k: int = 0
     n: int = 0
     name: str | None = None  # of the current region, once found (then already emitted)
-    name_cands: list[list[Any]] = field(default_factory=list)
+    name_cands: list[list[Any]] = msgspec.field(default_factory=list)  # [regex state, capture so far]
     args_phase: int = ARGS_SEARCH
-    args_cands: list[int] = field(default_factory=list)
+    args_cands: list[int] = msgspec.field(default_factory=list)
     pend: str = ""  # argument text not streamed yet
     args_sent: bool = False  # the last region streamed some arguments
-    json: JsonCheck = field(default_factory=JsonCheck)
-
-    def to_obj(self) -> list[Any]:
-        return [
-            STATE_VERSION,
-            self.phase,
-            self.k,
-            self.n,
-            self.name,
-            [list(c) for c in self.name_cands],
-            self.args_phase,
-            list(self.args_cands),
-            self.pend,
-            self.args_sent,
-            self.json.to_obj(),
-        ]
-
-    @classmethod
-    def from_obj(cls, obj: list[Any]) -> HermesState:
-        if obj[0] != STATE_VERSION:
-            raise ValueError(f"unsupported hermes state version {obj[0]!r}")
-        return cls(
-            int(obj[1]),
-            int(obj[2]),
-            int(obj[3]),
-            obj[4],
-            [[int(a), str(b)] for a, b in obj[5]],
-            int(obj[6]),
-            [int(a) for a in obj[7]],
-            str(obj[8]),
-            bool(obj[9]),
-            JsonCheck.from_obj(obj[10]),
-        )
+    json: JsonCheck = msgspec.field(default_factory=JsonCheck)
 
 
-class HermesToolParser:
+@register_tool_parser("hermes", aliases=("qwen3_json",))
+class HermesToolParser(ToolParser):
     """Stateless code; all per-stream data lives in `HermesState`."""
 
-    name = "hermes"
-    version = 1
-    engine_based_streaming = False
-    # VLLM_ENFORCE_STRICT_TOOL_CALLING (default on) + structural_tag_model="hermes": vLLM
-    # treats required/named tool_choice like auto for this parser.
-    supports_required_and_named = False
+    version = 2
+    state_type = HermesState
+    # VLLM_ENFORCE_STRICT_TOOL_CALLING (default on) + this structural tag model: vLLM treats
+    # required/named tool_choice like auto for this parser.
+    structural_tag_model = "hermes"
 
-    def new_state(self) -> HermesState:
-        return HermesState()
+    # -- render side ----------------------------------------------------------------------------
 
-    # -- streaming -----------------------------------------------------------------------------
+    @classmethod
+    def adjust_request(cls, request: RequestAdjustment) -> None:
+        # The tool-call markers are special tokens in some models: keep them for the parser.
+        if request.has_tools and request.tool_choice != "none":
+            request.skip_special_tokens = False
+
+    @classmethod
+    def structural_tag(cls, tools: list[dict[str, Any]], strict: list[bool], choice: str) -> dict[str, Any] | None:
+        """`_hermes_style_structural_tag(...).format` dumped: one tag per tool, with and without
+        the newlines around the JSON, behind the `<tool_call>` trigger for auto."""
+        formats = (
+            (TOOL_CALL_START + '\n{"name": "', "}\n" + TOOL_CALL_END),
+            (TOOL_CALL_START + '{"name": "', "}" + TOOL_CALL_END),
+        )
+        tag_list = []
+        for tool, is_strict in zip(tools, strict, strict=True):
+            function = tool["function"]
+            parameters = function.get("parameters")
+            schema = (parameters if parameters is not None else True) if is_strict else True
+            for begin, finish in formats:
+                tag_list.append(
+                    {
+                        "type": "tag",
+                        "begin": begin + function["name"] + '", "arguments": ',
+                        "content": json_schema_format(schema),
+                        "end": finish,
+                    }
+                )
+        if choice == "auto":
+            return {
+                "type": "triggered_tags",
+                "triggers": [TOOL_CALL_START],
+                "tags": tag_list,
+                "at_least_one": False,
+                "stop_after_first": False,
+                "excludes": [],
+            }
+        return {
+            "type": "tags_with_separator",
+            "tags": tag_list,
+            "separator": "",
+            "at_least_one": True,
+            "stop_after_first": choice == "forced",
+        }
+
+    # -- streaming ------------------------------------------------------------------------------
 
     def feed(self, st: HermesState, text: str, tool_id: ToolIdFn) -> Delta | None:
         """`extract_tool_calls_streaming` for the new text only."""
@@ -463,9 +468,9 @@ class HermesToolParser:
             return
         j = 0
         if phase == ARGS_SEARCH:
-            cands = st.args_cands
+            args_cands = st.args_cands
             for i, c in enumerate(text):
-                if (cands or c == '"') and _args_step(cands, c):
+                if (args_cands or c == '"') and _args_step(args_cands, c):
                     j = i + 1
                     break
             else:

@@ -26,7 +26,7 @@ of that engine the adapter exercises, with all per-stream data in `Qwen3State`:
   `enable_thinking=false` returns the text as content untouched.
 
 Output is the same as vLLM's chunk by chunk: the same deltas at the same chunk boundaries
-(checked against vLLM 0.33 by /work/oracle-notes/compare_parsers.py, including content before
+(checked against vLLM 0.33 by tests/parity/compare_parsers.py, including content before
 `<think>`, no `<think>` at all, `</think>` and `<tool_call>` inside one chunk with text around
 them, split `<thi`/`</tool_` text, whitespace-only content, multi-byte characters split across
 chunks, `<|im_end|>` inside the output, truncation). No difference is known. Not ported because
@@ -36,14 +36,15 @@ they cannot affect output here: reasoning-token counting, and the tool states of
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import msgspec
 
 from render_service.derender.detokenize import TokenizerInfo
 from render_service.parsers.base import Delta
-
-STATE_VERSION = 1
+from render_service.parsers.protocols import ParserState, ReasoningParser, RequestAdjustment
+from render_service.parsers.registry import register_reasoning_parser
 
 THINK_START = "<think>"
 THINK_END = "</think>"
@@ -71,8 +72,7 @@ REASONING, CONTENT = 0, 1
 EV_REASONING, EV_TEXT, EV_END = 0, 1, 2
 
 
-@dataclass(slots=True)
-class Qwen3State:
+class Qwen3State(ParserState, tag="qwen3/2"):
     """The engine's per-stream data. `buf` is the lexer look-behind (shorter than the longest
     terminal), `dterms`/`dpost` the scanner's deferred terminals and text (only non-empty
     while a terminal's text has not reached the detokenized stream), `dcontent` whitespace-only
@@ -81,54 +81,26 @@ class Qwen3State:
     state: int = REASONING
     ever_ids: bool = False
     buf: str = ""
-    dterms: list[list[Any]] = field(default_factory=list)  # [terminal, token_id, text]
+    dterms: list[tuple[str, int, str]] = msgspec.field(default_factory=list)  # (terminal, token_id, text)
     dpost: str = ""
     ended: bool = False  # the engine's `_reasoning_ended`
     dcontent: str = ""
     nonws: bool = False  # `_content_has_nonws`
-
-    def to_obj(self) -> list[Any]:
-        return [
-            STATE_VERSION,
-            self.state,
-            self.ever_ids,
-            self.buf,
-            [list(t) for t in self.dterms],
-            self.dpost,
-            self.ended,
-            self.dcontent,
-            self.nonws,
-        ]
-
-    @classmethod
-    def from_obj(cls, obj: list[Any]) -> Qwen3State:
-        if obj[0] != STATE_VERSION:
-            raise ValueError(f"unsupported qwen3 state version {obj[0]!r}")
-        return cls(
-            int(obj[1]),
-            bool(obj[2]),
-            str(obj[3]),
-            [[str(a), int(b), str(c)] for a, b, c in obj[4]],
-            str(obj[5]),
-            bool(obj[6]),
-            str(obj[7]),
-            bool(obj[8]),
-        )
 
 
 Event = tuple[int, str]
 Item = tuple[str, str] | tuple[str, str, int, str]  # ("text", text) | ("term", terminal, id, text)
 
 
-class Qwen3ReasoningParser:
-    name = "qwen3"
-    version = 1
+@register_reasoning_parser("qwen3")
+class Qwen3ReasoningParser(ReasoningParser):
+    version = 2
+    state_type = Qwen3State
     engine_based_streaming = True
 
-    def __init__(self, tokenizer: Any, *, thinking_enabled: bool = True, **_: Any) -> None:
-        info = TokenizerInfo.of(tokenizer)
-        self.info = info
-        self.thinking_enabled = thinking_enabled
+    def __init__(self, tokenizer: TokenizerInfo, *, thinking_enabled: bool = True) -> None:
+        super().__init__(tokenizer, thinking_enabled=thinking_enabled)
+        info = tokenizer
         # token id -> terminal name (the scanner's map, drop tokens included)
         resolved: dict[int, str] = {}
         for name in TOKEN_ID_TERMINALS:
@@ -161,6 +133,18 @@ class Qwen3ReasoningParser:
             frozenset() if end_id is None else frozenset(t for t in (end_id, tool_id) if t is not None)
         )
         self.boundary_ids = frozenset(t for t in (info.token_to_id(b) for b in CHATML_TURN_BOUNDARIES) if t is not None)
+
+    # -- configuration ----------------------------------------------------------------------------
+
+    @classmethod
+    def thinking_enabled_for(cls, template_kwargs: Mapping[str, Any]) -> bool:
+        """The engine starts in CONTENT with `enable_thinking=false`."""
+        return bool(template_kwargs.get("enable_thinking", True))
+
+    @classmethod
+    def adjust_request(cls, request: RequestAdjustment) -> None:
+        """The engine adapter recognises `<think>`/`</think>` by token id: keep them."""
+        request.skip_special_tokens = False
 
     # -- prompt ---------------------------------------------------------------------------------
 
@@ -376,7 +360,7 @@ class Qwen3ReasoningParser:
             results = self._recover_holdback(st, effective, results)
         else:
             # No detokenized text to anchor to: defer the terminals until their text arrives.
-            st.dterms.extend([r[1], r[2], r[3]] for r in results if r[0] == "term")  # type: ignore[misc]
+            st.dterms.extend((r[1], r[2], r[3]) for r in results if r[0] == "term")  # type: ignore[misc]
             results = []
         return prefix + results
 
@@ -412,7 +396,7 @@ class Qwen3ReasoningParser:
                 if remaining:
                     st.dpost += remaining
                     remaining = ""
-                st.dterms.append([terminal, tid, ttext])
+                st.dterms.append((terminal, tid, ttext))
         return results, remaining
 
     def _recover_holdback(self, st: Qwen3State, text: str, results: list[Item]) -> list[Item]:
@@ -453,7 +437,7 @@ class Qwen3ReasoningParser:
                 if not has_later_valid and consumed < len(text) and anchor[1] != DROP:
                     st.dpost += text[consumed:]
                     consumed = len(text)
-                st.dterms.append([anchor[1], anchor[2], anchor[3]])  # type: ignore[misc]
+                st.dterms.append((anchor[1], anchor[2], anchor[3]))  # type: ignore[misc]
         if consumed < len(text):
             out.append(("text", text[consumed:]))
         return out

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from render_service import parsers
 from render_service.api import structured
 from render_service.api.protocol import (
     DEFAULT_SAMPLING_FLOATS,
@@ -51,7 +52,6 @@ MAX_COMPLETION_PROMPTS = 1024  # VLLM_MAX_COMPLETION_PROMPTS
 # cap the work of one request before any templating (~7 µs per message, ~16 µs per tool).
 MAX_MESSAGES = 100_000
 MAX_TOOLS = 10_000
-_CHATML_BOUNDARIES = ("<|im_start|>", "<|im_end|>")
 
 
 def random_uuid() -> str:
@@ -564,31 +564,20 @@ def _merge_kwargs(defaults: dict[str, Any] | None, overrides: dict[str, Any] | N
     return (defaults or {}) | {k: v for k, v in (overrides or {}).items() if v is not None and v != "auto"}
 
 
-def prompt_reasoning_ended(ctx: RenderContext, token_ids: list[int], template_kwargs: dict[str, Any]) -> bool:
-    """The reasoning parser's `is_reasoning_end(prompt)`, for qwen3 (engine) and deepseek_r1."""
-    ids = ctx.model.marker_ids
-    start_id = ids.get("<think>")
-    end_id = ids.get("</think>")
-    if ctx.settings.reasoning_parser == "qwen3":
-        thinking = template_kwargs.get("enable_thinking", True)
-        end_ids = {i for i in (end_id, ids.get("<tool_call>")) if i is not None}
-        boundaries = {ids[t] for t in _CHATML_BOUNDARIES if t in ids}
-        for token_id in reversed(token_ids):
-            if token_id in end_ids:
-                return True
-            if token_id == start_id:
-                if thinking:
-                    return False
-                break
-            if token_id in boundaries:
-                break
-        return not thinking
-    for token_id in reversed(token_ids):
-        if token_id == start_id:
-            return False
-        if token_id == end_id:
-            return True
-    return False
+def parser_adjustments(
+    ctx: RenderContext, has_tools: bool, tool_choice: Any, skip_special_tokens: bool | None
+) -> bool | None:
+    """The parsers' `adjust_request` effects on the rendered request (structured outputs apart):
+    the new `skip_special_tokens`."""
+    settings = ctx.settings
+    adjusted = parsers.adjust_request(
+        settings.reasoning_parser,
+        settings.tool_call_parser if ctx.has_tool_parser else None,
+        parsers.RequestAdjustment(
+            has_tools=has_tools, tool_choice=tool_choice, skip_special_tokens=skip_special_tokens
+        ),
+    )
+    return adjusted.skip_special_tokens
 
 
 def validate_chat_request(body: dict[str, Any]) -> None:
@@ -757,11 +746,8 @@ def render_chat(
         )
 
     skip_special_tokens = body.get("skip_special_tokens")
-    if settings.reasoning_parser is not None or tool_choice != "none":
-        if settings.reasoning_parser == "qwen3":
-            skip_special_tokens = False
-        if ctx.has_tool_parser and tools and tool_choice != "none":
-            skip_special_tokens = False
+    if settings.reasoning_parser is not None or tool_choice != "none":  # vLLM runs adjust_request
+        skip_special_tokens = parser_adjustments(ctx, bool(tools), tool_choice, skip_special_tokens)
     if not token_ids:
         raise BadRequestError("No token_ids rendered")
 
@@ -774,7 +760,10 @@ def render_chat(
     if not body.get("include_reasoning", True):
         reasoning_ended: bool | None = True
     elif ctx.has_reasoning_parser:
-        reasoning_ended = prompt_reasoning_ended(ctx, token_ids, template_kwargs)
+        assert settings.reasoning_parser is not None
+        reasoning_ended = parsers.prompt_ends_reasoning(
+            ctx.model.hf_tokenizer, settings.reasoning_parser, token_ids, template_kwargs
+        )
     else:
         reasoning_ended = None
     stream = bool(body.get("stream"))

@@ -1,6 +1,6 @@
 """Incremental detokenization with vLLM 0.33's semantics, on the real Qwen3 vocabulary.
 
-Parity with vLLM itself is checked by /work/oracle-notes/compare_parsers.py (every chunk's text
+Parity with vLLM itself is checked by tests/parity/compare_parsers.py (every chunk's text
 of thousands of streams). Here: the algorithm against a literal transcription of vLLM's code that
 calls the transformers tokenizer methods directly, and the properties the service relies on.
 """

@@ -1,0 +1,416 @@
+"""The composed chat parser: one reasoning parser and/or one tool parser, as vLLM runs them.
+
+`ChatParser` is vLLM 0.33's `DelegatingParser` (`parser/abstract_parser.py`: `parse_delta`,
+`parse`, `finalize_generation`, `_flush_engine_parsers`) fused with `ChatStreamProcessor.step`
+(`entrypoints/openai/chat_completion/stream_processor.py`): the initial reasoning state from the
+prompt (`is_reasoning_end(prompt)`, e.g. `enable_thinking=false` or `</think>` in the prompt), the
+reasoning -> tool phase hand-over (the transition chunk's content plus the engine flush), the
+finish flush, `include_reasoning=false`, `tool_choice` none/auto/required/named,
+`parallel_tool_calls=false` (index 0 only), `tools_streamed` and `resolve_finish_reason`.
+
+Unlike vLLM, nothing is replayed and nothing re-scanned: the parser objects are immutable
+tables; each stream's data is a `StreamState` (a few flags plus the reasoning and tool
+sub-states) whose size does not grow with the output. `to_obj()` gives plain lists (msgspec
+`to_builtins` of the tagged array structs) that resume identically in another process.
+
+The request half (`RequestOptions`) and the tool-call id function are passed to every call, not
+stored: they come with every derender request. Nothing here names a family: the registry gives
+the classes, and each class answers for its own quirks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+import msgspec
+
+from render_service.derender.detokenize import DetokState, TokenizerInfo, detokenize_delta, seed_state
+from render_service.parsers.base import (
+    Delta,
+    FunctionCall,
+    RequestOptions,
+    ToolIdFn,
+    filter_parallel,
+    keeps_tool_calls,
+    resolve_finish_reason,
+)
+from render_service.parsers.protocols import ReasoningParser, RequestAdjustment, ToolParser
+from render_service.parsers.registry import reasoning_parser_class, tool_parser_class
+
+# The tag of the composed states: bump when StreamState/ParsedStreamState change shape.
+STATE_VERSION = 2
+
+
+def parser_versions(reasoning: str | None, tool: str | None) -> dict[str, int]:
+    """Name -> implementation version, for the config fingerprint."""
+    out = {}
+    if reasoning:
+        out[f"reasoning:{reasoning}"] = reasoning_parser_class(reasoning).version
+    if tool:
+        out[f"tool:{tool}"] = tool_parser_class(tool).version
+    return out
+
+
+def thinking_enabled(reasoning: str | None, template_kwargs: Mapping[str, Any] | None) -> bool:
+    """What the reasoning parser reads from the request's chat template kwargs."""
+    if reasoning is None:
+        return True
+    return reasoning_parser_class(reasoning).thinking_enabled_for(template_kwargs or {})
+
+
+def adjust_request(reasoning: str | None, tool: str | None, request: RequestAdjustment) -> RequestAdjustment:
+    """`DelegatingParser.adjust_request` (minus structured outputs, see `api.structured`): the
+    reasoning parser's, then the tool parser's (`tool` only when auto tool choice is on)."""
+    if reasoning is not None:
+        reasoning_parser_class(reasoning).adjust_request(request)
+    if tool is not None:
+        tool_parser_class(tool).adjust_request(request)
+    return request
+
+
+def prompt_ends_reasoning(
+    tokenizer: Any, reasoning: str, prompt_token_ids: Sequence[int], template_kwargs: Mapping[str, Any] | None
+) -> bool:
+    """The reasoning parser's `is_reasoning_end(prompt)` for a rendered prompt."""
+    parser = _cached_parser(
+        TokenizerInfo.of(tokenizer), reasoning, None, False, thinking_enabled(reasoning, template_kwargs)
+    )
+    assert parser is not None and parser.reasoning is not None
+    return parser.reasoning.prompt_ends_reasoning(prompt_token_ids)
+
+
+class StreamState(msgspec.Struct, array_like=True, tag=STATE_VERSION):
+    """Everything one choice's stream needs between chunks (vLLM's `StreamState` minus the
+    accumulated text and ids, plus `ChatStreamProcessor`'s counters). `reasoning` and `tool`
+    are the families' own `ParserState`s (decoded by their parser classes)."""
+
+    prompt_checked: bool = False
+    reasoning_ended: bool = False
+    tool_started: bool = False
+    has_output: bool = False  # `num_output_tokens > 0`
+    tools_streamed: bool = False
+    reasoning: Any = None
+    tool: Any = None
+
+    def to_obj(self) -> list[Any]:
+        return msgspec.to_builtins(self)
+
+
+class ParsedStreamState(msgspec.Struct, array_like=True, tag=STATE_VERSION):
+    """The parser path's whole per-choice state: the detokenizer window (special tokens kept)
+    and the parser state."""
+
+    detok: DetokState = msgspec.field(default_factory=DetokState)
+    parser: StreamState = msgspec.field(default_factory=StreamState)
+
+    def to_obj(self) -> list[Any]:
+        return msgspec.to_builtins(self)
+
+
+class ChatParser:
+    """One reasoning parser and/or one tool parser, composed as vLLM's `DelegatingParser`."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        reasoning: str | None = None,
+        tool: str | None = None,
+        *,
+        enable_auto_tools: bool = False,
+        thinking_enabled: bool = True,
+    ) -> None:
+        reasoning_cls = reasoning_parser_class(reasoning) if reasoning is not None else None
+        tool_cls = tool_parser_class(tool) if tool is not None else None
+        self.info = TokenizerInfo.of(tokenizer)
+        self.reasoning_name = reasoning
+        # vLLM only builds a tool parser with --enable-auto-tool-choice.
+        self.tool_name = tool if enable_auto_tools else None
+        self.enable_auto_tools = enable_auto_tools
+        self.reasoning: ReasoningParser | None = (
+            reasoning_cls(self.info, thinking_enabled=thinking_enabled) if reasoning_cls is not None else None
+        )
+        self.tool: ToolParser | None = tool_cls(self.info) if tool_cls is not None and enable_auto_tools else None
+        r, t = self.reasoning, self.tool
+        self.engine_based = (r is None or r.engine_based_streaming) and (t is None or t.engine_based_streaming)
+
+    # -- state --------------------------------------------------------------------------------------
+
+    def new_state(self, prompt_token_ids: Sequence[int] | None) -> StreamState:
+        """A fresh stream. The prompt check vLLM runs on the first `parse_delta` happens here
+        (it is a pure function of the prompt); with None it never runs, as in vLLM."""
+        st = StreamState(
+            reasoning=self.reasoning.new_state() if self.reasoning is not None else None,
+            tool=self.tool.new_state() if self.tool is not None else None,
+        )
+        if prompt_token_ids is not None:
+            st.prompt_checked = True
+            if self.reasoning is None or self.reasoning.prompt_ends_reasoning(prompt_token_ids):
+                st.reasoning_ended = True
+        return st
+
+    def load_state(self, obj: Any) -> StreamState:
+        """A state from `StreamState.to_obj()`, possibly made by another process."""
+        try:
+            st = msgspec.convert(obj, StreamState)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"unsupported parser state: {exc}") from None
+        self._load_substates(st)
+        return st
+
+    def _load_substates(self, st: StreamState) -> None:
+        if (st.reasoning is None) != (self.reasoning is None) or (st.tool is None) != (self.tool is None):
+            raise ValueError("parser state does not match this parser configuration")
+        try:
+            if self.reasoning is not None:
+                st.reasoning = self.reasoning.load_state(st.reasoning)
+            if self.tool is not None:
+                st.tool = self.tool.load_state(st.tool)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"unsupported parser state: {exc}") from None
+
+    # -- streaming ----------------------------------------------------------------------------------
+
+    def keeps_tool_calls(self, opts: RequestOptions) -> bool:
+        return keeps_tool_calls(opts, enable_auto_tools=self.enable_auto_tools, has_tool_parser=self.tool is not None)
+
+    def step(
+        self,
+        st: StreamState,
+        delta_text: str,
+        delta_token_ids: Sequence[int],
+        finish_reason: str | None,
+        opts: RequestOptions,
+        tool_id: ToolIdFn,
+    ) -> tuple[Delta | None, str | None]:
+        """`ChatStreamProcessor.step`: the (filtered) delta and the chat `finish_reason`."""
+        delta: Delta | None
+        if not delta_text and not delta_token_ids and not st.has_output:
+            delta = Delta()  # finished without output: the final chunk goes out unparsed
+        else:
+            delta = self.parse_delta(st, delta_text, delta_token_ids, opts, tool_id, finished=finish_reason is not None)
+            if delta is not None and delta.tool_calls:
+                if self.keeps_tool_calls(opts):
+                    st.tools_streamed = True
+                else:
+                    delta.tool_calls = []
+                    if not delta.content and not delta.reasoning:
+                        delta = None
+        if delta_token_ids:
+            st.has_output = True
+        if delta is not None:
+            delta = filter_parallel(delta, opts)
+        if finish_reason is not None:
+            finish_reason = resolve_finish_reason(finish_reason, opts, st.tools_streamed)
+        return delta, finish_reason
+
+    def parse_delta(
+        self,
+        st: StreamState,
+        delta_text: str,
+        delta_token_ids: Sequence[int],
+        opts: RequestOptions,
+        tool_id: ToolIdFn,
+        *,
+        finished: bool,
+    ) -> Delta | None:
+        """`DelegatingParser.parse_delta` on the new text only."""
+        rp, tp = self.reasoning, self.tool
+        delta: Delta | None = None
+        transitioned = False
+        tool_text = delta_text  # what the tool parser consumes (vLLM: current_text - previous_text)
+
+        if rp is not None and not st.reasoning_ended:
+            delta, ended = rp.stream(st.reasoning, delta_text, delta_token_ids)  # type: ignore[arg-type]
+            if ended:
+                st.reasoning_ended = True
+                transitioned = True
+                # The engine buffers post-marker text (e.g. "<" of "<tool_call>"): flush it.
+                flush = rp.flush_on_transition(st.reasoning) if rp.engine_based_streaming else None  # type: ignore[arg-type]
+                handed = ((delta.content if delta else None) or "") + ((flush.content if flush else None) or "")
+                if self.engine_based:
+                    if handed:  # no tool phase follows to consume it
+                        if delta is None:
+                            delta = Delta()
+                        delta.content = handed
+                else:
+                    tool_text = handed
+
+        if tp is not None and st.reasoning_ended:
+            st.tool_started = True
+            reasoning_from_batch = delta.reasoning if delta else None
+            if opts.tool_choice == "none":
+                delta = tp.feed_without_tools(st.tool, tool_text)
+            else:  # required/named are parsed like auto (supports_required_and_named=False)
+                delta = tp.feed(st.tool, tool_text, tool_id)
+            if reasoning_from_batch:
+                if delta is None:
+                    delta = Delta(reasoning=reasoning_from_batch)
+                elif not delta.reasoning:
+                    delta.reasoning = reasoning_from_batch
+
+        in_reasoning = rp is not None and not st.reasoning_ended
+        in_tools = tp is not None and st.reasoning_ended
+        if delta is None and not transitioned and not in_reasoning and not in_tools:
+            delta = Delta(content=delta_text)
+
+        if finished:
+            # finalize_generation: append parsed-but-unstreamed tool arguments
+            if tp is not None and delta is not None and delta.tool_calls:
+                last = delta.tool_calls[-1]
+                last.arguments = (last.arguments or "") + tp.remaining_args(st.tool)  # type: ignore[arg-type]
+            # _flush_engine_parsers: an engine still in reasoning flushes its buffers
+            if rp is not None and rp.engine_based_streaming and not st.reasoning_ended:
+                flush = rp.finish(st.reasoning)  # type: ignore[arg-type]
+                if flush is not None:
+                    if delta is None:
+                        delta = flush
+                    else:
+                        if flush.content:
+                            delta.content = (delta.content or "") + flush.content
+                        if flush.reasoning:
+                            delta.reasoning = (delta.reasoning or "") + flush.reasoning
+
+        if delta is not None and not opts.include_reasoning:
+            delta.reasoning = None
+            if not delta.content and not delta.tool_calls:
+                delta = None
+        return delta
+
+    # -- batch --------------------------------------------------------------------------------------
+
+    def parse(
+        self, model_output: str, opts: RequestOptions, prompt_token_ids: Sequence[int] | None = None
+    ) -> tuple[str | None, str | None, list[FunctionCall] | None]:
+        """`DelegatingParser.parse`: (reasoning, content, tool_calls).
+
+        `model_output` is the decoded text with special tokens kept. `prompt_token_ids` is what
+        vLLM passes to `set_prompt_token_ids` (batch derender: `generate_response.prompt_token_ids`,
+        possibly None); only `qwen3` reads it, to start in content when the prompt closes reasoning.
+        """
+        if self.reasoning is not None:
+            reasoning, content = self.reasoning.extract(model_output, prompt_token_ids)
+        else:
+            reasoning, content = None, model_output
+        tool_calls, content = self._extract_tool_calls(content, opts)
+        return reasoning, content, tool_calls
+
+    def _extract_tool_calls(
+        self, content: str | None, opts: RequestOptions
+    ) -> tuple[list[FunctionCall] | None, str | None]:
+        tp = self.tool
+        if tp is None:
+            return [], content
+        if opts.tool_choice == "none":
+            return [], tp.content_without_tools(content)
+        forced = opts.tool_choice in ("named", "required")
+        # supports_required_and_named is False for every registered parser: every choice but
+        # "none" is auto here.
+        called, calls, parsed_content = tp.extract_tool_calls(content if content is not None else "")
+        if called:
+            if parsed_content and parsed_content.strip() == "":
+                parsed_content = None
+            return calls, parsed_content
+        if forced and (content is None or not content.strip()):
+            return [], None
+        return None, content
+
+    def assemble(
+        self,
+        reasoning: str | None,
+        content: str | None,
+        tool_calls: list[FunctionCall] | None,
+        opts: RequestOptions,
+        tool_id: ToolIdFn,
+    ) -> tuple[str | None, str | None, list[tuple[str, FunctionCall]]]:
+        """`assemble_chat_message_fields`: the message's reasoning, content and (id, call)s."""
+        if not opts.include_reasoning:
+            reasoning = None
+        if not self.keeps_tool_calls(opts):
+            return reasoning, content, []
+        if opts.forces_tool_calls:
+            content = content or ""
+        calls = list(tool_calls or [])
+        if opts.parallel_tool_calls is False:
+            calls = calls[:1]
+        return reasoning, content, [(tool_id(i), call) for i, call in enumerate(calls)]
+
+
+@lru_cache(maxsize=64)
+def _cached_parser(
+    info: TokenizerInfo, reasoning: str | None, tool: str | None, enable_auto_tools: bool, thinking_enabled: bool
+) -> ChatParser | None:
+    if not reasoning and not (tool and enable_auto_tools):
+        return None
+    return ChatParser(info, reasoning, tool, enable_auto_tools=enable_auto_tools, thinking_enabled=thinking_enabled)
+
+
+def get_parser(
+    tokenizer: Any,
+    reasoning: str | None,
+    tool: str | None,
+    *,
+    enable_auto_tools: bool,
+    thinking_enabled: bool = True,
+) -> ChatParser | None:
+    """The composed parser for a server config, or None when no parser runs (plain path).
+
+    `thinking_enabled` is what the reasoning parser class made of the request's chat template
+    kwargs (`thinking_enabled(reasoning, kwargs)`: always True for families that do not read
+    them, and only those that override `thinking_enabled_for` look at it).
+    """
+    if reasoning is not None:
+        reasoning_parser_class(reasoning)  # unknown names fail here, not inside the cache
+    if tool is not None:
+        tool_parser_class(tool)
+    return _cached_parser(TokenizerInfo.of(tokenizer), reasoning, tool, enable_auto_tools, bool(thinking_enabled))
+
+
+def advance(
+    parser: ChatParser,
+    state: ParsedStreamState,
+    text_token_ids: Sequence[int],
+    delta_token_ids: Sequence[int],
+    finish_reason: str | None,
+    opts: RequestOptions,
+    tool_id: ToolIdFn,
+    *,
+    spaces_between_special_tokens: bool = True,
+) -> tuple[Delta | None, str | None]:
+    """One chunk of the streaming parser path, as `_derender_chat_stream_parsed` runs it:
+    detokenize `text_token_ids` (the chunk after `drop_stop_token`) with special tokens kept,
+    then `step` with the chunk's full `delta_token_ids`. Updates `state` in place.
+
+    A chunk with no tokens and no `finish_reason` is not stepped (vLLM skips it): (None, None).
+    """
+    if not delta_token_ids and finish_reason is None:
+        return None, None
+    text = ""
+    if delta_token_ids:
+        text, state.detok = detokenize_delta(
+            parser.info,
+            text_token_ids,
+            state.detok,
+            skip_special_tokens=False,
+            spaces_between_special_tokens=spaces_between_special_tokens,
+        )
+    return parser.step(state.parser, text, delta_token_ids, finish_reason, opts, tool_id)
+
+
+def new_parsed_stream(parser: ChatParser, prompt_token_ids: Sequence[int] | None) -> ParsedStreamState:
+    """Detokenizer seeded from the prompt tail (special tokens kept) + a fresh parser state."""
+    return ParsedStreamState(
+        detok=seed_state(parser.info, prompt_token_ids, skip_special_tokens=False),
+        parser=parser.new_state(prompt_token_ids),
+    )
+
+
+def load_parsed_stream(parser: ChatParser, obj: Any) -> ParsedStreamState:
+    """A state from `ParsedStreamState.to_obj()`, possibly made by another process."""
+    try:
+        state = msgspec.convert(obj, ParsedStreamState)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"unsupported stream state: {exc}") from None
+    parser._load_substates(state.parser)
+    return state

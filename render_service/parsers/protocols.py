@@ -1,0 +1,191 @@
+"""What a reasoning or tool parser family implements, and the state struct its streams carry.
+
+A family is one module in `render_service/parsers/` with a class that subclasses
+`ReasoningParser` or `ToolParser` and is registered under vLLM's name
+(`registry.register_reasoning_parser` / `register_tool_parser`). Everything that is particular
+to the family lives on that class: its per-stream state struct, how it treats special tokens,
+the prompt-ends-reasoning check, its `adjust_request` effects on the rendered request, whether
+it reads `enable_thinking`, whether `tool_choice` required/named get vLLM's JSON paths, and the
+structural tag it constrains tool calls with. Nothing outside `parsers/` names a family.
+
+Parser objects hold only immutable tables built from the tokenizer, so one object serves every
+stream; each stream's data is a `ParserState` (a msgspec struct encoded as a tagged array whose
+tag is `"<family>/<version>"`) that resumes identically in another process.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import msgspec
+
+from render_service.derender.detokenize import TokenizerInfo
+from render_service.parsers.base import Delta, FunctionCall, ToolIdFn
+
+
+class ParserState(msgspec.Struct, array_like=True):
+    """Base of every per-stream parser state.
+
+    Subclasses pass `tag="<family>/<version>"`: the tag is the first array element on the wire,
+    so a state from another family or another version is refused when decoded. Bump the version
+    whenever the fields or their meaning change (the parser's `version` goes into the config
+    fingerprint too, so snapshots of the old layout are never looked up).
+    """
+
+
+class ToolStrictLevel(enum.IntEnum):
+    """`--tool-strict-level` (vLLM `tool_parsers/tool_strict_level.py`)."""
+
+    AUTO = 0
+    FUNCTION = 1
+    PARAMETER = 2
+
+
+@dataclass(slots=True)
+class RequestAdjustment:
+    """The request fields a parser's `adjust_request` reads or changes (vLLM mutates the
+    request object; render applies the result to the `GenerateRequest` it emits).
+
+    `tool_choice` is the request's value ("none" | "auto" | "required" | None | a named-function
+    dict); `skip_special_tokens` is None when the request leaves it to the defaults.
+    """
+
+    has_tools: bool
+    tool_choice: Any
+    skip_special_tokens: bool | None
+
+
+class ReasoningParser(ABC):
+    """A reasoning parser family (vLLM's `ReasoningParser`), streaming over new text only.
+
+    Subclasses set `state_type` and implement the abstract methods; `stream` returns the
+    chunk's delta and whether reasoning has ended (after which the tool phase, or plain
+    content, takes over).
+    """
+
+    name: ClassVar[str] = ""  # the registered name (set by the registry)
+    version: ClassVar[int] = 1  # bump on any output or state change (config fingerprint)
+    state_type: ClassVar[type[ParserState]]
+    # vLLM's `engine_based_streaming`: the parser buffers text and must be flushed at the
+    # reasoning -> tool hand-over and at the end of the stream.
+    engine_based_streaming: ClassVar[bool] = False
+
+    def __init__(self, tokenizer: TokenizerInfo, *, thinking_enabled: bool = True) -> None:
+        self.info = tokenizer
+        self.thinking_enabled = thinking_enabled
+
+    # -- configuration --------------------------------------------------------------------------
+
+    @classmethod
+    def thinking_enabled_for(cls, template_kwargs: Mapping[str, Any]) -> bool:
+        """What this family reads from the request's chat template kwargs (vLLM passes them as
+        `reasoning_parser_kwargs`). Families that ignore them always think."""
+        return True
+
+    @classmethod
+    def adjust_request(cls, request: RequestAdjustment) -> None:
+        """vLLM's `ReasoningParser.adjust_request`: nothing by default."""
+        return None
+
+    # -- per stream -------------------------------------------------------------------------------
+
+    def new_state(self) -> ParserState:
+        return self.state_type()
+
+    def load_state(self, obj: Any) -> ParserState:
+        return msgspec.convert(obj, self.state_type)
+
+    @abstractmethod
+    def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
+        """`is_reasoning_end(prompt)`: the rendered prompt already closes reasoning."""
+
+    @abstractmethod
+    def stream(self, st: Any, delta_text: str, delta_ids: Sequence[int]) -> tuple[Delta | None, bool]:
+        """`extract_reasoning_streaming` for one chunk, and whether reasoning ended in it."""
+
+    def flush_on_transition(self, st: Any) -> Delta | None:
+        """Buffered text to hand over when reasoning ends (engine-based parsers)."""
+        return None
+
+    def finish(self, st: Any) -> Delta | None:
+        """Buffered text to flush when the stream finishes still in reasoning."""
+        return None
+
+    @abstractmethod
+    def extract(
+        self, model_output: str, prompt_token_ids: Sequence[int] | None = None
+    ) -> tuple[str | None, str | None]:
+        """Batch `extract_reasoning`: (reasoning, content)."""
+
+
+class ToolParser(ABC):
+    """A tool-call parser family (vLLM's `ToolParser`), streaming over new text only."""
+
+    name: ClassVar[str] = ""
+    version: ClassVar[int] = 1
+    state_type: ClassVar[type[ParserState]]
+    engine_based_streaming: ClassVar[bool] = False
+    # vLLM's xgrammar structural tag model key; `structural_tag` builds its format.
+    structural_tag_model: ClassVar[str | None] = None
+    # vLLM's `supports_required_and_named`: when False, required/named tool_choice are parsed
+    # like auto. vLLM forces it False for every parser with a structural tag model (under its
+    # default VLLM_ENFORCE_STRICT_TOOL_CALLING=1), as `__init_subclass__` does here. The
+    # JSON-list paths vLLM takes when it is True are not implemented: the registry refuses such
+    # a class until they are.
+    supports_required_and_named: ClassVar[bool] = True
+    default_tool_strict_level: ClassVar[ToolStrictLevel] = ToolStrictLevel.AUTO
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.structural_tag_model is not None:
+            cls.supports_required_and_named = False
+
+    def __init__(self, tokenizer: TokenizerInfo) -> None:
+        self.info = tokenizer
+
+    # -- render side ------------------------------------------------------------------------------
+
+    @classmethod
+    def adjust_request(cls, request: RequestAdjustment) -> None:
+        """vLLM's `ToolParser.adjust_request` effects other than structured outputs."""
+        return None
+
+    @classmethod
+    def structural_tag(cls, tools: list[dict[str, Any]], strict: list[bool], choice: str) -> dict[str, Any] | None:
+        """The dumped xgrammar structural-tag `format` for `structural_tag_model`, or None
+        when the family has none. `tools` are the resolved function tools, `strict[i]` whether
+        tool i's parameters are enforced, `choice` "auto" | "required" | "forced"."""
+        return None
+
+    # -- per stream -------------------------------------------------------------------------------
+
+    def new_state(self) -> ParserState:
+        return self.state_type()
+
+    def load_state(self, obj: Any) -> ParserState:
+        return msgspec.convert(obj, self.state_type)
+
+    @abstractmethod
+    def feed(self, st: Any, text: str, tool_id: ToolIdFn) -> Delta | None:
+        """`extract_tool_calls_streaming` for the new text only."""
+
+    def feed_without_tools(self, st: Any, text: str) -> Delta | None:
+        """`tool_choice="none"`: vLLM passes the text through (engine-based parsers override
+        this to run their content extraction and drop the calls)."""
+        return Delta(content=text) if text else None
+
+    @abstractmethod
+    def remaining_args(self, st: Any) -> str:
+        """`get_remaining_unstreamed_args()` at the end of the stream."""
+
+    @abstractmethod
+    def extract_tool_calls(self, model_output: str) -> tuple[bool, list[FunctionCall], str | None]:
+        """Batch `extract_tool_calls`: (tools_called, calls, content)."""
+
+    def content_without_tools(self, content: str | None) -> str | None:
+        """Batch content for `tool_choice="none"` (engine-based parsers strip tool markup)."""
+        return content
