@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 
 from render_service.derender.detokenize import DetokState, TokenizerInfo, detokenize_delta, seed_state
+from render_service.parsers import forced
 from render_service.parsers.base import (
     Delta,
     FunctionCall,
@@ -93,6 +94,8 @@ class StreamState(msgspec.Struct, array_like=True, tag=STATE_VERSION):
     tools_streamed: bool = False
     reasoning: Any = None
     tool: Any = None
+    # vLLM's JSON paths for tool_choice required/named (parsers that support them), once used
+    forced: forced.RequiredScan | None = None
 
     def to_obj(self) -> list[Any]:
         return msgspec.to_builtins(self)
@@ -242,7 +245,9 @@ class ChatParser:
             reasoning_from_batch = delta.reasoning if delta else None
             if opts.tool_choice == "none":
                 delta = tp.feed_without_tools(st.tool, tool_text)
-            else:  # required/named are parsed like auto (supports_required_and_named=False)
+            elif tp.supports_required_and_named and opts.forces_tool_calls:
+                delta = self._feed_forced(st, tool_text, opts, tool_id)
+            else:  # auto, or required/named parsed like auto (supports_required_and_named=False)
                 delta = tp.feed(st.tool, tool_text, tool_id)
             if reasoning_from_batch:
                 if delta is None:
@@ -278,6 +283,16 @@ class ChatParser:
                 delta = None
         return delta
 
+    @staticmethod
+    def _feed_forced(st: StreamState, text: str, opts: RequestOptions, tool_id: ToolIdFn) -> Delta | None:
+        """`extract_named_tool_call_streaming` / `extract_required_tool_call_streaming`."""
+        if st.forced is None:
+            st.forced = forced.RequiredScan()
+        if opts.tool_choice == "named":
+            delta, st.forced.named = forced.named_feed(st.forced.named, text, opts.tool_name or "", tool_id)
+            return delta
+        return forced.required_feed(st.forced, text, tool_id)
+
     # -- batch --------------------------------------------------------------------------------------
 
     def parse(
@@ -304,15 +319,22 @@ class ChatParser:
             return [], content
         if opts.tool_choice == "none":
             return [], tp.content_without_tools(content)
-        forced = opts.tool_choice in ("named", "required")
-        # supports_required_and_named is False for every registered parser: every choice but
-        # "none" is auto here.
+        forces = opts.forces_tool_calls
+        if forces and tp.supports_required_and_named:
+            # vLLM's JSON paths: the constrained output is the named call's arguments, or a JSON
+            # array of {"name", "parameters"} objects for required.
+            if opts.tool_choice == "named":
+                if content is None or not content.strip():
+                    return [], None
+                return [FunctionCall(opts.tool_name or "", content)], None
+            return forced.required_calls(content), None
+        # Otherwise required/named are parsed like auto (supports_required_and_named=False).
         called, calls, parsed_content = tp.extract_tool_calls(content if content is not None else "")
         if called:
             if parsed_content and parsed_content.strip() == "":
                 parsed_content = None
             return calls, parsed_content
-        if forced and (content is None or not content.strip()):
+        if forces and (content is None or not content.strip()):
             return [], None
         return None, content
 

@@ -52,6 +52,7 @@ class RequiredScan(ParserState, tag="forced_required/1"):
     announced: bool = False
     blocked: bool = False
     done: bool = False
+    named: bool = False  # named: the call's id and name were sent
 
 
 def required_feed(st: RequiredScan, text: str, tool_id: ToolIdFn) -> Delta | None:

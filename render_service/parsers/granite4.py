@@ -19,12 +19,12 @@ Kept exactly as vLLM behaves, quirks included:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from render_service.parsers.base import Delta, FunctionCall, ToolCallDelta, ToolIdFn
+from render_service.parsers.protocols import ParserState, RequestAdjustment, ToolParser
+from render_service.parsers.registry import register_tool_parser
 
-STATE_VERSION = 1
 TC_START = "<tool_call>"
 TC_END = "</tool_call>"
 
@@ -50,22 +50,15 @@ def _args_text(args: Any) -> str | None:
     return json.dumps(args, ensure_ascii=False)
 
 
-@dataclass(slots=True)
-class Granite4State:
+class Granite4State(ParserState, tag="granite4/1"):
+    """`look_ahead`: vLLM's buffer (a tag prefix, or a call from `<tool_call>` on); `in_tc`:
+    vLLM's flag; `calls`: calls emitted; `broken`: vLLM's bookkeeping assertion now fails on
+    every chunk."""
+
     look_ahead: str = ""
     in_tc: bool = False
-    calls: int = 0  # calls emitted (vLLM's current_tool_id + 1)
-    broken: bool = False  # vLLM's bookkeeping assertion fails on every later chunk
-    last_args: str | None = None  # arguments of the last call (for remaining_args)
-
-    def to_obj(self) -> list[Any]:
-        return [STATE_VERSION, self.look_ahead, self.in_tc, self.calls, self.broken, self.last_args]
-
-    @classmethod
-    def from_obj(cls, obj: list[Any]) -> Granite4State:
-        if obj[0] != STATE_VERSION:
-            raise ValueError(f"unsupported granite4 state version {obj[0]!r}")
-        return cls(str(obj[1]), bool(obj[2]), int(obj[3]), bool(obj[4]), None if obj[5] is None else str(obj[5]))
+    calls: int = 0
+    broken: bool = False
 
 
 class _CallError(Exception):
@@ -90,14 +83,19 @@ def _collect(segments: list[str]) -> list[tuple[str, str | None]]:
     return out
 
 
-class Granite4ToolParser:
-    """Stateless tables; per-stream data in `Granite4State`."""
+@register_tool_parser("granite4")
+class Granite4ToolParser(ToolParser):
+    """Stateless; per-stream data in `Granite4State`. No structural tag model, so vLLM's JSON
+    paths serve tool_choice required/named (`forced.py`)."""
 
     version = 1
-    engine_based_streaming = False
+    state_type = Granite4State
 
-    def new_state(self) -> Granite4State:
-        return Granite4State()
+    @classmethod
+    def adjust_request(cls, request: RequestAdjustment) -> None:
+        # The tool-call markers are special tokens in some models: keep them for the parser.
+        if request.has_tools and request.tool_choice != "none":
+            request.skip_special_tokens = False
 
     def _step(self, st: Granite4State, text: str) -> tuple[bool, str, str]:
         """`_tool_extraction_step`: (done, content, tool text); updates look_ahead / in_tc."""
@@ -152,7 +150,6 @@ class Granite4ToolParser:
                 ToolCallDelta(index=st.calls, id=tool_id(st.calls), type="function", name=name, arguments=args)
             )
             st.calls += 1
-            st.last_args = args
         content = "".join(content_parts)
         if content or deltas:
             return Delta(content=content or None, tool_calls=deltas)

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from render_service.parsers.base import Delta
+from render_service.parsers.protocols import ParserState, ReasoningParser
+from render_service.parsers.registry import register_reasoning_parser
 
-STATE_VERSION = 1
 THINK_STARTS = ("Here's my thought process:", "Here is my thought process:")
 RESPONSE_STARTS = ("Here's my response:", "Here is my response:")
 LONGEST_THINK = max(len(s) for s in THINK_STARTS)
@@ -46,8 +45,7 @@ def _response_prefix(text: str) -> bool:
     return any(s.startswith(text) for s in RESPONSE_STARTS)
 
 
-@dataclass(slots=True)
-class GraniteReasoningState:
+class GraniteReasoningState(ParserState, tag="granite_reasoning/1"):
     """`length`: characters of output seen; `win`: its last WINDOW characters; `start`: where the
     reasoning starts (-1 before the thought-process marker); `colon`/`marker`: the response
     marker's ':' position and length (-1/0 before it)."""
@@ -58,26 +56,11 @@ class GraniteReasoningState:
     colon: int = -1
     marker: int = 0
 
-    def to_obj(self) -> list[Any]:
-        return [STATE_VERSION, self.length, self.win, self.start, self.colon, self.marker]
 
-    @classmethod
-    def from_obj(cls, obj: list[Any]) -> GraniteReasoningState:
-        if obj[0] != STATE_VERSION:
-            raise ValueError(f"unsupported granite reasoning state version {obj[0]!r}")
-        return cls(int(obj[1]), str(obj[2]), int(obj[3]), int(obj[4]), int(obj[5]))
-
-
-class GraniteReasoningParser:
-    name = "granite"
+@register_reasoning_parser("granite")
+class GraniteReasoningParser(ReasoningParser):
     version = 1
-    engine_based_streaming = False
-
-    def __init__(self, tokenizer: Any = None, **_: Any) -> None:
-        pass
-
-    def new_state(self) -> GraniteReasoningState:
-        return GraniteReasoningState()
+    state_type = GraniteReasoningState
 
     def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
         return False  # vLLM's is_reasoning_end returns None
@@ -175,7 +158,9 @@ class GraniteReasoningParser:
     def finish(self, st: GraniteReasoningState) -> Delta | None:
         return None
 
-    def extract(self, model_output: str, prompt_token_ids: Sequence[int] | None = None) -> tuple[str | None, str | None]:
+    def extract(
+        self, model_output: str, prompt_token_ids: Sequence[int] | None = None
+    ) -> tuple[str | None, str | None]:
         match = REASONING_REGEX.search(model_output)
         if match is None:
             return None, model_output

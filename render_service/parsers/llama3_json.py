@@ -25,15 +25,16 @@ success drops all text around the objects.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import partial_json_parser
 from partial_json_parser.core.options import Allow
 
-from render_service.parsers.base import Delta, FunctionCall, ToolCallDelta, ToolIdFn
+from render_service.derender.detokenize import TokenizerInfo
+from render_service.parsers.base import Delta, FunctionCall, ToolCallDelta, ToolIdFn, json_schema_format
+from render_service.parsers.protocols import ParserState, ToolParser
+from render_service.parsers.registry import register_tool_parser
 
-STATE_VERSION = 1
 BOT_TOKEN = "<|python_tag|>"
 SEPARATOR_LEN = len("; ")  # vLLM skips two characters after each object, whatever they are
 
@@ -73,8 +74,7 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-@dataclass(slots=True)
-class Llama3JsonState:
+class Llama3JsonState(ParserState, tag="llama3_json/1"):
     """`head`: the tool-phase text while it is still undecided (a proper prefix of the bot token);
     `buf`: the call-list text from the start of object `base_index` on; `cur`: vLLM's
     current_tool_id; `sent`: argument text streamed for `cur`; `prev_*`: what vLLM reads from
@@ -95,55 +95,58 @@ class Llama3JsonState:
     prev_expected: str = ""
     prev_tool_sent: str = ""
 
-    def to_obj(self) -> list[Any]:
-        return [
-            STATE_VERSION,
-            self.mode,
-            self.head,
-            self.buf,
-            self.base_index,
-            self.cur,
-            self.name_sent,
-            self.sent,
-            self.prev_len,
-            self.prev_truthy,
-            self.prev_json,
-            self.prev_expected,
-            self.prev_tool_sent,
-        ]
-
-    @classmethod
-    def from_obj(cls, obj: list[Any]) -> Llama3JsonState:
-        if obj[0] != STATE_VERSION:
-            raise ValueError(f"unsupported llama3_json state version {obj[0]!r}")
-        return cls(
-            int(obj[1]),
-            str(obj[2]),
-            str(obj[3]),
-            int(obj[4]),
-            int(obj[5]),
-            bool(obj[6]),
-            str(obj[7]),
-            int(obj[8]),
-            bool(obj[9]),
-            str(obj[10]),
-            str(obj[11]),
-            str(obj[12]),
-        )
-
 
 class _Stop(Exception):
     """vLLM returned None for this chunk (malformed JSON, or an exception it swallowed)."""
 
 
-class Llama3JsonToolParser:
+TOOL_NAME_PREFIX = '{"name": "'
+PARAMETERS_PREFIX = '", "parameters": '
+TRIGGER = '{"name": '
+THINK_EXCLUDES = ["<think>", "</think>"]
+
+
+@register_tool_parser("llama3_json", aliases=("llama4_json",))
+class Llama3JsonToolParser(ToolParser):
     """Stateless; per-stream data in `Llama3JsonState`."""
 
     version = 1
-    engine_based_streaming = False
+    state_type = Llama3JsonState
+    # xgrammar's builtin "llama" tag: with VLLM_ENFORCE_STRICT_TOOL_CALLING (default on) vLLM
+    # parses required/named tool_choice like auto for this parser.
+    structural_tag_model = "llama"
 
-    def new_state(self) -> Llama3JsonState:
-        return Llama3JsonState()
+    def __init__(self, tokenizer: TokenizerInfo) -> None:
+        super().__init__(tokenizer)
+        if tokenizer.token_to_id(BOT_TOKEN) is None:
+            raise ValueError(f"Llama3JsonToolParser could not locate the bot token '{BOT_TOKEN}' in the tokenizer.")
+
+    @classmethod
+    def structural_tag(cls, tools: list[dict[str, Any]], strict: list[bool], choice: str) -> dict[str, Any] | None:
+        """xgrammar's `get_llama_structural_tag(...).format`, dumped."""
+        tags = []
+        for tool, is_strict in zip(tools, strict, strict=True):
+            function = tool["function"]
+            parameters = function.get("parameters")
+            schema = (parameters if parameters is not None else True) if is_strict else True
+            tags.append(
+                {
+                    "type": "tag",
+                    "begin": TOOL_NAME_PREFIX + function["name"] + PARAMETERS_PREFIX,
+                    "content": json_schema_format(schema),
+                    "end": "}",
+                }
+            )
+        if choice == "forced":
+            return tags[0]
+        return {
+            "type": "triggered_tags",
+            "triggers": [TRIGGER],
+            "tags": tags,
+            "at_least_one": choice == "required",
+            "stop_after_first": False,
+            "excludes": list(THINK_EXCLUDES),
+        }
 
     # -- streaming ----------------------------------------------------------------------------------
 

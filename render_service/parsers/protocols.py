@@ -133,9 +133,8 @@ class ToolParser(ABC):
     structural_tag_model: ClassVar[str | None] = None
     # vLLM's `supports_required_and_named`: when False, required/named tool_choice are parsed
     # like auto. vLLM forces it False for every parser with a structural tag model (under its
-    # default VLLM_ENFORCE_STRICT_TOOL_CALLING=1), as `__init_subclass__` does here. The
-    # JSON-list paths vLLM takes when it is True are not implemented: the registry refuses such
-    # a class until they are.
+    # default VLLM_ENFORCE_STRICT_TOOL_CALLING=1), as `__init_subclass__` does here. When it is
+    # True, required/named take vLLM's JSON paths (`forced.py`, wired by `ChatParser`).
     supports_required_and_named: ClassVar[bool] = True
     default_tool_strict_level: ClassVar[ToolStrictLevel] = ToolStrictLevel.AUTO
 

@@ -25,14 +25,15 @@ from __future__ import annotations
 import ast
 import json
 import warnings
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import regex
 
 from render_service.parsers.base import Delta, FunctionCall, ToolCallDelta, ToolIdFn
+from render_service.parsers.protocols import ParserState, ToolParser
+from render_service.parsers.registry import register_tool_parser
 
-STATE_VERSION = 1
 PYTHON_START = "<|python_start|>"
 PYTHON_END = "<|python_end|>"
 REGEX_TIMEOUT_SECONDS = 1  # VLLM_TOOL_PARSE_REGEX_TIMEOUT_SECONDS
@@ -160,36 +161,25 @@ def _calls(source: str) -> list[tuple[str, str]]:
     return [_call(e) for e in value.elts]  # type: ignore[arg-type]
 
 
-@dataclass(slots=True)
-class PythonicState:
+class PythonicState(ParserState, tag="pythonic/1"):
     """`text`: the tool-phase text (the call list); `cur`: vLLM's current_tool_index; `sent`:
     argument text streamed per call; `called`: vLLM's prev_tool_call_arr was set."""
 
     mode: int = UNDECIDED
     text: str = ""
     cur: int = -1
-    sent: list[str] = field(default_factory=list)
+    sent: list[str] = msgspec.field(default_factory=list)
     called: bool = False
 
-    def to_obj(self) -> list[Any]:
-        return [STATE_VERSION, self.mode, self.text, self.cur, list(self.sent), self.called]
 
-    @classmethod
-    def from_obj(cls, obj: list[Any]) -> PythonicState:
-        if obj[0] != STATE_VERSION:
-            raise ValueError(f"unsupported pythonic state version {obj[0]!r}")
-        return cls(int(obj[1]), str(obj[2]), int(obj[3]), [str(s) for s in obj[4]], bool(obj[5]))
-
-
-class PythonicToolParser:
-    """`pythonic`. Stateless; per-stream data in `PythonicState`."""
+@register_tool_parser("pythonic")
+class PythonicToolParser(ToolParser):
+    """`pythonic`. Stateless; per-stream data in `PythonicState`. No structural tag model, so
+    vLLM's JSON paths serve tool_choice required/named (`forced.py`)."""
 
     version = 1
-    engine_based_streaming = False
+    state_type = PythonicState
     wrapped = False  # llama4: <|python_start|> ... <|python_end|>
-
-    def new_state(self) -> PythonicState:
-        return PythonicState()
 
     def _starts_calls(self, text: str) -> bool:
         return text.startswith("[") or (self.wrapped and text.startswith(PYTHON_START))
@@ -289,6 +279,7 @@ class PythonicToolParser:
         return True, [FunctionCall(name, args) for name, args in calls], None
 
 
+@register_tool_parser("llama4_pythonic")
 class Llama4PythonicToolParser(PythonicToolParser):
     """`llama4_pythonic`."""
 
