@@ -261,6 +261,13 @@ class ChatParser:
             delta = Delta(content=delta_text)
 
         if finished:
+            # finalize_generation: a parser's fallback content for a stream still in reasoning
+            if rp is not None and not st.reasoning_ended:
+                promoted = rp.fallback_content(st.reasoning)
+                if promoted:
+                    if delta is None:
+                        delta = Delta()
+                    delta.content = (delta.content or "") + promoted
             # finalize_generation: append parsed-but-unstreamed tool arguments
             if tp is not None and delta is not None and delta.tool_calls:
                 last = delta.tool_calls[-1]
@@ -386,7 +393,8 @@ def get_parser(
         reasoning_parser_class(reasoning)  # unknown names fail here, not inside the cache
     if tool is not None:
         tool_parser_class(tool)
-    return _cached_parser(TokenizerInfo.of(tokenizer), reasoning, tool, enable_auto_tools, bool(thinking_enabled))
+    # A family may return more than a flag from `thinking_enabled_for` (e.g. a small mode int).
+    return _cached_parser(TokenizerInfo.of(tokenizer), reasoning, tool, enable_auto_tools, thinking_enabled)
 
 
 def advance(

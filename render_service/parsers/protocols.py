@@ -115,6 +115,11 @@ class ReasoningParser(ABC):
         """Buffered text to flush when the stream finishes still in reasoning."""
         return None
 
+    def fallback_content(self, st: Any) -> str | None:
+        """`get_streaming_fallback_content`: content to add to the last delta of a stream that
+        finishes still in reasoning (before `finish` runs)."""
+        return None
+
     @abstractmethod
     def extract(
         self, model_output: str, prompt_token_ids: Sequence[int] | None = None

@@ -100,12 +100,12 @@ def test_states_are_tagged_with_family_and_version(tok: Any) -> None:
     state = parsers.new_parsed_stream(parser, [tok.convert_tokens_to_ids("<|im_start|>")])
     obj = json.loads(json.dumps(state.to_obj()))
     assert obj[0] == parsers.chat.STATE_VERSION
-    reasoning_obj, tool_obj = obj[2][-2], obj[2][-1]
+    reasoning_obj, tool_obj = obj[2][6], obj[2][7]  # after the tag and the five flags
     assert reasoning_obj[0] == "qwen3/2" and tool_obj[0] == "hermes/2"
     assert parsers.load_parsed_stream(parser, obj).to_obj() == obj
 
     stale = json.loads(json.dumps(obj))
-    stale[2][-1][0] = "hermes/1"
+    stale[2][7][0] = "hermes/1"
     with pytest.raises(ValueError, match="unsupported parser state"):
         parsers.load_parsed_stream(parser, stale)
     swapped = json.loads(json.dumps(obj))
