@@ -109,7 +109,7 @@ def test_states_are_tagged_with_family_and_version(tok: Any) -> None:
     with pytest.raises(ValueError, match="unsupported parser state"):
         parsers.load_parsed_stream(parser, stale)
     swapped = json.loads(json.dumps(obj))
-    swapped[2][-2], swapped[2][-1] = swapped[2][-1], swapped[2][-2]
+    swapped[2][6], swapped[2][7] = swapped[2][7], swapped[2][6]
     with pytest.raises(ValueError, match="unsupported parser state"):
         parsers.load_parsed_stream(parser, swapped)
     reasoning_only = parsers.get_parser(tok, "qwen3", None, enable_auto_tools=True)
