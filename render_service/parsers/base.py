@@ -92,6 +92,8 @@ class RequestOptions:
     has_tools: bool = False
     parallel_tool_calls: bool | None = True
     include_reasoning: bool = True
+    # The request's tools (for parsers that coerce arguments to the schema or check names).
+    tools: Any = None
 
     @classmethod
     def from_request(cls, req: Mapping[str, Any] | None) -> RequestOptions:
@@ -114,6 +116,7 @@ class RequestOptions:
             has_tools=bool(tools),
             parallel_tool_calls=req.get("parallel_tool_calls", True),
             include_reasoning=True if include is None else bool(include),
+            tools=tools or None,
         )
 
     @property

@@ -135,6 +135,8 @@ class ChatParser:
             reasoning_cls(self.info, thinking_enabled=thinking_enabled) if reasoning_cls is not None else None
         )
         self.tool: ToolParser | None = tool_cls(self.info) if tool_cls is not None and enable_auto_tools else None
+        if self.tool is not None:
+            self.tool.reasoning_configured = self.reasoning is not None
         r, t = self.reasoning, self.tool
         self.engine_based = (r is None or r.engine_based_streaming) and (t is None or t.engine_based_streaming)
 
@@ -222,17 +224,19 @@ class ChatParser:
         rp, tp = self.reasoning, self.tool
         delta: Delta | None = None
         transitioned = False
-        tool_text = delta_text  # what the tool parser consumes (vLLM: current_text - previous_text)
+        # What the tool parser consumes (vLLM: current_text / current_token_ids).
+        tool_text, tool_ids_ = delta_text, delta_token_ids
 
         if rp is not None and not st.reasoning_ended:
-            delta, ended = rp.stream(st.reasoning, delta_text, delta_token_ids)  # type: ignore[arg-type]
+            delta, ended = rp.stream(st.reasoning, delta_text, delta_token_ids)
             if ended:
                 st.reasoning_ended = True
                 transitioned = True
                 # The engine buffers post-marker text (e.g. "<" of "<tool_call>"): flush it.
-                flush = rp.flush_on_transition(st.reasoning) if rp.engine_based_streaming else None  # type: ignore[arg-type]
+                flush = rp.flush_on_transition(st.reasoning) if rp.engine_based_streaming else None
                 handed = ((delta.content if delta else None) or "") + ((flush.content if flush else None) or "")
-                if self.engine_based:
+                tool_ids_ = rp.extract_content_ids(delta_token_ids)
+                if self.engine_based and tp is None:
                     if handed:  # no tool phase follows to consume it
                         if delta is None:
                             delta = Delta()
@@ -244,11 +248,16 @@ class ChatParser:
             st.tool_started = True
             reasoning_from_batch = delta.reasoning if delta else None
             if opts.tool_choice == "none":
-                delta = tp.feed_without_tools(st.tool, tool_text)
+                if self.engine_based:  # the engine runs, its calls are dropped
+                    delta = tp.feed_for_request(st.tool, tool_text, tool_ids_, tool_id, opts)
+                    if delta is not None:
+                        delta.tool_calls = []
+                else:
+                    delta = Delta(content=tool_text) if tool_text else None
             elif tp.supports_required_and_named and opts.forces_tool_calls:
                 delta = self._feed_forced(st, tool_text, opts, tool_id)
             else:  # auto, or required/named parsed like auto (supports_required_and_named=False)
-                delta = tp.feed(st.tool, tool_text, tool_id)
+                delta = tp.feed_for_request(st.tool, tool_text, tool_ids_, tool_id, opts)
             if reasoning_from_batch:
                 if delta is None:
                     delta = Delta(reasoning=reasoning_from_batch)
@@ -271,18 +280,25 @@ class ChatParser:
             # finalize_generation: append parsed-but-unstreamed tool arguments
             if tp is not None and delta is not None and delta.tool_calls:
                 last = delta.tool_calls[-1]
-                last.arguments = (last.arguments or "") + tp.remaining_args(st.tool)  # type: ignore[arg-type]
-            # _flush_engine_parsers: an engine still in reasoning flushes its buffers
+                last.arguments = (last.arguments or "") + tp.remaining_args(st.tool)
+            # _flush_engine_parsers: a reasoning engine still in reasoning, then a tool engine
+            flushes: list[Delta | None] = []
             if rp is not None and rp.engine_based_streaming and not st.reasoning_ended:
-                flush = rp.finish(st.reasoning)  # type: ignore[arg-type]
-                if flush is not None:
-                    if delta is None:
-                        delta = flush
-                    else:
-                        if flush.content:
-                            delta.content = (delta.content or "") + flush.content
-                        if flush.reasoning:
-                            delta.reasoning = (delta.reasoning or "") + flush.reasoning
+                flushes.append(rp.finish(st.reasoning))
+            if tp is not None and tp.engine_based_streaming:
+                flushes.append(tp.finish_for_request(st.tool, tool_id, opts))
+            for flush in flushes:
+                if flush is None:
+                    continue
+                if delta is None:
+                    delta = flush
+                    continue
+                if flush.content:
+                    delta.content = (delta.content or "") + flush.content
+                if flush.reasoning:
+                    delta.reasoning = (delta.reasoning or "") + flush.reasoning
+                if flush.tool_calls:
+                    delta.tool_calls = delta.tool_calls + flush.tool_calls
 
         if delta is not None and not opts.include_reasoning:
             delta.reasoning = None
@@ -325,7 +341,9 @@ class ChatParser:
         if tp is None:
             return [], content
         if opts.tool_choice == "none":
-            return [], tp.content_without_tools(content)
+            if self.engine_based:  # the engine drops the calls' markup
+                return [], tp.extract_for_request(content or "", opts)[2]
+            return [], content
         forces = opts.forces_tool_calls
         if forces and tp.supports_required_and_named:
             # vLLM's JSON paths: the constrained output is the named call's arguments, or a JSON
@@ -336,13 +354,15 @@ class ChatParser:
                 return [FunctionCall(opts.tool_name or "", content)], None
             return forced.required_calls(content), None
         # Otherwise required/named are parsed like auto (supports_required_and_named=False).
-        called, calls, parsed_content = tp.extract_tool_calls(content if content is not None else "")
+        called, calls, parsed_content = tp.extract_for_request(content if content is not None else "", opts)
         if called:
             if parsed_content and parsed_content.strip() == "":
                 parsed_content = None
             return calls, parsed_content
         if forces and (content is None or not content.strip()):
             return [], None
+        if self.engine_based:  # incomplete call markup is dropped, as in streaming
+            return None, parsed_content or None
         return None, content
 
     def assemble(

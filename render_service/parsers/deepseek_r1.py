@@ -51,6 +51,13 @@ class DeepSeekR1ReasoningParser(ReasoningParser):
                 return True
         return False
 
+    def extract_content_ids(self, delta_ids: Sequence[int]) -> Sequence[int]:
+        """`BaseThinkingReasoningParser.extract_content_ids`: the ids after `</think>`, if it
+        is not the last id."""
+        if self.end_token_id not in delta_ids[:-1]:
+            return []
+        return delta_ids[list(delta_ids).index(self.end_token_id) + 1 :]
+
     def _split_at_end(self, text: str) -> Delta:
         end_index = text.find(self.end_token)
         content = text[end_index + len(self.end_token) :]

