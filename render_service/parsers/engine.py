@@ -18,8 +18,11 @@ schema coercion of the arguments needs all of them). So the state is bounded by 
 one tool call, not by the stream; text inside a parameter value streams in O(new text) through
 the value extender, as in vLLM.
 
-Not ported (no family here uses them): `MESSAGE_HEADER` states, JSON-array tool bodies
-(`tool_call_body_array`), reasoning-token counting, Kimi-style tool-call ids.
+JSON-array tool bodies (`tool_call_body_array`, Granite's `<|tool_call|>[{...}, ...]`) split
+into one call per element with a two-flag state.
+
+Not ported (no family here uses them): `MESSAGE_HEADER` states, reasoning-token counting,
+Kimi-style tool-call ids.
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ class EngineConfig:
     extender_step: ExtenderStep | None = None
     stream_arg_deltas: bool = True
     tool_args_json: bool = True
+    tool_call_body_array: bool = False
     arg_structural_chars: frozenset[str] | None = None
     preserve_tokens: frozenset[str] = frozenset()
     turn_boundary_tokens: frozenset[str] = frozenset()
@@ -140,6 +144,8 @@ class EngineState(ParserState):
     deferred_content: str = ""
     deferred_reasoning: str = ""
     content_has_nonws: bool = False
+    array_started: bool = False  # tool_call_body_array: the "[" was seen
+    array_in_element: bool = False  # ... and a "{...}" element is open
 
 
 Item = tuple[str, str] | tuple[str, str, int, str]  # ("text", text) | ("term", terminal, id, text)
@@ -453,7 +459,9 @@ class Engine:
             events.append((EV_ARG, st.args_buffer, st.tool_index))
             st.args_buffer = ""
         if st.state in TOOL_STATES:
-            if st.tool_index >= 0:
+            # In array mode a closed element already ended its call; only an open one needs it.
+            end_open_call = st.array_in_element if self.config.tool_call_body_array else True
+            if end_open_call and st.tool_index >= 0:
                 events.append((EV_TOOL_END, "", st.tool_index))
             st.state = CONTENT
         elif st.state == REASONING:
@@ -511,6 +519,8 @@ class Engine:
 
     def _emit(self, st: EngineState, text: str) -> list[Event]:
         if st.state == TOOL_ARGS:
+            if self.config.tool_call_body_array:
+                return self._feed_array_text(st, text)
             if self.config.tool_args_json:
                 return self._feed_args_json(st, text)
             return [(EV_ARG, text, st.tool_index)]
@@ -533,7 +543,60 @@ class Engine:
             st.args_depth = 0
             st.args_in_string = False
             st.args_escape = False
+            if self.config.tool_call_body_array:
+                st.array_started = st.array_in_element = False
         return events
+
+    # -- JSON-array tool body (tool_call_body_array) -----------------------------------------------
+
+    def _feed_array_text(self, st: EngineState, text: str) -> list[Event]:
+        """One call per `{...}` element of a `[...]` body; the `]` ends the region and what
+        follows is content; anything but the array's structure before an element bails out to
+        content (the marker was not followed by a JSON array)."""
+        events: list[Event] = []
+        for i, ch in enumerate(text):
+            if st.state != TOOL_ARGS:  # the array closed mid-chunk
+                events.extend(self._emit(st, text[i:]))
+                break
+            events.extend(self._feed_array_char(st, ch))
+        return events
+
+    def _feed_array_char(self, st: EngineState, ch: str) -> list[Event]:
+        if st.array_in_element:
+            events = self._feed_args_json(st, ch)
+            if ch == "}" and not st.args_in_string and not st.args_escape and st.args_depth == 0:
+                st.array_in_element = False  # the element object closed: flush its held "}"
+                if st.args_buffer:
+                    events.append((EV_ARG, st.args_buffer, st.tool_index))
+                    st.args_buffer = ""
+                events.append((EV_TOOL_END, "", st.tool_index))
+            return events
+        if ch in " \t\r\n":
+            return []
+        if not st.array_started:
+            if ch == "[":
+                st.array_started = True
+                return []
+            return self._bail_array(st, ch)
+        if ch == ",":
+            return []
+        if ch == "{":
+            st.tool_index += 1
+            st.args_buffer = ""
+            st.args_depth = 0
+            st.args_in_string = st.args_escape = False
+            st.array_in_element = True
+            return [(EV_TOOL_START, "", st.tool_index), *self._feed_args_json(st, ch)]
+        if ch == "]":
+            st.state = CONTENT
+            st.array_started = st.array_in_element = False
+            return []
+        return self._bail_array(st, ch)
+
+    def _bail_array(self, st: EngineState, ch: str) -> list[Event]:
+        st.state = CONTENT
+        st.array_started = st.array_in_element = False
+        return self._emit(st, ch)
 
     def _feed_args_json(self, st: EngineState, text: str) -> list[Event]:
         """Stream JSON argument text, holding back a closing top-level brace."""
