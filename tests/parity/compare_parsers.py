@@ -43,6 +43,7 @@ from typing import Any
 
 from render_service import parsers
 from render_service.model.example import build_example_model
+from tests.parity import compare_parsers_llama
 from tests.parsers import cases
 
 # -- the families ------------------------------------------------------------------------------------
@@ -113,7 +114,20 @@ def _qwen_output(rng: random.Random) -> list[Any]:
     return segs
 
 
-_XML_VALUES = ["Paris", "3", " 3 ", "\nLyon\n", "é 😀 <b>", "true", '{"a": [1, 2]}', "", "x < y", "null", "1e999", "-0.5"]
+_XML_VALUES = [
+    "Paris",
+    "3",
+    " 3 ",
+    "\nLyon\n",
+    "é 😀 <b>",
+    "true",
+    '{"a": [1, 2]}',
+    "",
+    "x < y",
+    "null",
+    "1e999",
+    "-0.5",
+]
 
 
 def _qwen3_xml_call(rng: random.Random) -> list[Any]:
@@ -149,7 +163,9 @@ def _qwen3_xml_output(rng: random.Random) -> list[Any]:
         if roll < 0.5:
             segs.extend(_qwen3_xml_call(rng))
         elif roll < 0.6:
-            segs.append(rng.choice(["<function=search>", "</function>", "<parameter=q>", "</parameter>", "<tool_call>"]))
+            segs.append(
+                rng.choice(["<function=search>", "</function>", "<parameter=q>", "</parameter>", "<tool_call>"])
+            )
         else:
             segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(1, 5)))
     if rng.random() < 0.6:
@@ -187,6 +203,9 @@ FAMILIES: dict[str, Family] = {
         eos=(cases.EOS, cases.MODEL_EOS),
     ),
 }
+
+# Llama 3/4 JSON, pythonic, Granite and Nemotron (model folders from tests/parsers/families/llama.py).
+FAMILIES.update(compare_parsers_llama.families(Family))
 
 # -- vLLM's side -------------------------------------------------------------------------------------
 

@@ -69,6 +69,7 @@ PARSER_CONFIGS = {
         _cfg("p_pythonic", "llama3", tool="pythonic"),
         _cfg("p_llama4_pythonic", "llama4", tool="llama4_pythonic"),
         _cfg("p_granite", "granite", reasoning="granite", tool="granite"),
+        _cfg("p_granite_tool", "granite", tool="granite"),
         _cfg("p_granite4", "granite", tool="granite4"),
         _cfg("p_nemotron_v3", "nemotron", reasoning="nemotron_v3", tool="hermes"),
     )
@@ -282,6 +283,35 @@ def _granite_cases(b: CorpusBuilder) -> None:
     _forced_cases(b, cfg, (tc, calls), eos)
 
 
+def _granite_tool_cases(b: CorpusBuilder) -> None:
+    """The granite tool parser alone: with the granite reasoning parser vLLM's stream never
+    leaves reasoning, so only this config streams through the tool parser."""
+    cfg = "p_granite_tool"
+    eos, tc = _GR["<|end_of_text|>"], _GR["<|tool_call|>"]
+    calls = json.dumps(
+        [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "search_products", "arguments": SEARCH_ARGS}]
+    )
+    b.chat_all(f"{cfg}_content", cfg, _tools(cfg), [Out(("Hello there <tool " + UNI, eos))])
+    b.chat_all(f"{cfg}_tool_token", cfg, _tools(cfg), [Out((tc, calls, eos))])
+    b.chat_all(f"{cfg}_tool_string", cfg, _tools(cfg), [Out(("Sure. ", ("<tool", "_call>"), " " + calls, eos))])
+    b.chat_all(f"{cfg}_tool_then_content", cfg, _tools(cfg), [Out(("Ok ", tc, calls, " anything else?", eos))])
+    b.chat_all(
+        f"{cfg}_tool_length",
+        cfg,
+        _tools(cfg),
+        [Out((tc, '[{"name": "get_weather", "arguments": {"city": "Pa'), finish_reason="length")],
+    )
+    b.chat_all(f"{cfg}_not_an_array", cfg, _tools(cfg), [Out((tc, ' {"name": "get_weather"} trailing', eos))])
+    b.chat_all(
+        f"{cfg}_args_first",
+        cfg,
+        _tools(cfg),
+        [Out((tc, '[{"arguments": {"city": "Rome", "unit": "celsius"}, "name": "get_weather"}]', eos))],
+    )
+    b.chat_all(f"{cfg}_string_args", cfg, _tools(cfg), [Out((tc, '[{"name": "get_weather", "arguments": "x"}]', eos))])
+    _forced_cases(b, cfg, (tc, calls), eos)
+
+
 def _granite4_cases(b: CorpusBuilder) -> None:
     cfg = "p_granite4"
     eos = _GR["<|end_of_text|>"]
@@ -375,6 +405,7 @@ def build_parser_corpus(encoders: Mapping[str, Encoder]) -> list[DerenderCase]:
     _pythonic_cases(b, "p_pythonic", _L3["<|eot_id|>"], None, None)
     _pythonic_cases(b, "p_llama4_pythonic", _L4["<|eot|>"], _L4["<|python_start|>"], _L4["<|python_end|>"])
     _granite_cases(b)
+    _granite_tool_cases(b)
     _granite4_cases(b)
     _nemotron_cases(b)
     return b.cases
