@@ -306,14 +306,16 @@ class ChatParser:
                 delta = None
         return delta
 
-    @staticmethod
-    def _feed_forced(st: StreamState, text: str, opts: RequestOptions, tool_id: ToolIdFn) -> Delta | None:
+    def _feed_forced(self, st: StreamState, text: str, opts: RequestOptions, tool_id: ToolIdFn) -> Delta | None:
         """`extract_named_tool_call_streaming` / `extract_required_tool_call_streaming`."""
         if st.forced is None:
             st.forced = forced.RequiredScan()
         if opts.tool_choice == "named":
             delta, st.forced.named = forced.named_feed(st.forced.named, text, opts.tool_name or "", tool_id)
             return delta
+        if self.engine_based:
+            # vLLM's engine-based stream state keeps no text: each chunk is scanned on its own.
+            return forced.required_feed(forced.RequiredScan(), text, tool_id)
         return forced.required_feed(st.forced, text, tool_id)
 
     # -- batch --------------------------------------------------------------------------------------
