@@ -73,7 +73,7 @@ def adjust_request(reasoning: str | None, tool: str | None, request: RequestAdju
 
 def prompt_ends_reasoning(
     tokenizer: Any, reasoning: str, prompt_token_ids: Sequence[int], template_kwargs: Mapping[str, Any] | None
-) -> bool:
+) -> bool | None:
     """The reasoning parser's `is_reasoning_end(prompt)` for a rendered prompt."""
     parser = _cached_parser(
         TokenizerInfo.of(tokenizer), reasoning, None, False, thinking_enabled(reasoning, template_kwargs)

@@ -51,7 +51,12 @@ REASONING_EVENTS = frozenset((EV_REASONING_START, EV_REASONING_END))
 Event = tuple[int, str, int]  # (type, value, tool index)
 
 DROP = "__DROP__"  # a special token the config does not name: dropped
-CONTENT_EVENTS: Mapping[int, int] = {CONTENT: EV_TEXT, REASONING: EV_REASONING, TOOL_NAME: EV_TOOL_NAME, TOOL_ARGS: EV_ARG}
+CONTENT_EVENTS: Mapping[int, int] = {
+    CONTENT: EV_TEXT,
+    REASONING: EV_REASONING,
+    TOOL_NAME: EV_TOOL_NAME,
+    TOOL_ARGS: EV_ARG,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,7 +327,9 @@ class Engine:
             tid = info.token_to_id(text)
             if tid is not None:
                 resolved[tid] = name
-        configured = set(config.token_id_terminals.values()) | {lit for lit, _ in config.literals} | config.preserve_tokens
+        configured = (
+            set(config.token_id_terminals.values()) | {lit for lit, _ in config.literals} | config.preserve_tokens
+        )
         drop_texts: set[str] = set()
         for text, tid in zip(info.special_tokens, info.special_ids, strict=False):
             if text not in configured:
@@ -366,7 +373,9 @@ class Engine:
     def _reasoning_markup_terminals(self) -> frozenset[str]:
         transitions = self.config.transitions
         markers = frozenset(
-            t for (s, t), tr in transitions.items() if REASONING in (s, tr.next_state) and tr.next_state not in TOOL_STATES
+            t
+            for (s, t), tr in transitions.items()
+            if REASONING in (s, tr.next_state) and tr.next_state not in TOOL_STATES
         )
         for (s, t), tr in transitions.items():
             if t not in markers:
@@ -656,7 +665,9 @@ class Engine:
                 if buf.startswith(lit) and (best is None or len(lit) > len(best[1])):
                     best = (name, lit)
             if buf in prefix_set and not final:
-                if best is not None and not any(len(lit) > len(best[1]) and lit.startswith(buf) for lit, _ in candidates):
+                if best is not None and not any(
+                    len(lit) > len(best[1]) and lit.startswith(buf) for lit, _ in candidates
+                ):
                     tokens.append(best)
                     buf = buf[len(best[1]) :]
                     continue
@@ -907,7 +918,9 @@ class Engine:
             return None
         return [k for k, schema in properties.items() if set(extract_types_from_schema(schema)) == {"string"}]
 
-    def _emit_name(self, st: EngineState, index: int, calls: list[ToolCallDelta], name: str | None, tool_id: ToolIdFn, tools: Any) -> None:
+    def _emit_name(
+        self, st: EngineState, index: int, calls: list[ToolCallDelta], name: str | None, tool_id: ToolIdFn, tools: Any
+    ) -> None:
         if name is None or not self._accept_name(name, tools):
             return
         slot = self._slot(st, index)
@@ -916,7 +929,9 @@ class Engine:
         slot.string_keys = self._string_keys(tools, name)
         calls.append(ToolCallDelta(index=index, id=tool_id(index), type="function", name=name))
 
-    def _arg_chunk(self, st: EngineState, index: int, value: str, calls: list[ToolCallDelta], tool_id: ToolIdFn, tools: Any) -> None:
+    def _arg_chunk(
+        self, st: EngineState, index: int, value: str, calls: list[ToolCallDelta], tool_id: ToolIdFn, tools: Any
+    ) -> None:
         slot = self._slot(st, index)
         if value:
             slot.args += value
@@ -1249,7 +1264,9 @@ class EngineReasoningParser(ReasoningParser):
 
     finish = flush_on_transition
 
-    def extract(self, model_output: str, prompt_token_ids: Sequence[int] | None = None) -> tuple[str | None, str | None]:
+    def extract(
+        self, model_output: str, prompt_token_ids: Sequence[int] | None = None
+    ) -> tuple[str | None, str | None]:
         if self.reads_enable_thinking and not self.thinking_enabled:
             return None, model_output
         engine = self.engine
@@ -1315,7 +1332,9 @@ class EngineToolParser(ToolParser):
         engine = self.engine()
         events = engine.finish(st)
         if events or st.deferred_content:
-            return engine.to_delta(st, events, finished=True, tool_id=tool_id, tools=opts.tools, suppress=_suppress(opts))
+            return engine.to_delta(
+                st, events, finished=True, tool_id=tool_id, tools=opts.tools, suppress=_suppress(opts)
+            )
         return None
 
     def remaining_args(self, st: Any) -> str:
@@ -1324,7 +1343,9 @@ class EngineToolParser(ToolParser):
     def extract_tool_calls(self, model_output: str) -> tuple[bool, list[FunctionCall], str | None]:
         return self.extract_for_request(model_output, RequestOptions(tool_choice="auto"))
 
-    def extract_for_request(self, model_output: str, opts: RequestOptions) -> tuple[bool, list[FunctionCall], str | None]:
+    def extract_for_request(
+        self, model_output: str, opts: RequestOptions
+    ) -> tuple[bool, list[FunctionCall], str | None]:
         """`extract_tool_calls_from_content`: one pass from CONTENT over reasoning-free text."""
         engine = self.engine()
         st: Any = engine.new_state(self.state_type, CONTENT)  # type: ignore[arg-type]
@@ -1332,7 +1353,9 @@ class EngineToolParser(ToolParser):
         events = engine.feed(st, model_output, ())
         events.extend(engine.finish(st))
         done: list[Slot] = []
-        delta = engine.to_delta(st, events, finished=True, tool_id=_batch_ids, tools=opts.tools, suppress=suppress, done=done)
+        delta = engine.to_delta(
+            st, events, finished=True, tool_id=_batch_ids, tools=opts.tools, suppress=suppress, done=done
+        )
         slots = [*done, st.slot] if st.slot is not None else done
         called, calls = engine.build_result(slots, opts.tools, _batch_ids)
         content = delta.content if delta else None

@@ -62,8 +62,10 @@ class GraniteReasoningParser(ReasoningParser):
     version = 1
     state_type = GraniteReasoningState
 
-    def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
-        return False  # vLLM's is_reasoning_end returns None
+    def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool | None:
+        # vLLM's GraniteReasoningParser leaves is_reasoning_end unimplemented: it returns None,
+        # which render sends as `reasoning_ended: null` and the stream reads as "not ended".
+        return None
 
     def _scan(self, st: GraniteReasoningState, prev_win: str, prev_len: int, delta: str) -> None:
         """Update `start` / `colon` with the ':' characters of `delta` (absolute offsets)."""

@@ -27,8 +27,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import partial_json_parser
-from partial_json_parser.core.options import Allow
+import partial_json_parser  # type: ignore[import-untyped]
+from partial_json_parser.core.options import Allow  # type: ignore[import-untyped]
 
 from render_service.derender.detokenize import TokenizerInfo
 from render_service.parsers.base import Delta, FunctionCall, ToolCallDelta, ToolIdFn, json_schema_format
@@ -211,9 +211,9 @@ class Llama3JsonToolParser(ToolParser):
             if st.cur >= 0:
                 args = current.get("arguments")
                 if args:
-                    diff = _dumps(args)[len(st.sent) :]
-                    delta = Delta(tool_calls=[ToolCallDelta(index=st.cur, arguments=diff)])
-                    st.sent += diff
+                    rest = _dumps(args)[len(st.sent) :]
+                    delta = Delta(tool_calls=[ToolCallDelta(index=st.cur, arguments=rest)])
+                    st.sent += rest
             # objects before the new current one are never read again
             st.prev_tool_sent = st.sent if st.prev_len - 1 == st.cur else st.prev_tool_sent
             new = total - 1

@@ -82,7 +82,7 @@ class NemotronV3ReasoningParser(Qwen3ReasoningParser):
             st.streamed += delta.reasoning
         return delta
 
-    finish = flush_on_transition
+    finish = flush_on_transition  # type: ignore[assignment]
 
     def fallback_content(self, st: NemotronV3State) -> str | None:  # type: ignore[override]
         """`get_streaming_fallback_content` at the end of a stream still in reasoning."""
@@ -91,6 +91,8 @@ class NemotronV3ReasoningParser(Qwen3ReasoningParser):
     def extract(
         self, model_output: str, prompt_token_ids: Sequence[int] | None = None
     ) -> tuple[str | None, str | None]:
+        reasoning: str | None
+        content: str | None
         if not self.thinking_enabled:
             reasoning, content = None, model_output
         else:

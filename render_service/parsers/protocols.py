@@ -100,8 +100,9 @@ class ReasoningParser(ABC):
         return msgspec.convert(obj, self.state_type)
 
     @abstractmethod
-    def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
-        """`is_reasoning_end(prompt)`: the rendered prompt already closes reasoning."""
+    def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool | None:
+        """`is_reasoning_end(prompt)`: the rendered prompt already closes reasoning (None when
+        the family leaves vLLM's method unimplemented; render then sends null)."""
 
     @abstractmethod
     def stream(self, st: Any, delta_text: str, delta_ids: Sequence[int]) -> tuple[Delta | None, bool]:
@@ -205,6 +206,8 @@ class ToolParser(ABC):
     def extract_tool_calls(self, model_output: str) -> tuple[bool, list[FunctionCall], str | None]:
         """Batch `extract_tool_calls`: (tools_called, calls, content)."""
 
-    def extract_for_request(self, model_output: str, opts: RequestOptions) -> tuple[bool, list[FunctionCall], str | None]:
+    def extract_for_request(
+        self, model_output: str, opts: RequestOptions
+    ) -> tuple[bool, list[FunctionCall], str | None]:
         """`extract_tool_calls` for parsers that read the request; the composition calls this."""
         return self.extract_tool_calls(model_output)

@@ -28,7 +28,7 @@ import warnings
 from typing import Any
 
 import msgspec
-import regex
+import regex  # type: ignore[import-untyped]
 
 from render_service.parsers.base import Delta, FunctionCall, ToolCallDelta, ToolIdFn
 from render_service.parsers.protocols import ParserState, ToolParser

@@ -115,7 +115,12 @@ def qwen3_config(
             "PARAM_END": "</parameter>",
             "CLOSE_ANGLE": ">",
         },
-        token_id_terminals={"THINK_START": think_start, "THINK_END": think_end, "TOOL_START": tool_start, "TOOL_END": tool_end},
+        token_id_terminals={
+            "THINK_START": think_start,
+            "THINK_END": think_end,
+            "TOOL_START": tool_start,
+            "TOOL_END": tool_end,
+        },
         transitions={
             (REASONING, "THINK_START"): Transition(REASONING),
             (REASONING, "THINK_END"): Transition(CONTENT, (EV_REASONING_END,)),

@@ -83,7 +83,9 @@ def trim_wrapping_newlines(value: str) -> str:
     return value
 
 
-def value_extender_step(end_re: re.Pattern[str], ends: PartialMatcher, trim_newlines: bool) -> Callable[[ValueExt, str], str | None]:
+def value_extender_step(
+    end_re: re.Pattern[str], ends: PartialMatcher, trim_newlines: bool
+) -> Callable[[ValueExt, str], str | None]:
     """vLLM's `extend(delta)` closure of `_param_value_extender`, over a `ValueExt` state:
     the delta's JSON-escaped text, or None once the value's end shows up."""
 

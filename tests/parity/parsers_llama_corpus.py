@@ -423,3 +423,43 @@ def parser_golden_path(config: str, name: str) -> Path:
 def iter_parser_goldens() -> Iterator[dict[str, Any]]:
     for path in sorted(GOLDEN_ROOT.glob("*/*.json")):
         yield json.loads(path.read_text(encoding="utf-8"))
+
+
+# -- render (the parsers' adjust_request / structural-tag effects on the GenerateRequest) ---------
+
+RENDER_ROOT = GOLDEN_ROOT / "render"
+STRICT_WEATHER = {"type": "function", "function": {**WEATHER_TOOL["function"], "strict": True}}
+
+
+def render_cases() -> list[tuple[str, str, dict[str, Any]]]:
+    """(case, config, chat render request) for every parser config."""
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    for cfg, config in PARSER_CONFIGS.items():
+        model = SERVED_NAMES[config.family]
+
+        def req(**extra: Any) -> dict[str, Any]:
+            return {"model": model, "messages": REQUEST, **extra}  # noqa: B023
+
+        variants: dict[str, dict[str, Any]] = {
+            "plain": req(),
+            "auto": req(tools=TOOLS),
+            "auto_strict": req(tools=[STRICT_WEATHER, SEARCH_TOOL]),
+            "none": req(tools=TOOLS, tool_choice="none"),
+            "required": req(tools=TOOLS, tool_choice="required"),
+            "named": req(tools=TOOLS, tool_choice=NAMED),
+            "no_parallel": req(tools=TOOLS, parallel_tool_calls=False),
+            "skip_special": req(tools=TOOLS, skip_special_tokens=True),
+            "thinking_off": req(tools=TOOLS, chat_template_kwargs={"enable_thinking": False, "thinking": False}),
+            "thinking_on": req(chat_template_kwargs={"thinking": True}),
+        }
+        out += [(f"render_{cfg}_{name}", cfg, body) for name, body in variants.items()]
+    return out
+
+
+def render_golden_path(config: str, name: str) -> Path:
+    return RENDER_ROOT / config / f"{name}.json"
+
+
+def iter_render_goldens() -> Iterator[dict[str, Any]]:
+    for path in sorted(RENDER_ROOT.glob("*/*.json")):
+        yield json.loads(path.read_text(encoding="utf-8"))

@@ -22,16 +22,19 @@ from render_service.server.app import create_app
 from render_service.settings import Settings
 from tests.parsers.families.llama import build_family
 
-from .corpus import VLLM_VERSION, send
+from .corpus import VLLM_VERSION, compare_response, send
 from .derender_corpus import ToolIdTracker, compare_call, stream_lane, with_state
 from .parsers_llama_corpus import (
     PARSER_CONFIGS,
     PARSER_FAMILIES,
     build_parser_corpus_from_dirs,
     iter_parser_goldens,
+    iter_render_goldens,
+    render_cases,
 )
 
 GOLDENS: list[dict[str, Any]] = list(iter_parser_goldens())
+RENDER_GOLDENS: list[dict[str, Any]] = list(iter_render_goldens())
 
 
 @pytest.fixture(scope="session")
@@ -98,3 +101,31 @@ def test_parser_family_parity(golden: dict[str, Any], parser_client: Callable[[s
         [f"{golden['case']}: {len(failures)} of {len(golden['calls'])} call(s) differ from vLLM 0.33"]
         + [f"  call {i}: {d}" for i, ds in failures[:5] for d in ds[:6]]
     )
+
+
+def test_render_goldens_match_cases() -> None:
+    recorded = {g["case"]: g for g in RENDER_GOLDENS}
+    cases = {name: (config, body) for name, config, body in render_cases()}
+    assert set(recorded) == set(cases), "re-record with record_parsers_llama.py --render"
+    for name, (config, body) in cases.items():
+        assert recorded[name]["config"] == config and recorded[name]["request"]["json"] == body, name
+
+
+@pytest.mark.parametrize("golden", RENDER_GOLDENS, ids=[g["case"] for g in RENDER_GOLDENS])
+def test_parser_family_render_parity(
+    golden: dict[str, Any], parser_client: Callable[[str], TestClient], family_dirs: dict[str, Path]
+) -> None:
+    """The rendered GenerateRequest (skip_special_tokens, structural tags, JSON schemas for
+    required/named, prompt ids) as vLLM 0.33 renders it with the family's parser flags."""
+    status, body = send(parser_client(golden["config"]), golden["request"])
+    model_dir = family_dirs[PARSER_CONFIGS[golden["config"]].family]
+    diffs = compare_response(
+        golden["request"],
+        golden["status"],
+        golden["response"],
+        status,
+        body,
+        expected_model_dir=golden["model_dir"],
+        actual_model_dir=str(model_dir),
+    )
+    assert not diffs, f"{golden['case']}: ours vs vLLM 0.33\n  " + "\n  ".join(diffs)
