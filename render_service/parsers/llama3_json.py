@@ -63,11 +63,15 @@ def _is_complete(text: str) -> bool:
 
 
 def _common_prefix(a: str, b: str) -> str:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return a[:i]
+    """vLLM's `find_common_prefix`, by halving (C-speed slice compares, not a Python loop)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:  # invariant: a[:lo] == b[:lo]
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return a[:lo]
 
 
 def _dumps(value: Any) -> str:

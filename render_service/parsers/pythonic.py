@@ -64,23 +64,34 @@ def _escaped(text: str, index: int) -> bool:
     return n % 2 == 1
 
 
-def close_python(text: str) -> tuple[str, str] | None:
-    """vLLM's `make_valid_python`: (text completed with closers, the closers), or None when the text
-    is too incomplete. Raises _NotACall on mismatched brackets."""
-    stack: list[str] = []
-    for i, c in enumerate(text):
-        if stack and stack[-1] in "'\"":
-            if c == stack[-1] and not _escaped(text, i):
-                stack.pop()
+def scan_brackets(stack: str, bs_odd: bool, text: str) -> tuple[str, bool]:
+    """The bracket / quote scan of `make_valid_python`, resumable: `stack` holds the open
+    brackets and quotes, `bs_odd` whether the text so far ends in an odd run of backslashes.
+    Raises _NotACall on a mismatched bracket."""
+    openers = list(stack)
+    for c in text:
+        escaped = bs_odd
+        bs_odd = (not bs_odd) if c == "\\" else False
+        if openers and openers[-1] in "'\"":
+            if c == openers[-1] and not escaped:
+                openers.pop()
             continue
         if c in "[({":
-            stack.append(c)
+            openers.append(c)
         elif c in "])}":
-            opener = {"]": "[", ")": "(", "}": "{"}[c]
-            if not stack or stack.pop() != opener:
+            if not openers or openers.pop() != {"]": "[", ")": "(", "}": "{"}[c]:
                 raise _NotACall("mismatched brackets")
         elif c in "'\"":
-            stack.append(c)
+            openers.append(c)
+    return "".join(openers), bs_odd
+
+
+def close_python(text: str, stack: str | None = None) -> tuple[str, str] | None:
+    """vLLM's `make_valid_python`: (text completed with closers, the closers), or None when the text
+    is too incomplete. Raises _NotACall on mismatched brackets. `stack` is the bracket scan of
+    `text` when the caller keeps it incrementally (`scan_brackets`)."""
+    if stack is None:
+        stack, _ = scan_brackets("", False, text)
     text = text.rstrip()
     if text.endswith("=") or text.endswith(":"):
         return None
@@ -170,6 +181,9 @@ class PythonicState(ParserState, tag="pythonic/1"):
     cur: int = -1
     sent: list[str] = msgspec.field(default_factory=list)
     called: bool = False
+    stack: str = ""  # the bracket scan of `text` (open brackets and quotes)
+    bs_odd: bool = False  # `text` ends in an odd run of backslashes
+    mismatched: bool = False  # the scan met a mismatched bracket: no chunk parses any more
 
 
 @register_tool_parser("pythonic")
@@ -203,6 +217,13 @@ class PythonicToolParser(ToolParser):
         if st.mode == CONTENT:
             return Delta(content=text)
         st.text += text
+        if not st.mismatched:
+            try:
+                # The wrapper markers hold no brackets, quotes or backslashes: scanning the raw
+                # text gives the scan of vLLM's unwrapped text.
+                st.stack, st.bs_odd = scan_brackets(st.stack, st.bs_odd, text)
+            except _NotACall:
+                st.mismatched = True
         if st.mode == UNDECIDED:
             if self._starts_calls(st.text):
                 st.mode = CALLS
@@ -216,7 +237,9 @@ class PythonicToolParser(ToolParser):
             return None
 
     def _calls_step(self, st: PythonicState, tool_id: ToolIdFn) -> Delta | None:
-        closed = close_python(self._unwrap(st.text))
+        if st.mismatched:
+            return None  # vLLM: make_valid_python raises on every chunk from now on
+        closed = close_python(self._unwrap(st.text), st.stack)
         if closed is None:
             return None
         valid, added = closed
