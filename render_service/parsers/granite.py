@@ -12,7 +12,15 @@ a separate, text-based family).
 
 from __future__ import annotations
 
-from render_service.parsers.engine import CONTENT, TOOL_ARGS, EngineConfig, EngineState, EngineToolParser, Transition
+from render_service.parsers.engine import (
+    CONTENT,
+    JSON_TOKENS,
+    TOOL_ARGS,
+    EngineConfig,
+    EngineState,
+    EngineToolParser,
+    Transition,
+)
 from render_service.parsers.registry import register_tool_parser
 
 TOOL_TOKEN = "<|tool_call|>"  # Granite 3.0: one special token
@@ -21,65 +29,46 @@ JSON_WS = " \t\r\n"
 
 
 def _object_end(raw: str, start: int) -> int | None:
-    """End (exclusive) of the JSON object at `raw[start]` ("{"), or None while unterminated."""
+    """End (exclusive) of the JSON object at `raw[start]` ("{"), or None while unterminated
+    (braces only, strings skipped: vLLM's `scan_json_object_end`)."""
     depth = 0
-    in_string = escape = False
-    for i in range(start, len(raw)):
-        ch = raw[i]
-        if escape:
-            escape = False
-        elif in_string:
-            if ch == "\\":
-                escape = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch == "{":
+    for m in JSON_TOKENS.finditer(raw, start):
+        c = raw[m.start()]
+        if c == "{":
             depth += 1
-        elif ch == "}":
+        elif c == "}":
             depth -= 1
             if depth == 0:
-                return i + 1
+                return m.end()
     return None
 
 
 def member_object(raw: str, key: str) -> str | None:
     """vLLM's `extract_json_member_object`: the verbatim text of the top-level member `key`'s
     object value in a (possibly unterminated) `{...}`: a prefix of it while it is open, None
-    before it starts. ValueError when the member is not an object."""
+    before it starts. ValueError when the member is not an object. Strings are skipped whole
+    by one regex (the element is re-read on every chunk, so this must not loop per character)."""
     depth = 0
-    in_string = escape = False
-    string_start = -1
     last_string: str | None = None
-    for i, ch in enumerate(raw):
-        if escape:
-            escape = False
-            continue
-        if in_string:
-            if ch == "\\":
-                escape = True
-            elif ch == '"':
-                in_string = False
-                if depth == 1:
-                    last_string = raw[string_start + 1 : i]
-            continue
-        if ch == '"':
-            in_string = True
-            string_start = i
-        elif ch == ":" and depth == 1 and last_string == key:
-            start = i + 1
-            while start < len(raw) and raw[start] in JSON_WS:
-                start += 1
-            if start >= len(raw):
-                return None
-            if raw[start] != "{":
-                raise ValueError(f"member {key!r} must be a JSON object")
-            end = _object_end(raw, start)
-            return raw[start:] if end is None else raw[start:end]
-        elif ch in "{[":
+    for m in JSON_TOKENS.finditer(raw):
+        c = raw[m.start()]
+        if c == '"':
+            if m.group(2) is not None and depth == 1:
+                last_string = m.group(1)
+        elif c == ":":
+            if depth == 1 and last_string == key:
+                start = m.end()
+                while start < len(raw) and raw[start] in JSON_WS:
+                    start += 1
+                if start >= len(raw):
+                    return None
+                if raw[start] != "{":
+                    raise ValueError(f"member {key!r} must be a JSON object")
+                end = _object_end(raw, start)
+                return raw[start:] if end is None else raw[start:end]
+        elif c in "{[":
             depth += 1
-        elif ch in "}]":
+        else:
             depth -= 1
     return None
 
