@@ -30,7 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("rest", nargs=argparse.REMAINDER)
     example = commands.add_parser("example-model", help="build a tiny local model folder (no hub needed)")
     example.add_argument("directory")
-    example.add_argument("--family", default="qwen3", choices=("qwen3", "deepseek", "qwen3-vl"))
+    example.add_argument(
+        "--family", default="qwen3", choices=("qwen3", "deepseek", "qwen3-vl", "minimax_m2", "seed_oss")
+    )
     return parser
 
 

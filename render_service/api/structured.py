@@ -528,7 +528,8 @@ def _tools_structural_tag(
         choice = "auto" if tool_choice in (None, "auto") else "required"
     strict = [strict_level >= ToolStrictLevel.PARAMETER or _tool_is_strict(t) for t in tools]
     tag_format = parser.structural_tag(tools, strict, choice)
-    return None if tag_format is None else {"type": "structural_tag", "format": tag_format}
+    # Families give xgrammar's constructor arguments; model_dump() fills the defaults.
+    return None if tag_format is None else {"type": "structural_tag", "format": _normalize_format(tag_format)}
 
 
 _TOOL_CALL_LIST_FORMATS = frozenset({"triggered_tags", "token_triggered_tags", "tags_with_separator"})

@@ -732,12 +732,18 @@ class _StreamRequest:
             self.top_limit,
             self.spaces,
             self.request_id,
+            o.tools,  # parsers that coerce arguments to the tool schema read them
         ]
 
     @classmethod
     def from_obj(cls, obj: list[Any]) -> _StreamRequest:
         opts = parsers.RequestOptions(
-            tool_choice=obj[0], tool_name=obj[1], has_tools=obj[2], parallel_tool_calls=obj[3], include_reasoning=obj[4]
+            tool_choice=obj[0],
+            tool_name=obj[1],
+            has_tools=obj[2],
+            parallel_tool_calls=obj[3],
+            include_reasoning=obj[4],
+            tools=obj[13] if len(obj) > 13 else None,
         )
         stop = StopParams(stop_token_ids=tuple(obj[6]), ignore_eos=obj[7], include_stop_str_in_output=obj[8])
         return cls(opts, obj[5], stop, obj[9], obj[10], obj[11], obj[12])

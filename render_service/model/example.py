@@ -244,7 +244,97 @@ def build_deepseek(target: Path) -> None:
     _write_json(target / "generation_config.json", {"temperature": 0.7, "top_p": 0.9})
 
 
-FAMILIES = {"qwen3": build_qwen3, "deepseek": build_deepseek, "qwen3-vl": build_qwen3_vl}
+def _build_qwen3_with_markers(
+    target: Path, markers: tuple[tuple[str, bool], ...], template: str, eos: str, bos: str | None = None
+) -> None:
+    """The Qwen3 vocabulary plus a family's markers as added tokens (`(text, special)`, with the
+    next free ids, in order), the family's chat template and end-of-turn token."""
+    build_qwen3(target)
+    parsed = json.loads((target / "tokenizer.json").read_text(encoding="utf-8"))
+    existing = {tok["content"]: tok["id"] for tok in parsed["added_tokens"]}
+    next_id = max(existing.values()) + 1
+    for text, special in markers:
+        if text in existing:
+            continue
+        parsed["added_tokens"].append(
+            {
+                "id": next_id,
+                "content": text,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": special,
+            }
+        )
+        next_id += 1
+    (target / "tokenizer.json").write_text(json.dumps(parsed, ensure_ascii=False), encoding="utf-8")
+    config = json.loads((target / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["added_tokens_decoder"] = _added_tokens_decoder(parsed)
+    config["chat_template"] = _template(template)
+    config["eos_token"] = eos
+    config["bos_token"] = bos
+    _write_json(target / "tokenizer_config.json", config)
+    eos_id = {tok["content"]: tok["id"] for tok in parsed["added_tokens"]}[eos]
+    _write_json(target / "config.json", dict(QWEN3_CONFIG, eos_token_id=eos_id))
+    _write_json(target / "generation_config.json", dict(GENERATION_CONFIG, eos_token_id=[eos_id, QWEN3_FIRST_ADDED_ID]))
+
+
+# MiniMax-M2: its role markers and tool-call wrapper are added tokens; <think>/</think> too.
+MINIMAX_M2_MARKERS = (
+    ("]~!b[", True),
+    ("]~b]", True),
+    ("[e~[", True),
+    ("<minimax:tool_call>", False),
+    ("</minimax:tool_call>", False),
+)
+# Seed-OSS: turn boundaries are special; the think and tool-call wrappers are added tokens.
+SEED_OSS_MARKERS = (
+    ("<seed:bos>", True),
+    ("<seed:eos>", True),
+    ("<seed:think>", False),
+    ("</seed:think>", False),
+    ("<seed:tool_call>", False),
+    ("</seed:tool_call>", False),
+)
+
+
+# GLM-4.5/4.7: role markers, [gMASK]/<sop> and the argument tags are added special tokens
+# (<think>, </think>, <tool_call>, </tool_call> are already in the Qwen vocabulary).
+GLM_MARKERS = (
+    ("[gMASK]", True),
+    ("<sop>", True),
+    ("<|system|>", True),
+    ("<|user|>", True),
+    ("<|assistant|>", True),
+    ("<|observation|>", True),
+    ("<arg_key>", True),
+    ("</arg_key>", True),
+    ("<arg_value>", True),
+    ("</arg_value>", True),
+)
+
+
+def build_glm(target: Path) -> None:
+    _build_qwen3_with_markers(target, GLM_MARKERS, "glm.jinja", eos="<|user|>")
+
+
+def build_minimax_m2(target: Path) -> None:
+    _build_qwen3_with_markers(target, MINIMAX_M2_MARKERS, "minimax_m2.jinja", eos="[e~[", bos="]~!b[")
+
+
+def build_seed_oss(target: Path) -> None:
+    _build_qwen3_with_markers(target, SEED_OSS_MARKERS, "seed_oss.jinja", eos="<seed:eos>", bos="<seed:bos>")
+
+
+FAMILIES = {
+    "qwen3": build_qwen3,
+    "deepseek": build_deepseek,
+    "qwen3-vl": build_qwen3_vl,
+    "minimax_m2": build_minimax_m2,
+    "seed_oss": build_seed_oss,
+    "glm": build_glm,
+}
 
 
 def build_example_model(target: str | Path, family: str = "qwen3") -> Path:

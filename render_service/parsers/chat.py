@@ -137,6 +137,7 @@ class ChatParser:
         self.tool: ToolParser | None = tool_cls(self.info) if tool_cls is not None and enable_auto_tools else None
         if self.tool is not None:
             self.tool.reasoning_configured = self.reasoning is not None
+            self.tool.thinking_enabled = thinking_enabled
         r, t = self.reasoning, self.tool
         self.engine_based = (r is None or r.engine_based_streaming) and (t is None or t.engine_based_streaming)
 

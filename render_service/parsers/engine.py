@@ -72,6 +72,7 @@ class ValueExt(msgspec.Struct, array_like=True):
     window: str = ""
     started: bool = False
     held: str = ""
+    raw_len: int = 0  # length of the open value's raw text when the extender started
 
 
 ArgConverter = Callable[[str, bool], str]
@@ -103,6 +104,10 @@ class EngineConfig:
     drop_whitespace_only_content_before_tools: bool = True
     strip_content_whitespace_with_tools: bool = True
     validate_tool_names: bool = False
+    # The converter trims one wrapping newline of each value (Qwen3 XML).
+    value_trims_newlines: bool = False
+    # Tool names are stripped of surrounding whitespace (GLM).
+    strip_tool_names: bool = False
     content_events: Mapping[int, int] = field(default_factory=lambda: dict(CONTENT_EVENTS))
 
     @property
@@ -127,6 +132,8 @@ class Slot(msgspec.Struct, array_like=True):
     streamed: str = ""  # the argument JSON streamed so far
     ext: ValueExt | None = None
     open_value_streams: bool = False
+    value_start: int = -1  # where the open value starts in `args`
+    string_start: int = -1  # where its JSON string starts in `streamed`
 
 
 class EngineState(ParserState):
@@ -821,7 +828,8 @@ class Engine:
         suppress: bool = False,
         done: list[Slot] | None = None,
     ) -> Delta | None:
-        """`_events_to_delta`. `done` collects finished slots (batch only)."""
+        """`_events_to_delta`. `done` collects finished slots (batch only; batch keeps every
+        argument's raw text, streaming elides long streamed values, see `_elide`)."""
         if not events and not st.deferred_content:
             return None
         calls: list[ToolCallDelta] = []
@@ -850,7 +858,7 @@ class Engine:
                 slot.name += value
             elif kind == EV_ARG:
                 seen_tool_event = True
-                self._arg_chunk(st, index, value, calls, tool_id, tools)
+                self._arg_chunk(st, index, value, calls, tool_id, tools, elide=done is None)
             elif kind == EV_TOOL_END:
                 seen_tool_event = True
                 self._tool_end(st, index, calls, tool_id, tools)
@@ -921,6 +929,8 @@ class Engine:
     def _emit_name(
         self, st: EngineState, index: int, calls: list[ToolCallDelta], name: str | None, tool_id: ToolIdFn, tools: Any
     ) -> None:
+        if name is not None and self.config.strip_tool_names:
+            name = name.strip()
         if name is None or not self._accept_name(name, tools):
             return
         slot = self._slot(st, index)
@@ -930,7 +940,15 @@ class Engine:
         calls.append(ToolCallDelta(index=index, id=tool_id(index), type="function", name=name))
 
     def _arg_chunk(
-        self, st: EngineState, index: int, value: str, calls: list[ToolCallDelta], tool_id: ToolIdFn, tools: Any
+        self,
+        st: EngineState,
+        index: int,
+        value: str,
+        calls: list[ToolCallDelta],
+        tool_id: ToolIdFn,
+        tools: Any,
+        *,
+        elide: bool = False,
     ) -> None:
         slot = self._slot(st, index)
         if value:
@@ -941,7 +959,7 @@ class Engine:
             elif value:
                 self._emit_name(st, index, calls, _name_from_args(slot.args), tool_id, tools)
         elif value:
-            delta = self._arg_delta(slot, value, tools)
+            delta = self._arg_delta(slot, value, tools, elide=elide)
             if delta:
                 calls.append(ToolCallDelta(index=index, arguments=delta))
 
@@ -949,6 +967,8 @@ class Engine:
         if index >= st.nslots:
             return
         slot = self._slot(st, index)
+        if self.config.strip_tool_names:
+            slot.name = slot.name.strip()
         remaining = self._flush_args(slot, tools)
         if not slot.name_sent:
             name = slot.name or _name_from_args(slot.args) or ""
@@ -963,7 +983,7 @@ class Engine:
         if remaining and slot.name_sent:
             calls.append(ToolCallDelta(index=index, arguments=remaining))
 
-    def _arg_delta(self, slot: Slot, raw_delta: str, tools: Any) -> str | None:
+    def _arg_delta(self, slot: Slot, raw_delta: str, tools: Any, *, elide: bool = False) -> str | None:
         """`_compute_arg_delta`."""
         config = self.config
         converter = config.arg_converter
@@ -978,6 +998,8 @@ class Engine:
                 if not diff or not slot.open_value_streams:
                     return None
                 slot.streamed += diff
+                if elide:
+                    self._elide(slot)
                 return diff
             slot.ext = None
         elif config.arg_structural_chars is not None and config.arg_structural_chars.isdisjoint(raw_delta):
@@ -1000,7 +1022,47 @@ class Engine:
         if config.extender_start is not None:
             slot.ext = config.extender_start(slot.args)
             slot.open_value_streams = value_streams
+            if slot.ext is not None and value_streams:
+                slot.value_start = len(slot.args) - slot.ext.raw_len
+                slot.string_start = _open_string_start(safe)
+            else:
+                slot.value_start = slot.string_start = -1
         return safe[len(prev) :] or None
+
+    def _elide(self, slot: Slot) -> None:
+        """Keep a long streaming value out of the state.
+
+        While an open string value streams through the extender, vLLM keeps its raw text in the
+        call's arguments and its escaped text in the streamed JSON, and reads them again only
+        when the value ends: to convert the arguments (a regex over the parameter markup, then
+        `json.dumps`), coerce them (a string-typed value stays as it is) and cut the safe
+        prefix (a scan of the JSON structure). None of these looks inside the value's text
+        beyond the part that may still turn into its end marker (the extender's window) or be
+        trimmed (the held newline). So the already streamed middle of the value is replaced,
+        in both strings, by one fixed marker text without JSON-special characters: every later
+        answer is the same, while the state stays bounded by the markup instead of growing
+        with the value. Only the output of this stream is affected, never the batch path,
+        which keeps the raw text (and a value that spells the marker, U+E000..U+E002, is the
+        one input this could confuse).
+        """
+        ext = slot.ext
+        if ext is None or slot.value_start < 0 or slot.string_start < 0:
+            return
+        args = slot.args
+        head = slot.value_start
+        if self.config.value_trims_newlines and args.startswith("\n", head):
+            head += 1
+        keep = len(ext.window) if len(ext.window) > len(ext.held) else len(ext.held)
+        end = len(args) - keep
+        if end - head < ELIDE_MIN_CHARS:
+            return
+        kept = args[end:]
+        kept_json = json.dumps(kept[: len(kept) - len(ext.held)], ensure_ascii=False)[1:-1]
+        streamed = slot.streamed
+        if not streamed.endswith(kept_json) or len(streamed) - len(kept_json) < slot.string_start:
+            return
+        slot.args = args[:head] + ELIDED + kept
+        slot.streamed = streamed[: slot.string_start] + ELIDED + kept_json
 
     def _flush_args(self, slot: Slot, tools: Any) -> str | None:
         converter = self.config.arg_converter
@@ -1070,6 +1132,26 @@ class Engine:
             elif self.config.drop_whitespace_only_content_before_tools and not content.strip():
                 content = ""
         return content or None
+
+
+ELIDED = "\ue000\ue001\ue002"  # stands for the streamed middle of a long value (see `Engine._elide`)
+ELIDE_MIN_CHARS = 64
+
+
+def _open_string_start(json_text: str) -> int:
+    """Index just after the opening quote of the JSON string `json_text` ends inside."""
+    i = len(json_text) - 1
+    while i >= 0:
+        if json_text[i] == '"':
+            backslashes = 0
+            j = i - 1
+            while j >= 0 and json_text[j] == "\\":
+                backslashes += 1
+                j -= 1
+            if backslashes % 2 == 0:
+                return i + 1
+        i -= 1
+    return -1
 
 
 def _name_from_args(args: str) -> str | None:
@@ -1210,7 +1292,6 @@ _NAME_RE = re.compile(r'"name"\s*:\s*"([^"]*)"')
 class EngineReasoningParser(ReasoningParser):
     """vLLM's `ParserEngineReasoningAdapter`: the engine with tool parsing switched off."""
 
-    config_for: ClassVar[Callable[[bool], EngineConfig]]  # thinking -> config
     state_type: ClassVar[type[ParserState]]
     engine_based_streaming = True
     reads_enable_thinking: ClassVar[bool] = False  # the Qwen3-grammar families do
@@ -1218,6 +1299,11 @@ class EngineReasoningParser(ReasoningParser):
     def __init__(self, tokenizer: TokenizerInfo, *, thinking_enabled: bool = True) -> None:
         super().__init__(tokenizer, thinking_enabled=thinking_enabled)
         self.engine = Engine(self.config_for(thinking_enabled), tokenizer, skip_tool_parsing=True)
+
+    @staticmethod
+    def config_for(thinking: bool) -> EngineConfig:
+        """The family's engine config for a request with thinking on or off."""
+        raise NotImplementedError
 
     @classmethod
     def thinking_enabled_for(cls, template_kwargs: Mapping[str, Any]) -> bool:
@@ -1287,13 +1373,20 @@ class EngineToolParser(ToolParser):
 
     def __init__(self, tokenizer: TokenizerInfo) -> None:
         super().__init__(tokenizer)
-        self._engines: dict[bool, Engine] = {}
+        self._engines: dict[tuple[bool, bool], Engine] = {}
+
+    @classmethod
+    def config_for(cls, thinking: bool) -> EngineConfig:
+        """The config for a request with thinking on or off (vLLM builds the tool adapter's
+        engine from the request's template kwargs too); most families have one."""
+        return cls.config
 
     def engine(self) -> Engine:
-        skip = not self.reasoning_configured
-        engine = self._engines.get(skip)
+        key = (not self.reasoning_configured, self.thinking_enabled)
+        engine = self._engines.get(key)
         if engine is None:
-            engine = self._engines[skip] = Engine(self.config, self.info, skip_reasoning_parsing=skip)
+            engine = Engine(self.config_for(key[1]), self.info, skip_reasoning_parsing=key[0])
+            self._engines[key] = engine
         return engine
 
     @classmethod

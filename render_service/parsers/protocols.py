@@ -151,6 +151,9 @@ class ToolParser(ABC):
     # Set by the composition: whether a reasoning parser runs before this one (vLLM sets
     # `skip_reasoning_parsing` on engine-based tool parsers when none does).
     reasoning_configured: bool = True
+    # Set by the composition: the request's thinking switch as the reasoning parser reads it
+    # (families whose tool grammar depends on it, e.g. GLM, read this).
+    thinking_enabled: bool = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -169,8 +172,9 @@ class ToolParser(ABC):
 
     @classmethod
     def structural_tag(cls, tools: list[dict[str, Any]], strict: list[bool], choice: str) -> dict[str, Any] | None:
-        """The dumped xgrammar structural-tag `format` for `structural_tag_model`, or None
-        when the family has none. `tools` are the resolved function tools, `strict[i]` whether
+        """The xgrammar structural-tag `format` for `structural_tag_model` (as xgrammar's
+        constructor arguments: fields left at their defaults may be omitted), or None when the
+        family has none (or it is not implemented: the request then goes unconstrained). `tools` are the resolved function tools, `strict[i]` whether
         tool i's parameters are enforced, `choice` "auto" | "required" | "forced"."""
         return None
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from functools import cache
+from typing import Any
 
 from render_service.parsers.engine import (
     CONTENT,
@@ -65,9 +66,9 @@ def qwen3_arg_converter(raw_args: str, partial: bool) -> str:
     for match in _PARAM_RE.finditer(raw_args):
         params[match.group(1)] = trim_wrapping_newlines(match.group(2))
     if partial:
-        match = _PARTIAL_PARAM_RE.search(_PARAM_RE.sub("", raw_args))
-        if match and match.group(1):
-            params[match.group(1)] = trim_wrapping_newlines(match.group(2))
+        open_match = _PARTIAL_PARAM_RE.search(_PARAM_RE.sub("", raw_args))
+        if open_match and open_match.group(1):
+            params[open_match.group(1)] = trim_wrapping_newlines(open_match.group(2))
     return json.dumps(params, ensure_ascii=False)
 
 
@@ -80,7 +81,7 @@ def qwen3_extender_start(raw_args: str) -> ValueExt | None:
     if any(m.group(1) == name for m in _PARAM_RE.finditer(raw_args)):
         return None  # a repeated key keeps its first position: its value is not last
     held = "\n" if value.endswith("\n") and value != "\n" else ""
-    return ValueExt(window=end_window(value, _VALUE_ENDS), started=bool(value), held=held)
+    return ValueExt(window=end_window(value, _VALUE_ENDS), started=bool(value), held=held, raw_len=len(value))
 
 
 qwen3_extender_step = value_extender_step(_VALUE_END_RE, _VALUE_ENDS, trim_newlines=True)
@@ -149,6 +150,7 @@ def qwen3_config(
         stream_arg_deltas=True,
         strip_trailing_reasoning_whitespace=False,
         tool_args_json=False,
+        value_trims_newlines=True,
     )
 
 
@@ -161,3 +163,33 @@ class Qwen3CoderToolParser(EngineToolParser):
     state_type = Qwen3CoderState
     structural_tag_model = "qwen_3_coder"
     config = qwen3_config(True)
+
+    @classmethod
+    def structural_tag(cls, tools: list[dict[str, Any]], strict: list[bool], choice: str) -> dict[str, Any] | None:
+        """xgrammar's builtin `qwen_3_coder` structural tag as vLLM requests it (reasoning
+        disabled, parallel calls allowed, `<think>`/`</think>` excluded from free text)."""
+        tags = []
+        for tool, is_strict in zip(tools, strict, strict=True):
+            function = tool["function"]
+            parameters = function.get("parameters")
+            schema = (parameters if parameters is not None else True) if is_strict else True
+            tags.append(
+                {
+                    "type": "tag",
+                    "begin": f"<tool_call>\n<function={function['name']}>\n",
+                    "content": {"type": "json_schema", "json_schema": schema, "style": "qwen_xml"},
+                    "end": "\n</function>\n</tool_call>",
+                }
+            )
+        excludes = [THINK_START, THINK_END]
+        if choice == "forced":
+            return tags[0]
+        if not tags:
+            return {"type": "any_text", "excludes": excludes}
+        return {
+            "type": "triggered_tags",
+            "triggers": ["<tool_call>\n<function="],
+            "tags": tags,
+            "excludes": excludes,
+            "at_least_one": choice == "required",
+        }

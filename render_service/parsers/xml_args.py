@@ -13,8 +13,10 @@ from collections.abc import Callable
 from render_service.parsers.base import REGEX_WS
 from render_service.parsers.engine import ValueExt
 
-# `\s` of the `regex` module as a character class for the stdlib `re`.
-WS = "[" + "".join(re.escape(c) for c in sorted(REGEX_WS)) + "]"
+# `\s` of the `regex` module for the stdlib `re`: the characters (escaped, for use inside a
+# bracket expression) and the class.
+WS_CHARS = "".join(re.escape(c) for c in sorted(REGEX_WS))
+WS = "[" + WS_CHARS + "]"
 
 
 def ws_pattern(pattern: str) -> str:
@@ -91,7 +93,7 @@ def value_extender_step(
 
     def step(ext: ValueExt, delta: str) -> str | None:
         text = ext.window + delta
-        if end_re.search(text):
+        if "<" in text and end_re.search(text):  # every value end starts with "<"
             return None
         ext.window = end_window(text, ends)
         if trim_newlines:

@@ -130,12 +130,23 @@ _XML_VALUES = [
 ]
 
 
+_LONG_PARTS = ["word ", "x < y ", '"q" ', "\\ ", "\n", "é😀 ", "</para", "<b>", "{}", "\t", "1.5 ", "</parameter", "<"]
+
+
+def _value(rng: random.Random) -> str:
+    """A parameter value: mostly short, sometimes long (long streamed values are elided from
+    our state, see `Engine._elide`)."""
+    if rng.random() < 0.3:
+        return "".join(rng.choice(_LONG_PARTS) for _ in range(rng.randrange(20, 120)))
+    return rng.choice(_XML_VALUES)
+
+
 def _qwen3_xml_call(rng: random.Random) -> list[Any]:
     name = rng.choice(["get_weather", "search", "unknown_tool"])
     parts: list[Any] = ["@<tool_call>" if rng.random() < 0.9 else "<tool_call>", "\n<function=" + name + ">\n"]
     for _ in range(rng.randrange(0, 4)):
         key = rng.choice(["city", "n", "q", "deep"])
-        value = rng.choice(_XML_VALUES)
+        value = _value(rng)
         spelled = rng.random() < 0.2
         parts.append(("chars", f"<parameter={key}>") if spelled else f"<parameter={key}>")
         parts.append(rng.choice(["\n", ""]) + value + rng.choice(["\n", ""]))
@@ -173,7 +184,164 @@ def _qwen3_xml_output(rng: random.Random) -> list[Any]:
     return segs
 
 
+def _minimax_call(rng: random.Random) -> list[Any]:
+    parts: list[Any] = []
+    for _ in range(rng.randrange(1, 3)):
+        name = rng.choice(["get_weather", "search", "unknown_tool"])
+        quote = rng.choice(['"', "'", ""])
+        parts.append(f"<invoke name={quote}{name}{quote}>\n")
+        for _ in range(rng.randrange(0, 3)):
+            key = rng.choice(["city", "n", "q"])
+            kq = rng.choice(['"', '"', "'", ""])
+            opener = f"<parameter name={kq}{key}{kq}>"
+            parts.append(("chars", opener) if rng.random() < 0.2 else opener)
+            parts.append(_value(rng))
+            if rng.random() < 0.9:
+                parts.append("</parameter>\n")
+        if rng.random() < 0.85:
+            parts.append("</invoke>\n")
+    out: list[Any] = ["@<minimax:tool_call>" if rng.random() < 0.9 else "<minimax:tool_call>", "\n", *parts]
+    if rng.random() < 0.85:
+        out.append("@</minimax:tool_call>")
+    if rng.random() < 0.05:
+        out = out[: rng.randrange(1, len(out) + 1)]
+    return out
+
+
+def _minimax_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    if rng.random() < 0.2:
+        segs.append("@<think>")
+    segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(0, 6)))
+    if rng.random() < 0.8:
+        segs.append("@</think>")
+    for _ in range(rng.randrange(0, 4)):
+        roll = rng.random()
+        if roll < 0.5:
+            segs.extend(_minimax_call(rng))
+        elif roll < 0.6:
+            segs.append(
+                rng.choice(['<invoke name="search">', "</invoke>", '<parameter name="q">', "<think>", "</think>"])
+            )
+        else:
+            segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(1, 5)))
+    if rng.random() < 0.6:
+        segs.append("@[e~[")
+    return segs
+
+
+def _seed_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    if rng.random() < 0.7:
+        segs.append("@<seed:think>")
+    segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(0, 6)))
+    if rng.random() < 0.8:
+        segs.append("@</seed:think>")
+    for _ in range(rng.randrange(0, 4)):
+        roll = rng.random()
+        if roll < 0.3:
+            segs.extend(_qwen3_xml_call(rng))
+        elif roll < 0.45:
+            segs.append(
+                rng.choice(["<seed:think>", "</seed:think>", "@<seed:tool_call>", "@</seed:tool_call>", "<seed:"])
+            )
+        else:
+            segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(1, 5)))
+    if rng.random() < 0.6:
+        segs.append("@<seed:eos>")
+    return segs
+
+
+def _glm_call(rng: random.Random) -> list[Any]:
+    name = rng.choice(["get_weather", "search", "unknown_tool", " search\n"])
+    parts: list[Any] = ["@<tool_call>" if rng.random() < 0.9 else "<tool_call>", name]
+    for _ in range(rng.randrange(0, 3)):
+        key = rng.choice(["city", "n", "q", " q "])
+        parts += ["@<arg_key>", key, "@</arg_key>", rng.choice(["", "\n"]), "@<arg_value>", _value(rng)]
+        if rng.random() < 0.9:
+            parts.append("@</arg_value>")
+    if rng.random() < 0.85:
+        parts.append("@</tool_call>")
+    if rng.random() < 0.05:
+        parts = parts[: rng.randrange(1, len(parts) + 1)]
+    return parts
+
+
+def _glm_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    if rng.random() < 0.5:
+        segs.append("@<think>")
+    segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(0, 6)))
+    if rng.random() < 0.8:
+        segs.append("@</think>")
+    for _ in range(rng.randrange(0, 4)):
+        roll = rng.random()
+        if roll < 0.45:
+            segs.extend(_glm_call(rng))
+        elif roll < 0.55:
+            segs.append(rng.choice(["<think>", "@<think>", "</think>", "<arg_key>", "<tool_call>"]))
+        else:
+            segs.extend(rng.choice(_QWEN_WORDS) for _ in range(rng.randrange(1, 5)))
+    if rng.random() < 0.6:
+        segs.append("@<|user|>")
+    return segs
+
+
+_GLM_PROMPTS = {
+    "open": ["@[gMASK]", "@<sop>", "@<|user|>", "\nhi", "@<|assistant|>"],
+    "nothink": ["@<|user|>", "\nhi", "@<|assistant|>", "@<think>", "@</think>"],
+    "thinking": ["@<|assistant|>", "@<think>", "x"],
+}
+_GLM_REQUESTS = {
+    **cases.REQ,
+    "thinking_off": {"tools": cases.TOOLS, "chat_template_kwargs": {"thinking": False}},
+}
+
+_MINIMAX_PROMPTS = {
+    "open": ["@]~b]", "user\nhi", "@[e~[", "\n", "@]~b]", "ai\n", "@<think>", "\n"],
+    "bare": ["@]~b]", "user\nhi", "@[e~[", "\n", "@]~b]", "ai\n"],
+    "closed": ["@]~b]", "ai\n", "@<think>", "x", "@</think>", "\n"],
+}
+_SEED_PROMPTS = {
+    "open": ["@<seed:bos>", "user\nhi", "@<seed:eos>", "@<seed:bos>", "assistant\n"],
+    "nothink": ["@<seed:bos>", "assistant\n", "@<seed:think>", "@</seed:think>"],
+    "thinking": ["@<seed:bos>", "assistant\n", "@<seed:think>", "x"],
+}
+
 FAMILIES: dict[str, Family] = {
+    "glm": Family(
+        model="glm",
+        # Not with another family's reasoning parser: a GLM tool parser follows the configured reasoning parser's
+        # reading of the thinking switch (see parsers/glm.py).
+        configs=(("glm45", "glm45"), ("glm47", "glm47"), (None, "glm45"), ("glm45", None)),
+        segments=_glm_output,
+        prompts=_GLM_PROMPTS,
+        requests=_GLM_REQUESTS,
+        eos=(151672, frozenset({151672, 151674, 151643})),
+    ),
+    "minimax_m2": Family(
+        model="minimax_m2",
+        configs=(
+            ("minimax_m2", "minimax_m2"),
+            (None, "minimax_m2"),
+            ("minimax_m2", None),
+            ("minimax_m2_append_think", "minimax_m2"),
+            ("minimax_m2_append_think", None),
+            ("minimax_m2", "hermes"),
+        ),
+        segments=_minimax_output,
+        prompts=_MINIMAX_PROMPTS,
+        requests=cases.REQ,
+        eos=(151671, frozenset({151671, 151643})),
+    ),
+    "seed_oss": Family(
+        model="seed_oss",
+        configs=(("seed_oss", None), ("seed_oss", "qwen3_coder"), ("seed_oss", "hermes")),
+        segments=_seed_output,
+        prompts=_SEED_PROMPTS,
+        requests=cases.REQ,
+        eos=(151670, frozenset({151670, 151643})),
+    ),
     "qwen3_coder": Family(
         model="qwen3",
         configs=(
@@ -362,9 +530,10 @@ def ours_stream(
     chunks: list[list[int]],
     finish: str,
     snap: int,
+    eos: tuple[int, frozenset[int]] = (cases.EOS, cases.MODEL_EOS),
 ) -> list[tuple[dict[str, Any] | None, str | None]]:
     parser = _our_parser(tok, reasoning, tool, req)
-    steps = cases.run_stream(tok, parser, req, prompt, chunks, finish, roundtrip_every=snap)
+    steps = cases.run_stream(tok, parser, req, prompt, chunks, finish, roundtrip_every=snap, eos=eos)
     return [(cases.wire(d), fr) for d, fr in steps]
 
 
@@ -376,8 +545,9 @@ def ours_batch(
     prompt: list[int] | None,
     ids: list[int],
     finish: str,
+    eos: tuple[int, frozenset[int]] = (cases.EOS, cases.MODEL_EOS),
 ) -> dict[str, Any]:
-    return cases.run_batch(tok, _our_parser(tok, reasoning, tool, req), req, prompt, ids, finish)
+    return cases.run_batch(tok, _our_parser(tok, reasoning, tool, req), req, prompt, ids, finish, eos=eos)
 
 
 def _our_parser(tok: Any, reasoning: str | None, tool: str | None, req: dict[str, Any]) -> parsers.ChatParser:
@@ -426,9 +596,9 @@ def fuzz(family_name: str, family: Family, model_dir: Path, n: int, seed: int) -
         finish = rng.choice(["stop", "stop", "length"])
         snap = rng.randrange(0, 4)
         theirs_stream = oracle.stream(reasoning, tool, req, prompt, chunks, finish)
-        mine_stream = ours_stream(tok, reasoning, tool, req, prompt, chunks, finish, snap)
+        mine_stream = ours_stream(tok, reasoning, tool, req, prompt, chunks, finish, snap, family.eos)
         theirs_batch = oracle.batch(reasoning, tool, req, prompt, ids, finish)
-        mine_batch = ours_batch(tok, reasoning, tool, req, prompt, ids, finish)
+        mine_batch = ours_batch(tok, reasoning, tool, req, prompt, ids, finish, family.eos)
         with_calls += bool(theirs_batch["tool_calls"])
         streamed_calls += any(d and d.get("tool_calls") for d, _ in theirs_stream)
         if theirs_stream != mine_stream or theirs_batch != mine_batch:
@@ -452,6 +622,118 @@ def _first_difference(a: list[Any], b: list[Any]) -> str:
         if x != y:
             return f"chunk {i}: vllm {x} / ours {y}"
     return f"length: vllm {len(a)} chunks / ours {len(b)}"
+
+
+FAMILY_GOLDEN_DIR = Path(__file__).resolve().parents[1] / "parsers" / "golden_families"
+
+
+def record_family_goldens(family_name: str, family: Family, model_dir: Path, n: int, seed: int) -> int:
+    """Write `tests/parsers/golden_families/<family>.jsonl`: `n` fuzzed cases as token ids with
+    vLLM's stream and batch answers, replayed by `tests/parsers/test_family_goldens.py`."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    oracle = Oracle(model_dir, family.eos)
+    rng = random.Random(seed)
+    lines = []
+    while len(lines) < n:
+        reasoning, tool = rng.choice(family.configs)
+        req_name = rng.choice(sorted(family.requests))
+        req = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **family.requests[req_name]}
+        ids = cases.encode(tok, family.segments(rng))
+        if not ids:
+            continue
+        prompt = cases.encode(tok, family.prompts[rng.choice(sorted(family.prompts))])
+        chunks = random_chunks(rng, ids)
+        finish = rng.choice(["stop", "stop", "length"])
+        stream = oracle.stream(reasoning, tool, req, prompt, chunks, finish)
+        batch = oracle.batch(reasoning, tool, req, prompt, ids, finish)
+        record = {
+            "config": [reasoning, tool],
+            "request": req_name,
+            "request_body": family.requests[req_name],
+            "prompt": prompt,
+            "chunks": chunks,
+            "finish": finish,
+            "eos": [family.eos[0], sorted(family.eos[1])],
+            "stream": [[d, fr] for d, fr in stream],
+            "batch": batch,
+        }
+        lines.append(json.dumps(record, ensure_ascii=False))
+    FAMILY_GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
+    path = FAMILY_GOLDEN_DIR / f"{family_name}.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"{path}: {len(lines)} cases")
+    return 0
+
+
+STRUCTURAL_TAG_PARSERS = {
+    "hermes": "hermes",
+    "qwen3_coder": "qwen_3_coder",
+    "minimax_m2": "minimax",
+    "glm45": "glm_4_7",
+}
+STRUCTURAL_TAG_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            "strict": True,
+        },
+    },
+    {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {}}}},
+    {"type": "function", "function": {"name": "noop"}},
+    {
+        "type": "function",
+        "function": {
+            "name": "typed",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "n": {"type": "integer"},
+                    "mode": {"enum": ["a", 1]},
+                    "x": {"type": ["string", "number", "null"]},
+                },
+            },
+        },
+    },
+]
+STRUCTURAL_TAG_CHOICES: list[Any] = ["auto", "required", {"type": "function", "function": {"name": "search"}}]
+
+
+def record_structural_tags(target: Path) -> int:
+    """vLLM's `get_model_structural_tag(...).model_dump()` for each tool parser's model, tool
+    choice and strict level, into `structural_tags.json` (checked by test_family_goldens)."""
+    from vllm.entrypoints.openai.chat_completion.protocol import (
+        ChatCompletionNamedToolChoiceParam,
+        ChatCompletionToolsParam,
+    )
+    from vllm.tool_parsers.structural_tag_registry import get_model_structural_tag
+    from vllm.tool_parsers.tool_strict_level import ToolStrictLevel
+
+    out = []
+    for parser, model in STRUCTURAL_TAG_PARSERS.items():
+        for choice in STRUCTURAL_TAG_CHOICES:
+            for level in ("AUTO", "FUNCTION", "PARAMETER"):
+                tools = [ChatCompletionToolsParam.model_validate(t) for t in STRUCTURAL_TAG_TOOLS]
+                vchoice = (
+                    ChatCompletionNamedToolChoiceParam.model_validate(choice) if isinstance(choice, dict) else choice
+                )
+                tag = get_model_structural_tag(
+                    model, tools, vchoice, reasoning=False, strict_level=ToolStrictLevel[level]
+                )
+                out.append(
+                    {
+                        "parser": parser,
+                        "tool_choice": choice,
+                        "strict_level": level,
+                        "tag": json.loads(json.dumps(tag.model_dump())) if tag is not None else None,
+                    }
+                )
+    target.write_text(json.dumps(out, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    print(f"{target}: {len(out)} structural tags")
+    return 0
 
 
 _GOLDEN_RE = re.compile(r'(_GOLDEN_JSONL = r""")\n.*?\n(""")', re.DOTALL)
@@ -489,6 +771,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", type=int, default=1000, help="random cases per family")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--golden", action="store_true", help="rewrite tests/parsers/test_parsers.py's GOLDEN block")
+    ap.add_argument("--record-families", type=int, metavar="N", help="record N golden cases per family")
+    ap.add_argument("--record-structural-tags", action="store_true", help="record vLLM's tool structural tags")
     ap.add_argument("--models", type=Path, help="folder of example models, one sub-folder per model family")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -500,6 +784,13 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.golden:
             return record_golden(model_dir("qwen3"), Path(cases.__file__).with_name("test_parsers.py"))
+        if args.record_structural_tags:
+            return record_structural_tags(FAMILY_GOLDEN_DIR / "structural_tags.json")
+        if args.record_families:
+            for name in args.family or sorted(FAMILIES):
+                family = FAMILIES[name]
+                record_family_goldens(name, family, model_dir(family.model), args.record_families, args.seed)
+            return 0
         failures = 0
         for name in args.family or sorted(FAMILIES):
             family = FAMILIES[name]

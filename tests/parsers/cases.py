@@ -105,6 +105,7 @@ def run_stream(
     finish: str,
     *,
     roundtrip_every: int = 0,
+    eos: tuple[int, frozenset[int]] = (EOS, MODEL_EOS),
 ) -> list[tuple[Any, str | None]]:
     """The streaming parser path of derender (drop stop token, detok with specials, step)."""
     opts = RequestOptions.from_request(req)
@@ -114,7 +115,7 @@ def run_stream(
     for i, ids in enumerate(chunks):
         last = i == len(chunks) - 1
         fr = finish if last else None
-        text_ids, _ = dt.drop_stop_token(ids, fr, None, eos_token_id=EOS, model_eos_token_ids=MODEL_EOS)
+        text_ids, _ = dt.drop_stop_token(ids, fr, None, eos_token_id=eos[0], model_eos_token_ids=eos[1])
         if roundtrip_every and i % roundtrip_every == 0:
             state = load_parsed_stream(parser, json.loads(json.dumps(state.to_obj())))
         if ids or fr is not None:
@@ -124,11 +125,19 @@ def run_stream(
     return out
 
 
-def run_batch(tok: Any, parser: ChatParser, req: dict, prompt: list[int] | None, ids: list[int], finish: str) -> dict:
+def run_batch(
+    tok: Any,
+    parser: ChatParser,
+    req: dict,
+    prompt: list[int] | None,
+    ids: list[int],
+    finish: str,
+    eos: tuple[int, frozenset[int]] = (EOS, MODEL_EOS),
+) -> dict:
     opts = RequestOptions.from_request(req)
     seed = dt.seed_state(tok, prompt, skip_special_tokens=False)
     text, stop_reason = dt.decode_output(
-        tok, ids, finish, None, seed, eos_token_id=EOS, model_eos_token_ids=MODEL_EOS, skip_special_tokens=False
+        tok, ids, finish, None, seed, eos_token_id=eos[0], model_eos_token_ids=eos[1], skip_special_tokens=False
     )
     reasoning, content, calls = parser.parse(text, opts, prompt)
     reasoning, content, pairs = parser.assemble(reasoning, content, calls, opts, tool_ids("req-1"))

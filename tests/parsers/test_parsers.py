@@ -107,8 +107,9 @@ def test_matches_vllm_golden(tok, name: str) -> None:
 
 
 def test_registry_names(tok) -> None:
-    assert {"qwen3", "deepseek_r1"} <= set(REASONING_PARSERS)
-    assert {"hermes", "qwen3_json"} <= set(TOOL_PARSERS)
+    # Families register themselves (one module each): these names stay, others join them.
+    assert set(REASONING_PARSERS) >= {"qwen3", "deepseek_r1"}
+    assert set(TOOL_PARSERS) >= {"hermes", "qwen3_json"}
     assert TOOL_PARSERS["qwen3_json"] is TOOL_PARSERS["hermes"]
     assert get_parser(tok, None, "hermes", enable_auto_tools=False) is None  # tool parser needs auto tools
     assert get_parser(tok, None, None, enable_auto_tools=True) is None

@@ -1,0 +1,46 @@
+"""Seed-OSS reasoning (`seed_oss`): vLLM 0.33's `SeedOssParser` reasoning adapter.
+
+Seed-OSS shares the Qwen3 XML grammar exactly (`parser/seed_oss.py`); only the wrapper tokens
+differ: `<seed:think>`/`</seed:think>`, `<seed:tool_call>`/`</seed:tool_call>`, and the turn
+boundaries `<seed:bos>`/`<seed:eos>`. `enable_thinking=false` starts in content (and batch
+returns the text untouched), as for Qwen3.
+
+The `seed_oss` tool parser is not registered: vLLM gives it no structural tag model, so it
+takes vLLM's JSON paths for `tool_choice` required/named, which are not implemented here.
+"""
+
+from __future__ import annotations
+
+from render_service.parsers.engine import EngineConfig, EngineReasoningParser, EngineState
+from render_service.parsers.qwen3_coder import qwen3_config
+from render_service.parsers.registry import register_reasoning_parser
+
+THINK_START, THINK_END = "<seed:think>", "</seed:think>"
+TOOL_CALL_START, TOOL_CALL_END = "<seed:tool_call>", "</seed:tool_call>"
+TURN_BOUNDARIES = frozenset(("<seed:bos>", "<seed:eos>"))
+
+
+def seed_oss_config(thinking: bool) -> EngineConfig:
+    return qwen3_config(
+        thinking,
+        name="seed_oss",
+        think_start=THINK_START,
+        think_end=THINK_END,
+        tool_start=TOOL_CALL_START,
+        tool_end=TOOL_CALL_END,
+        turn_boundary_tokens=TURN_BOUNDARIES,
+    )
+
+
+class SeedOssReasoningState(EngineState, tag="seed_oss.reasoning/1"):
+    pass
+
+
+@register_reasoning_parser("seed_oss")
+class SeedOssReasoningParser(EngineReasoningParser):
+    state_type = SeedOssReasoningState
+    reads_enable_thinking = True
+
+    @staticmethod
+    def config_for(thinking: bool) -> EngineConfig:
+        return seed_oss_config(thinking)

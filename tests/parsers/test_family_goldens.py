@@ -1,0 +1,157 @@
+"""The engine-based families against vLLM 0.33's own parser classes: fuzzed outputs (markers by
+id and as text, several calls, calls after content and content after calls, malformed and
+truncated arguments, `length` inside a call, thinking on/off, tool_choice none/auto/required/
+named, parallel_tool_calls=false, include_reasoning=false) under random chunkings, recorded by
+`python -m tests.parity.compare_parsers --record-families N` into `golden_families/*.jsonl`.
+
+Every chunk's delta and finish reason and the batch answer must match; the streams are replayed
+with a JSON round trip of the parser state between chunks (`roundtrip_every`), so a stream that
+resumes in another process answers the same.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from render_service import parsers
+from render_service.model.example import build_example_model
+from tests.parsers import cases
+
+GOLDEN_DIR = Path(__file__).with_name("golden_families")
+MODELS = {"qwen3_coder": "qwen3", "minimax_m2": "minimax_m2", "seed_oss": "seed_oss", "glm": "glm"}
+
+
+def _load(family: str) -> list[dict[str, Any]]:
+    path = GOLDEN_DIR / f"{family}.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def tokenizers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
+    out = {}
+    for model in sorted(set(MODELS.values())):
+        folder = build_example_model(tmp_path_factory.mktemp(model), model)
+        out[model] = AutoTokenizer.from_pretrained(str(folder))
+    return out
+
+
+@pytest.mark.parametrize("family", sorted(MODELS))
+def test_family_matches_vllm(tokenizers: dict[str, Any], family: str) -> None:
+    tok = tokenizers[MODELS[family]]
+    records = _load(family)
+    assert len(records) >= 50
+    failures = []
+    for n, record in enumerate(records):
+        reasoning, tool = record["config"]
+        req = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **record["request_body"]}
+        eos = (record["eos"][0], frozenset(record["eos"][1]))
+        parser = parsers.get_parser(
+            tok,
+            reasoning,
+            tool,
+            enable_auto_tools=True,
+            thinking_enabled=parsers.thinking_enabled(reasoning, req.get("chat_template_kwargs")),
+        )
+        assert parser is not None
+        steps = cases.run_stream(
+            tok, parser, req, record["prompt"], record["chunks"], record["finish"], roundtrip_every=1 + n % 3, eos=eos
+        )
+        stream = [[cases.wire(d), fr] for d, fr in steps]
+        ids = [t for chunk in record["chunks"] for t in chunk]
+        batch = cases.run_batch(tok, parser, req, record["prompt"], ids, record["finish"], eos=eos)
+        if stream != record["stream"] or batch != record["batch"]:
+            failures.append((n, record["config"], record["request"]))
+    assert not failures, failures
+
+
+def test_goldens_exercise_tool_calls_and_every_configuration() -> None:
+    for family in MODELS:
+        records = _load(family)
+        assert sum(bool(r["batch"]["tool_calls"]) for r in records) >= 5, family
+        streamed = sum(any(d and d.get("tool_calls") for d, _ in r["stream"]) for r in records)
+        assert streamed >= 5, family
+        assert {r["request"] for r in records} >= {"none", "auto", "required", "named"}, family
+
+
+def test_engine_state_stays_bounded_while_a_long_argument_streams(tokenizers: dict[str, Any]) -> None:
+    """A 3,000-token parameter value streams through a state of a few hundred bytes (the
+    streamed middle of the value is elided), and the streamed arguments still add up to the
+    batch answer."""
+    tok = tokenizers["qwen3"]
+    words = ["alpha", " beta", " é", " 😀", " x < y", ' "q"', " \\", "\n", " </para", " {}"]
+    value = "".join(words[i % len(words)] for i in range(3000))
+    segments = ["@<think>", "plan", "@</think>", "@<tool_call>", "\n<function=search>\n<parameter=q>\n", value]
+    segments += ["\n</parameter>\n</function>\n", "@</tool_call>", "@<|im_end|>"]
+    ids = cases.encode(tok, segments)
+    prompt = cases.encode(tok, cases.PROMPTS["open"])
+    parser = parsers.get_parser(tok, "qwen3", "qwen3_coder", enable_auto_tools=True)
+    assert parser is not None
+    opts = parsers.RequestOptions.from_request(cases.REQ["auto"])
+    state = parsers.new_parsed_stream(parser, prompt)
+    sizes, args = [], ""
+    for i, t in enumerate(ids):
+        last = i == len(ids) - 1
+        delta, _ = parsers.advance(
+            parser, state, [] if last else [t], [t], "stop" if last else None, opts, parsers.tool_ids("r")
+        )
+        state = parsers.load_parsed_stream(parser, json.loads(json.dumps(state.to_obj())))
+        sizes.append(len(json.dumps(state.to_obj(), ensure_ascii=False)))
+        for call in delta.tool_calls if delta is not None else []:
+            args += call.arguments or ""
+    assert len(ids) > 3000
+    assert max(sizes) < 1000, max(sizes)
+    batch = cases.run_batch(tok, parser, cases.REQ["auto"], prompt, ids, "stop")
+    assert batch["tool_calls"] == [["search", args]]
+    assert json.loads(args) == {"q": value}
+
+
+def test_structural_tags_match_vllm() -> None:
+    """Each tool parser's structural tag (`structural_tag_model`), as vLLM 0.33 builds it,
+    recorded by `python -m tests.parity.compare_parsers --record-structural-tags`."""
+    from render_service.api import structured
+
+    recorded = json.loads((GOLDEN_DIR / "structural_tags.json").read_text(encoding="utf-8"))
+    assert len(recorded) == 36
+    for case in recorded:
+        parser = parsers.tool_parser_class(case["parser"])
+        ours = structured._tools_structural_tag(
+            json.loads(json.dumps(_TAG_TOOLS)),
+            case["tool_choice"],
+            structured.ToolStrictLevel[case["strict_level"]],
+            parser,
+        )
+        assert ours == case["tag"], (case["parser"], case["tool_choice"], case["strict_level"])
+
+
+_TAG_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            "strict": True,
+        },
+    },
+    {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {}}}},
+    {"type": "function", "function": {"name": "noop"}},
+    {
+        "type": "function",
+        "function": {
+            "name": "typed",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "n": {"type": "integer"},
+                    "mode": {"enum": ["a", 1]},
+                    "x": {"type": ["string", "number", "null"]},
+                },
+            },
+        },
+    },
+]
