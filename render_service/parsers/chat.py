@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 
 from render_service.derender.detokenize import DetokState, TokenizerInfo, detokenize_delta, seed_state
+from render_service.parsers import forced
 from render_service.parsers.base import (
     Delta,
     FunctionCall,
@@ -74,7 +75,7 @@ def adjust_request(reasoning: str | None, tool: str | None, request: RequestAdju
 
 def prompt_ends_reasoning(
     tokenizer: Any, reasoning: str, prompt_token_ids: Sequence[int], template_kwargs: Mapping[str, Any] | None
-) -> bool:
+) -> bool | None:
     """The reasoning parser's `is_reasoning_end(prompt)` for a rendered prompt."""
     parser = _cached_parser(
         TokenizerInfo.of(tokenizer), reasoning, None, False, thinking_enabled(reasoning, template_kwargs)
@@ -95,6 +96,8 @@ class StreamState(msgspec.Struct, array_like=True, tag=STATE_VERSION):
     tools_streamed: bool = False
     reasoning: Any = None
     tool: Any = None
+    # vLLM's JSON paths for tool_choice required/named (parsers that support them), once used
+    forced: forced.RequiredScan | None = None
 
     def to_obj(self) -> list[Any]:
         return msgspec.to_builtins(self)
@@ -254,7 +257,9 @@ class ChatParser:
                         delta.tool_calls = []
                 else:
                     delta = Delta(content=tool_text) if tool_text else None
-            else:  # required/named are parsed like auto (supports_required_and_named=False)
+            elif tp.supports_required_and_named and opts.forces_tool_calls:
+                delta = self._feed_forced(st, tool_text, opts, tool_id)
+            else:  # auto, or required/named parsed like auto (supports_required_and_named=False)
                 delta = tp.feed_for_request(st.tool, tool_text, tool_ids_, tool_id, opts)
             if reasoning_from_batch:
                 if delta is None:
@@ -268,6 +273,13 @@ class ChatParser:
             delta = Delta(content=delta_text)
 
         if finished:
+            # finalize_generation: a parser's fallback content for a stream still in reasoning
+            if rp is not None and not st.reasoning_ended:
+                promoted = rp.fallback_content(st.reasoning)
+                if promoted:
+                    if delta is None:
+                        delta = Delta()
+                    delta.content = (delta.content or "") + promoted
             # finalize_generation: append parsed-but-unstreamed tool arguments
             if tp is not None and delta is not None and delta.tool_calls:
                 last = delta.tool_calls[-1]
@@ -297,6 +309,18 @@ class ChatParser:
                 delta = None
         return delta
 
+    def _feed_forced(self, st: StreamState, text: str, opts: RequestOptions, tool_id: ToolIdFn) -> Delta | None:
+        """`extract_named_tool_call_streaming` / `extract_required_tool_call_streaming`."""
+        if st.forced is None:
+            st.forced = forced.RequiredScan()
+        if opts.tool_choice == "named":
+            delta, st.forced.named = forced.named_feed(st.forced.named, text, opts.tool_name or "", tool_id)
+            return delta
+        if self.engine_based:
+            # vLLM's engine-based stream state keeps no text: each chunk is scanned on its own.
+            return forced.required_feed(forced.RequiredScan(), text, tool_id)
+        return forced.required_feed(st.forced, text, tool_id)
+
     # -- batch --------------------------------------------------------------------------------------
 
     def parse(
@@ -325,15 +349,22 @@ class ChatParser:
             if self.engine_based:  # the engine drops the calls' markup
                 return [], tp.extract_for_request(content or "", opts)[2]
             return [], content
-        forced = opts.tool_choice in ("named", "required")
-        # supports_required_and_named is False for every registered parser: every choice but
-        # "none" is auto here.
+        forces = opts.forces_tool_calls
+        if forces and tp.supports_required_and_named:
+            # vLLM's JSON paths: the constrained output is the named call's arguments, or a JSON
+            # array of {"name", "parameters"} objects for required.
+            if opts.tool_choice == "named":
+                if content is None or not content.strip():
+                    return [], None
+                return [FunctionCall(opts.tool_name or "", content)], None
+            return forced.required_calls(content), None
+        # Otherwise required/named are parsed like auto (supports_required_and_named=False).
         called, calls, parsed_content = tp.extract_for_request(content if content is not None else "", opts)
         if called:
             if parsed_content and parsed_content.strip() == "":
                 parsed_content = None
             return calls, parsed_content
-        if forced and (content is None or not content.strip()):
+        if forces and (content is None or not content.strip()):
             return [], None
         if self.engine_based:  # incomplete call markup is dropped, as in streaming
             return None, parsed_content or None
@@ -387,7 +418,8 @@ def get_parser(
         reasoning_parser_class(reasoning)  # unknown names fail here, not inside the cache
     if tool is not None:
         tool_parser_class(tool)
-    return _cached_parser(TokenizerInfo.of(tokenizer), reasoning, tool, enable_auto_tools, bool(thinking_enabled))
+    # A family may return more than a flag from `thinking_enabled_for` (e.g. a small mode int).
+    return _cached_parser(TokenizerInfo.of(tokenizer), reasoning, tool, enable_auto_tools, thinking_enabled)
 
 
 def advance(

@@ -18,8 +18,11 @@ schema coercion of the arguments needs all of them). So the state is bounded by 
 one tool call, not by the stream; text inside a parameter value streams in O(new text) through
 the value extender, as in vLLM.
 
-Not ported (no family here uses them): `MESSAGE_HEADER` states, JSON-array tool bodies
-(`tool_call_body_array`), reasoning-token counting, Kimi-style tool-call ids.
+JSON-array tool bodies (`tool_call_body_array`, Granite's `<|tool_call|>[{...}, ...]`) split
+into one call per element with a two-flag state.
+
+Not ported (no family here uses them): `MESSAGE_HEADER` states, reasoning-token counting,
+Kimi-style tool-call ids.
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ class EngineConfig:
     extender_step: ExtenderStep | None = None
     stream_arg_deltas: bool = True
     tool_args_json: bool = True
+    tool_call_body_array: bool = False
     arg_structural_chars: frozenset[str] | None = None
     preserve_tokens: frozenset[str] = frozenset()
     turn_boundary_tokens: frozenset[str] = frozenset()
@@ -153,6 +157,8 @@ class EngineState(ParserState):
     deferred_content: str = ""
     deferred_reasoning: str = ""
     content_has_nonws: bool = False
+    array_started: bool = False  # tool_call_body_array: the "[" was seen
+    array_in_element: bool = False  # ... and a "{...}" element is open
 
 
 Item = tuple[str, str] | tuple[str, str, int, str]  # ("text", text) | ("term", terminal, id, text)
@@ -470,7 +476,9 @@ class Engine:
             events.append((EV_ARG, st.args_buffer, st.tool_index))
             st.args_buffer = ""
         if st.state in TOOL_STATES:
-            if st.tool_index >= 0:
+            # In array mode a closed element already ended its call; only an open one needs it.
+            end_open_call = st.array_in_element if self.config.tool_call_body_array else True
+            if end_open_call and st.tool_index >= 0:
                 events.append((EV_TOOL_END, "", st.tool_index))
             st.state = CONTENT
         elif st.state == REASONING:
@@ -528,6 +536,8 @@ class Engine:
 
     def _emit(self, st: EngineState, text: str) -> list[Event]:
         if st.state == TOOL_ARGS:
+            if self.config.tool_call_body_array:
+                return self._feed_array_text(st, text)
             if self.config.tool_args_json:
                 return self._feed_args_json(st, text)
             return [(EV_ARG, text, st.tool_index)]
@@ -550,7 +560,60 @@ class Engine:
             st.args_depth = 0
             st.args_in_string = False
             st.args_escape = False
+            if self.config.tool_call_body_array:
+                st.array_started = st.array_in_element = False
         return events
+
+    # -- JSON-array tool body (tool_call_body_array) -----------------------------------------------
+
+    def _feed_array_text(self, st: EngineState, text: str) -> list[Event]:
+        """One call per `{...}` element of a `[...]` body; the `]` ends the region and what
+        follows is content; anything but the array's structure before an element bails out to
+        content (the marker was not followed by a JSON array)."""
+        events: list[Event] = []
+        for i, ch in enumerate(text):
+            if st.state != TOOL_ARGS:  # the array closed mid-chunk
+                events.extend(self._emit(st, text[i:]))
+                break
+            events.extend(self._feed_array_char(st, ch))
+        return events
+
+    def _feed_array_char(self, st: EngineState, ch: str) -> list[Event]:
+        if st.array_in_element:
+            events = self._feed_args_json(st, ch)
+            if ch == "}" and not st.args_in_string and not st.args_escape and st.args_depth == 0:
+                st.array_in_element = False  # the element object closed: flush its held "}"
+                if st.args_buffer:
+                    events.append((EV_ARG, st.args_buffer, st.tool_index))
+                    st.args_buffer = ""
+                events.append((EV_TOOL_END, "", st.tool_index))
+            return events
+        if ch in " \t\r\n":
+            return []
+        if not st.array_started:
+            if ch == "[":
+                st.array_started = True
+                return []
+            return self._bail_array(st, ch)
+        if ch == ",":
+            return []
+        if ch == "{":
+            st.tool_index += 1
+            st.args_buffer = ""
+            st.args_depth = 0
+            st.args_in_string = st.args_escape = False
+            st.array_in_element = True
+            return [(EV_TOOL_START, "", st.tool_index), *self._feed_args_json(st, ch)]
+        if ch == "]":
+            st.state = CONTENT
+            st.array_started = st.array_in_element = False
+            return []
+        return self._bail_array(st, ch)
+
+    def _bail_array(self, st: EngineState, ch: str) -> list[Event]:
+        st.state = CONTENT
+        st.array_started = st.array_in_element = False
+        return self._emit(st, ch)
 
     def _feed_args_json(self, st: EngineState, text: str) -> list[Event]:
         """Stream JSON argument text, holding back a closing top-level brace."""
@@ -1167,36 +1230,30 @@ def _coerce_dict(args: dict[str, Any], properties: dict[str, Any]) -> tuple[dict
     return args, changed
 
 
+# A JSON string (group 1: its raw body; group 2: its closing quote, None while open) or one
+# structural character. Scanning with it visits each string once, in C, instead of per character.
+JSON_TOKENS = re.compile(r'"((?:[^"\\]|\\.)*)(")?|[{}\[\]:]', re.DOTALL)
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*(")?', re.DOTALL)
+
+
 def safe_arg_prefix(json_str: str, string_keys: set[str] | None) -> tuple[str, bool]:
     """`_safe_arg_prefix`: the JSON up to the last top-level value (into it when that value
     is an open string of a string-typed key), and whether it stops inside that string."""
     last_colon = -1
     last_key: str | None = None
     pending_key: str | None = None
-    in_string = escape = False
-    string_start = -1
     depth = 0
-    for i, c in enumerate(json_str):
-        if escape:
-            escape = False
-            continue
-        if in_string:
-            if c == "\\":
-                escape = True
-            elif c == '"':
-                in_string = False
-                if depth == 1 and string_start >= 0:
-                    pending_key = json_str[string_start + 1 : i]
-            continue
+    for m in JSON_TOKENS.finditer(json_str):
+        c = json_str[m.start()]
         if c == '"':
-            in_string = True
-            string_start = i
+            if m.group(2) is not None and depth == 1:
+                pending_key = m.group(1)
         elif c in "{[":
             depth += 1
         elif c in "}]":
             depth -= 1
-        elif c == ":" and depth == 1:
-            last_colon = i
+        elif depth == 1:  # ":"
+            last_colon = m.start()
             last_key = pending_key
             pending_key = None
     if last_colon < 0:
@@ -1208,17 +1265,9 @@ def safe_arg_prefix(json_str: str, string_keys: set[str] | None) -> tuple[str, b
         return json_str[:end], False
     if string_keys is not None and last_key not in string_keys:
         return json_str[:end], False
-    escape = False
-    for i in range(end + 1, len(json_str)):
-        c = json_str[i]
-        if escape:
-            escape = False
-            continue
-        if c == "\\":
-            escape = True
-            continue
-        if c == '"':
-            return json_str[:i], True
+    value = _JSON_STRING.match(json_str, end)
+    if value is not None and value.group(1) is not None:
+        return json_str[: value.end() - 1], True
     return json_str, True
 
 

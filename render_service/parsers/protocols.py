@@ -100,8 +100,9 @@ class ReasoningParser(ABC):
         return msgspec.convert(obj, self.state_type)
 
     @abstractmethod
-    def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
-        """`is_reasoning_end(prompt)`: the rendered prompt already closes reasoning."""
+    def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool | None:
+        """`is_reasoning_end(prompt)`: the rendered prompt already closes reasoning (None when
+        the family leaves vLLM's method unimplemented; render then sends null)."""
 
     @abstractmethod
     def stream(self, st: Any, delta_text: str, delta_ids: Sequence[int]) -> tuple[Delta | None, bool]:
@@ -113,6 +114,11 @@ class ReasoningParser(ABC):
 
     def finish(self, st: Any) -> Delta | None:
         """Buffered text to flush when the stream finishes still in reasoning."""
+        return None
+
+    def fallback_content(self, st: Any) -> str | None:
+        """`get_streaming_fallback_content`: content to add to the last delta of a stream that
+        finishes still in reasoning (before `finish` runs)."""
         return None
 
     def extract_content_ids(self, delta_ids: Sequence[int]) -> Sequence[int]:
@@ -138,9 +144,8 @@ class ToolParser(ABC):
     structural_tag_model: ClassVar[str | None] = None
     # vLLM's `supports_required_and_named`: when False, required/named tool_choice are parsed
     # like auto. vLLM forces it False for every parser with a structural tag model (under its
-    # default VLLM_ENFORCE_STRICT_TOOL_CALLING=1), as `__init_subclass__` does here. The
-    # JSON-list paths vLLM takes when it is True are not implemented: the registry refuses such
-    # a class until they are.
+    # default VLLM_ENFORCE_STRICT_TOOL_CALLING=1), as `__init_subclass__` does here. When it is
+    # True, required/named take vLLM's JSON paths (`forced.py`, wired by `ChatParser`).
     supports_required_and_named: ClassVar[bool] = True
     default_tool_strict_level: ClassVar[ToolStrictLevel] = ToolStrictLevel.AUTO
     # Set by the composition: whether a reasoning parser runs before this one (vLLM sets

@@ -52,11 +52,6 @@ def register_tool_parser(name: str, aliases: tuple[str, ...] = ()) -> Callable[[
     """Register a tool parser class under vLLM's `--tool-call-parser` name(s)."""
 
     def decorator(cls: T) -> T:
-        if cls.supports_required_and_named:
-            raise TypeError(
-                f"{cls.__name__}: supports_required_and_named=True needs vLLM's JSON tool-call paths "
-                "for tool_choice required/named, which are not implemented"
-            )
         if not cls.name:
             cls.name = name
         _add(_tool, "tool", (name, *aliases), cls)

@@ -43,6 +43,7 @@ from typing import Any
 
 from render_service import parsers
 from render_service.model.example import build_example_model
+from tests.parity import compare_parsers_llama
 from tests.parsers import cases
 
 # -- the families ------------------------------------------------------------------------------------
@@ -376,6 +377,9 @@ FAMILIES: dict[str, Family] = {
 from tests.parsers.families.outputs import FAMILIES as _MORE_FAMILIES  # noqa: E402
 
 FAMILIES.update({name: Family(**spec) for name, spec in _MORE_FAMILIES.items()})
+
+# Llama 3/4 JSON, pythonic, Granite and Nemotron (model folders from tests/parsers/families/llama.py).
+FAMILIES.update(compare_parsers_llama.families(Family))
 
 # -- vLLM's side -------------------------------------------------------------------------------------
 

@@ -44,7 +44,7 @@ def test_a_name_cannot_be_registered_twice() -> None:
     assert parsers.tool_parser_class("hermes") is HermesToolParser
 
 
-def test_a_parser_needing_the_json_tool_choice_paths_is_refused() -> None:
+def test_json_tool_choice_paths_serve_parsers_without_a_structural_tag() -> None:
     class JsonPaths(ToolParser):  # no structural tag model: vLLM would use its JSON paths
         state_type = HermesState
 
@@ -57,10 +57,11 @@ def test_a_parser_needing_the_json_tool_choice_paths_is_refused() -> None:
         def extract_tool_calls(self, model_output: str) -> tuple[bool, list[Any], str | None]:
             return False, [], model_output
 
-    assert JsonPaths.supports_required_and_named
-    with pytest.raises(TypeError, match="supports_required_and_named"):
-        registry.register_tool_parser("json_paths_test")(JsonPaths)
-    assert "json_paths_test" not in parsers.tool_parser_names()
+    assert JsonPaths.supports_required_and_named  # required/named then take forced.py's paths
+    for name in ("pythonic", "llama4_pythonic", "granite4"):
+        assert parsers.tool_parser_class(name).supports_required_and_named
+    for name in ("hermes", "llama3_json", "llama4_json"):
+        assert not parsers.tool_parser_class(name).supports_required_and_named
 
 
 def test_families_answer_for_their_render_side_effects() -> None:
@@ -99,16 +100,16 @@ def test_states_are_tagged_with_family_and_version(tok: Any) -> None:
     state = parsers.new_parsed_stream(parser, [tok.convert_tokens_to_ids("<|im_start|>")])
     obj = json.loads(json.dumps(state.to_obj()))
     assert obj[0] == parsers.chat.STATE_VERSION
-    reasoning_obj, tool_obj = obj[2][-2], obj[2][-1]
+    reasoning_obj, tool_obj = obj[2][6], obj[2][7]  # after the tag and the five flags
     assert reasoning_obj[0] == "qwen3/2" and tool_obj[0] == "hermes/2"
     assert parsers.load_parsed_stream(parser, obj).to_obj() == obj
 
     stale = json.loads(json.dumps(obj))
-    stale[2][-1][0] = "hermes/1"
+    stale[2][7][0] = "hermes/1"
     with pytest.raises(ValueError, match="unsupported parser state"):
         parsers.load_parsed_stream(parser, stale)
     swapped = json.loads(json.dumps(obj))
-    swapped[2][-2], swapped[2][-1] = swapped[2][-1], swapped[2][-2]
+    swapped[2][6], swapped[2][7] = swapped[2][7], swapped[2][6]
     with pytest.raises(ValueError, match="unsupported parser state"):
         parsers.load_parsed_stream(parser, swapped)
     reasoning_only = parsers.get_parser(tok, "qwen3", None, enable_auto_tools=True)

@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""Streaming parser cost: render-service's incremental parsers vs vLLM 0.33's parser path,
+side by side in one process, for the Llama 3/4, pythonic, Granite and Nemotron families.
+
+A benchmark script, not a timed test. Run it with the vLLM 0.33 oracle's Python from the
+repository root (it imports vLLM's parser classes and ours):
+
+    for f in llama3 llama4 granite nemotron; do python -m tests.parsers.families.llama MODELS/$f $f; done
+    ORACLE_PYTHON benchmarks/parsers_bench.py --models MODELS [--family NAME] [--sizes 2000,4000]
+
+Each family gets an N-token output in its own format (prose, then one tool call whose string
+argument carries most of the tokens: the worst case for parsers that re-read the current call),
+streamed one token per chunk as derender does (stop token dropped, detokenized with special
+tokens kept):
+
+- ours: `parsers.advance` per chunk, with the state decoded from JSON before and encoded after
+  every chunk (what a compact-mode snapshot from Redis costs); per-chunk thread CPU is recorded;
+- vLLM: `ChatStreamProcessor` over vLLM's own parser classes, fed the same chunks. vLLM's render
+  tier replays the whole output through fresh parsers on every chunk, so the CPU it spends on
+  chunk k is the CPU of processing chunks 0..k from scratch: the cumulative curve C(k) of one
+  run, and a stream costs sum_k C(k).
+
+Printed per family and size: our per-chunk CPU at the start and the end of the stream (median of
+the first / last 100 chunks) and their ratio, our total, vLLM's total, and vLLM / ours. The
+outputs of both sides are checked to be equal (every delta) before any number is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+WORDS = (
+    "the payment service retried every settlement after the deploy and the queue grew until the "
+    "scheduler stalled so we rolled back the change and opened this ticket to track the fix "
+).split()
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "create_ticket",
+            "parameters": {
+                "type": "object",
+                "properties": {"title": {"type": "string"}, "description": {"type": "string"}},
+            },
+        },
+    }
+]
+
+
+def prose(tok: Any, n: int, start: int = 0) -> str:
+    """Text of exactly about `n` tokens (ASCII words)."""
+    words: list[str] = []
+    i = start
+    while len(tok.encode(" ".join(words), add_special_tokens=False)) < n:
+        words.extend(WORDS[(i + k) % len(WORDS)] for k in range(16))
+        i += 16
+    ids = tok.encode(" ".join(words), add_special_tokens=False)[:n]
+    return tok.decode(ids)
+
+
+def output_ids(family: str, tok: Any, n: int) -> list[int]:
+    """An N-token output in the family's format (the eos is appended by the caller)."""
+
+    def enc(text: str) -> list[int]:
+        return tok.encode(text, add_special_tokens=False)
+
+    def special(name: str) -> list[int]:
+        return [tok.convert_tokens_to_ids(name)]
+
+    def fit(head: list[int], make: Any, tail_len: int) -> list[int]:
+        body = enc(make(prose(tok, max(8, n - len(head) - tail_len))))
+        return (head + body)[: n - 1]
+
+    if family in ("llama3_json", "llama4_json"):
+        return fit(
+            special("<|python_tag|>"),
+            lambda p: json.dumps({"name": "create_ticket", "parameters": {"title": "Retry storm", "description": p}}),
+            4,
+        )
+    if family == "pythonic":
+        return fit([], lambda p: f"[create_ticket(title='Retry storm', description='{p}')]", 4)
+    if family == "llama4_pythonic":
+        return fit(special("<|python_start|>"), lambda p: f"[create_ticket(title='Retry storm', description='{p}')]", 6)
+    if family == "granite":  # reasoning granite + tool granite: the stream never leaves reasoning
+        return enc(
+            "Here is my thought process: " + prose(tok, n // 2) + " Here is my response: " + prose(tok, n // 2, 3)
+        )[: n - 1]
+    if family == "granite_tool":
+        head = enc(prose(tok, n // 5)) + special("<|tool_call|>")
+        return fit(head, lambda p: " " + json.dumps([{"name": "create_ticket", "arguments": {"description": p}}]), 4)
+    if family == "granite4":
+        head = enc(prose(tok, n // 5)) + special("<tool_call>")
+        return fit(head, lambda p: json.dumps({"name": "create_ticket", "arguments": {"description": p}}), 6)
+    if family == "nemotron_v3":
+        head = enc(prose(tok, n * 35 // 100)) + special("</think>") + enc("\n\n" + prose(tok, n * 15 // 100, 5) + "\n")
+        return fit(
+            head + special("<tool_call>"),
+            lambda p: "\n" + json.dumps({"name": "create_ticket", "arguments": {"description": p}}) + "\n",
+            6,
+        )
+    raise SystemExit(f"unknown family {family}")
+
+
+# family -> (model folder, reasoning parser, tool parser, eos token)
+FAMILIES: dict[str, tuple[str, str | None, str | None, str]] = {
+    "llama3_json": ("llama3", None, "llama3_json", "<|eot_id|>"),
+    "llama4_json": ("llama4", None, "llama4_json", "<|eot|>"),
+    "pythonic": ("llama3", None, "pythonic", "<|eot_id|>"),
+    "llama4_pythonic": ("llama4", None, "llama4_pythonic", "<|eot|>"),
+    "granite": ("granite", "granite", "granite", "<|end_of_text|>"),
+    "granite_tool": ("granite", None, "granite", "<|end_of_text|>"),
+    "granite4": ("granite", None, "granite4", "<|end_of_text|>"),
+    "nemotron_v3": ("nemotron", "nemotron_v3", "hermes", "<|im_end|>"),
+}
+
+
+def run_ours(
+    tok: Any,
+    reasoning: str | None,
+    tool: str | None,
+    req: dict,
+    prompt: list[int],
+    chunks: list[list[int]],
+    eos: tuple[int, frozenset[int]],
+) -> tuple[list[Any], list[int]]:
+    from render_service import parsers
+    from render_service.derender.detokenize import StopParams, drop_stop_token
+    from tests.parsers import cases
+
+    parser = parsers.get_parser(
+        tok, reasoning, tool, enable_auto_tools=True, thinking_enabled=parsers.thinking_enabled(reasoning, {})
+    )
+    assert parser is not None
+    opts = parsers.RequestOptions.from_request(req)
+    ids_fn = parsers.tool_ids("bench", 0)
+    state_obj = json.dumps(parsers.new_parsed_stream(parser, prompt).to_obj())
+    out, cpu = [], []
+    for i, ids in enumerate(chunks):
+        finish = "stop" if i == len(chunks) - 1 else None
+        t0 = time.thread_time_ns()
+        state = parsers.load_parsed_stream(parser, json.loads(state_obj))
+        text_ids, _ = drop_stop_token(
+            ids, finish, None, eos_token_id=eos[0], model_eos_token_ids=eos[1], params=StopParams()
+        )
+        delta, fr = parsers.advance(parser, state, text_ids, ids, finish, opts, ids_fn)
+        state_obj = json.dumps(state.to_obj())
+        cpu.append(time.thread_time_ns() - t0)
+        out.append((cases.wire(delta), fr))
+    return out, cpu
+
+
+def run_vllm(
+    oracle: Any, reasoning: str | None, tool: str | None, req: dict, prompt: list[int], chunks: list[list[int]]
+) -> tuple[list[Any], list[int]]:
+    """One incremental run of vLLM's parser path; per-chunk CPU (C(k) is its running sum)."""
+    from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamProcessor
+    from vllm.renderers.online_derenderer import _seed_stream_state
+
+    from tests.parity.compare_parsers import _vllm_wire
+
+    request = oracle._request(req)
+    parser_cls = oracle.parser_class(reasoning, tool)
+    t0 = time.thread_time_ns()
+    processor = ChatStreamProcessor(
+        request,
+        parser_cls(oracle.tokenizer, request.tools, chat_template_kwargs={}, model_config=None),
+        enable_auto_tools=True,
+        parser_cls=parser_cls,
+    )
+    detok = _seed_stream_state(oracle.tokenizer, prompt, skip_special_tokens=False)
+    setup = time.thread_time_ns() - t0
+    out, cpu = [], []
+    for i, ids in enumerate(chunks):
+        fr = "stop" if i == len(chunks) - 1 else None
+        t0 = time.thread_time_ns()
+        text_ids, _ = oracle.derenderer._drop_stop_token(ids, fr, None, request)
+        text, detok = oracle.derenderer._detokenize_delta(
+            oracle.tokenizer, text_ids, detok, skip_special_tokens=False, spaces_between_special_tokens=True
+        )
+        delta, finish_reason = processor.step(text, ids, fr, prompt)
+        cpu.append(time.thread_time_ns() - t0 + (setup if i == 0 else 0))
+        out.append((_vllm_wire(delta), finish_reason))
+    return out, cpu
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", type=Path, required=True, help="folder with llama3/ llama4/ granite/ nemotron/")
+    ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
+    ap.add_argument("--sizes", default="2000,4000")
+    ap.add_argument("--window", type=int, default=100, help="chunks in the start / end medians")
+    args = ap.parse_args(argv)
+
+    import logging
+
+    from transformers import AutoTokenizer
+
+    from tests.parity.compare_parsers import Oracle
+
+    logging.getLogger("vllm").setLevel(logging.CRITICAL)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(
+        "family           tokens  ours start us/chunk  ours end us/chunk  end/start  ours total s  vLLM total s  vLLM/ours"
+    )
+    for name in args.family or list(FAMILIES):
+        model, reasoning, tool, eos_name = FAMILIES[name]
+        model_dir = args.models / model
+        tok = AutoTokenizer.from_pretrained(str(model_dir))
+        eos_id = tok.convert_tokens_to_ids(eos_name)
+        gen = json.loads((model_dir / "generation_config.json").read_text())
+        eos = (eos_id, frozenset(gen["eos_token_id"]))
+        oracle = Oracle(model_dir, eos)
+        req = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS}
+        prompt = tok.encode("hi", add_special_tokens=False)
+        for n in sizes:
+            ids = [*output_ids(name, tok, n), eos_id]
+            chunks = [[t] for t in ids]
+            mine, ours_cpu = run_ours(tok, reasoning, tool, req, prompt, chunks, eos)
+            theirs, vllm_cpu = run_vllm(oracle, reasoning, tool, req, prompt, chunks)
+            if mine != theirs:
+                first = next(i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b)
+                print(f"{name} {n}: outputs differ at chunk {first}: ours {mine[first]} vLLM {theirs[first]}")
+                return 1
+            w = args.window
+            start = statistics.median(ours_cpu[:w]) / 1e3
+            end = statistics.median(ours_cpu[-w:]) / 1e3
+            ours_total = sum(ours_cpu) / 1e9
+            running, vllm_total = 0, 0
+            for c in vllm_cpu:  # the replay of chunk k costs C(k)
+                running += c
+                vllm_total += running
+            vllm_s = vllm_total / 1e9
+            print(
+                f"{name:<16} {len(ids):>6}  {start:>20.1f}  {end:>17.1f}  {end / start:>9.2f}  "
+                f"{ours_total:>12.3f}  {vllm_s:>12.1f}  {vllm_s / ours_total:>9.0f}",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,309 @@
+"""Pythonic tool parsers: `pythonic` (vLLM 0.33's `PythonicToolParser`) and `llama4_pythonic`
+(`Llama4PythonicToolParser`, the same format optionally wrapped in `<|python_start|>` /
+`<|python_end|>`).
+
+Format: the whole tool phase is one Python list of calls, `[get_weather(city='Paris'), f(x=1)]`;
+keyword values are literals (strings, numbers, dicts, lists, tuples and sets as lists, f-strings
+without placeholders, `true`/`false`/`null`, signed numbers) and become JSON arguments.
+
+Streaming (as vLLM): the tool phase is a call list only when its text starts with `[` (or, for
+llama4, `<|python_start|>`); otherwise every delta is content. In a call list each chunk closes the
+open brackets and quotes of the text so far (vLLM's `make_valid_python`: nothing while the text ends
+between parameters or inside a key), parses it with `ast`, and streams each call's JSON arguments
+minus the closing suffix it invented; the first delta of a call carries its id and name.
+
+The call list is re-parsed on every chunk, as in vLLM (Python's grammar decides what parses): the
+state holds the tool-phase text, so a chunk costs O(length of the call list), not O(new tokens);
+content-only streams cost O(new tokens).
+
+Batch (as vLLM): the whole text must match vLLM's call-list regex (1 s timeout) and parse as a list
+of calls; otherwise it is all content.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import warnings
+from typing import Any
+
+import msgspec
+import regex  # type: ignore[import-untyped]
+
+from render_service.parsers.base import Delta, FunctionCall, ToolCallDelta, ToolIdFn
+from render_service.parsers.protocols import ParserState, ToolParser
+from render_service.parsers.registry import register_tool_parser
+
+PYTHON_START = "<|python_start|>"
+PYTHON_END = "<|python_end|>"
+REGEX_TIMEOUT_SECONDS = 1  # VLLM_TOOL_PARSE_REGEX_TIMEOUT_SECONDS
+
+# vLLM's PythonicToolParser.TOOL_CALL_REGEX (the batch gate), matched at the start of the text.
+TOOL_CALL_REGEX = regex.compile(
+    r"\[([a-zA-Z]+\w*\(([a-zA-Z]+\w*=.*,\s*)*([a-zA-Z]+\w*=.*\s)?\),\s*)*"
+    r"([a-zA-Z]+\w*\(([a-zA-Z]+\w*=.*,\s*)*([a-zA-Z]+\w*=.*\s*)?\)\s*)+\]",
+    regex.DOTALL,
+)
+
+UNDECIDED, CONTENT, CALLS = 0, 1, 2
+_JSON_NAMES = {"null": None, "true": True, "false": False}
+_CLOSERS = {"[": "]", "(": ")", "{": "}", "'": "'", '"': '"'}
+
+
+class _NotACall(Exception):
+    """The text is not (yet) a list of literal-argument calls."""
+
+
+def _escaped(text: str, index: int) -> bool:
+    """An odd run of backslashes before `index`."""
+    n = 0
+    j = index - 1
+    while j >= 0 and text[j] == "\\":
+        n += 1
+        j -= 1
+    return n % 2 == 1
+
+
+def scan_brackets(stack: str, bs_odd: bool, text: str) -> tuple[str, bool]:
+    """The bracket / quote scan of `make_valid_python`, resumable: `stack` holds the open
+    brackets and quotes, `bs_odd` whether the text so far ends in an odd run of backslashes.
+    Raises _NotACall on a mismatched bracket."""
+    openers = list(stack)
+    for c in text:
+        escaped = bs_odd
+        bs_odd = (not bs_odd) if c == "\\" else False
+        if openers and openers[-1] in "'\"":
+            if c == openers[-1] and not escaped:
+                openers.pop()
+            continue
+        if c in "[({":
+            openers.append(c)
+        elif c in "])}":
+            if not openers or openers.pop() != {"]": "[", ")": "(", "}": "{"}[c]:
+                raise _NotACall("mismatched brackets")
+        elif c in "'\"":
+            openers.append(c)
+    return "".join(openers), bs_odd
+
+
+def close_python(text: str, stack: str | None = None) -> tuple[str, str] | None:
+    """vLLM's `make_valid_python`: (text completed with closers, the closers), or None when the text
+    is too incomplete. Raises _NotACall on mismatched brackets. `stack` is the bracket scan of
+    `text` when the caller keeps it incrementally (`scan_brackets`)."""
+    if stack is None:
+        stack, _ = scan_brackets("", False, text)
+    text = text.rstrip()
+    if text.endswith("=") or text.endswith(":"):
+        return None
+    top = stack[-1] if stack else None
+    if top == "{":
+        before = text[: text.rfind("{")]
+        if before.count(":") <= before.count(","):
+            return None
+    if top == "(":
+        before = text[: text.rfind("(")]
+        if before.count("=") <= before.count(","):
+            return None
+    if text.endswith(","):
+        text = text[:-1]
+    if top == "[" and not text.endswith("[") and not text.endswith(")"):
+        return None
+    added = "".join(_CLOSERS[c] for c in reversed(stack))
+    candidate = text + added
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            module = ast.parse(candidate)
+    except SyntaxError:
+        return None
+    if not module.body:
+        return None
+    if "}" in added and any(isinstance(node, ast.Set) for node in ast.walk(module)):
+        return None  # a dict cut inside a key reads as a set
+    return candidate, added
+
+
+def _literal(node: ast.expr) -> Any:
+    """vLLM's `get_parameter_value`."""
+    if isinstance(node, ast.Constant):
+        if node.value is None or isinstance(node.value, (str, int, float)):
+            return node.value
+        raise _NotACall("constant without a JSON form")
+    if isinstance(node, ast.Dict):
+        if not all(isinstance(k, ast.Constant) for k in node.keys):
+            raise _NotACall("dict keys must be literals")
+        return {k.value: _literal(v) for k, v in zip(node.keys, node.values, strict=False)}  # type: ignore[union-attr]
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return [_literal(v) for v in node.elts]
+    if isinstance(node, ast.JoinedStr) and all(isinstance(p, ast.Constant) for p in node.values):
+        return "".join(str(p.value) for p in node.values)  # type: ignore[attr-defined]
+    if isinstance(node, ast.Name) and node.id in _JSON_NAMES:
+        return _JSON_NAMES[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        operand = _literal(node.operand)
+        if isinstance(operand, (int, float)) and not isinstance(operand, bool):
+            return -operand if isinstance(node.op, ast.USub) else operand
+    raise _NotACall("arguments must be literals")
+
+
+def _call(node: ast.Call) -> tuple[str, str]:
+    """vLLM's `handle_single_tool`: (dotted name, JSON arguments)."""
+    parts: list[str] = []
+    func: ast.expr = node.func
+    if not isinstance(func, (ast.Name, ast.Attribute)):
+        raise _NotACall("invalid tool call name")
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name):
+        raise _NotACall("invalid tool call name")
+    parts.append(func.id)
+    arguments = {kw.arg: _literal(kw.value) for kw in node.keywords}
+    return ".".join(reversed(parts)), json.dumps(arguments, ensure_ascii=False)
+
+
+def _calls(source: str) -> list[tuple[str, str]]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        module = ast.parse(source)
+    value = getattr(module.body[0], "value", None)
+    if not isinstance(value, ast.List) or not all(isinstance(e, ast.Call) for e in value.elts):
+        raise _NotACall("tool output must be a list of function calls")
+    return [_call(e) for e in value.elts]  # type: ignore[arg-type]
+
+
+class PythonicState(ParserState, tag="pythonic/1"):
+    """`text`: the tool-phase text (the call list); `cur`: vLLM's current_tool_index; `sent`:
+    argument text streamed per call; `called`: vLLM's prev_tool_call_arr was set."""
+
+    mode: int = UNDECIDED
+    text: str = ""
+    cur: int = -1
+    sent: list[str] = msgspec.field(default_factory=list)
+    called: bool = False
+    stack: str = ""  # the bracket scan of `text` (open brackets and quotes)
+    bs_odd: bool = False  # `text` ends in an odd run of backslashes
+    mismatched: bool = False  # the scan met a mismatched bracket: no chunk parses any more
+
+
+@register_tool_parser("pythonic")
+class PythonicToolParser(ToolParser):
+    """`pythonic`. Stateless; per-stream data in `PythonicState`. No structural tag model, so
+    vLLM's JSON paths serve tool_choice required/named (`forced.py`)."""
+
+    version = 1
+    state_type = PythonicState
+    wrapped = False  # llama4: <|python_start|> ... <|python_end|>
+
+    def _starts_calls(self, text: str) -> bool:
+        return text.startswith("[") or (self.wrapped and text.startswith(PYTHON_START))
+
+    def _may_start_calls(self, text: str) -> bool:
+        """Could more text still make this a call list? (nothing yet, or a prefix of the wrapper)"""
+        if not text:
+            return True
+        return self.wrapped and len(text) < len(PYTHON_START) and PYTHON_START.startswith(text)
+
+    def _unwrap(self, text: str) -> str:
+        if not self.wrapped:
+            return text
+        if text.startswith(PYTHON_START):
+            text = text[len(PYTHON_START) :]
+        if text.endswith(PYTHON_END):
+            text = text[: text.rfind(PYTHON_END)]
+        return text
+
+    def feed(self, st: PythonicState, text: str, tool_id: ToolIdFn) -> Delta | None:
+        if st.mode == CONTENT:
+            return Delta(content=text)
+        st.text += text
+        if not st.mismatched:
+            try:
+                # The wrapper markers hold no brackets, quotes or backslashes: scanning the raw
+                # text gives the scan of vLLM's unwrapped text.
+                st.stack, st.bs_odd = scan_brackets(st.stack, st.bs_odd, text)
+            except _NotACall:
+                st.mismatched = True
+        if st.mode == UNDECIDED:
+            if self._starts_calls(st.text):
+                st.mode = CALLS
+            else:
+                if not self._may_start_calls(st.text):
+                    st.mode, st.text = CONTENT, ""
+                return Delta(content=text)
+        try:
+            return self._calls_step(st, tool_id)
+        except Exception:  # vLLM logs and skips the chunk (state changes made so far stay)
+            return None
+
+    def _calls_step(self, st: PythonicState, tool_id: ToolIdFn) -> Delta | None:
+        if st.mismatched:
+            return None  # vLLM: make_valid_python raises on every chunk from now on
+        closed = close_python(self._unwrap(st.text), st.stack)
+        if closed is None:
+            return None
+        valid, added = closed
+        calls = _calls(valid)
+        deltas: list[ToolCallDelta] = []
+        for index, (name, args) in enumerate(calls):
+            if index < st.cur:
+                continue
+            st.cur = index
+            if len(st.sent) == index:
+                st.sent.append("")
+            complete = index < len(calls) - 1 or ")]" not in added
+            if complete:
+                st.cur += 1
+            withheld = added[:-2] if not complete else ""
+            if not complete and added[-2] == ")":
+                withheld += "}"  # the call's closing paren: withhold the arguments' brace
+            withheld = withheld.replace("'", '"')
+            if withheld:
+                if not args.endswith(withheld):
+                    raise ValueError("arguments do not end with the withheld suffix")
+                args = args[: -len(withheld)]
+            sent = st.sent[index]
+            if not sent:
+                delta = ToolCallDelta(index=index, id=tool_id(index), type="function", name=name, arguments=args)
+            else:
+                diff = args[len(sent) :]
+                if not diff:
+                    continue
+                delta = ToolCallDelta(index=index, arguments=diff)
+            deltas.append(delta)
+            st.sent[index] += delta.arguments or ""
+        if deltas:
+            st.called = True
+            return Delta(tool_calls=deltas)
+        if not added and st.cur > 0:
+            return Delta(content="")  # vLLM's empty delta once every call is done
+        return None
+
+    def remaining_args(self, st: PythonicState) -> str:
+        # vLLM's prev_tool_call_arr is [{"arguments": {}}]: only "{}" minus what call 0 streamed.
+        if not st.called:
+            return ""
+        actual = st.sent[0] if st.sent else ""
+        return "{}"[len(actual) :] if "{}".startswith(actual) else ""
+
+    def extract_tool_calls(self, model_output: str) -> tuple[bool, list[FunctionCall], str | None]:
+        if self.wrapped and model_output.startswith(PYTHON_START):
+            model_output = model_output[len(PYTHON_START) :].replace(PYTHON_END, "")
+        try:
+            matched = TOOL_CALL_REGEX.match(model_output, timeout=REGEX_TIMEOUT_SECONDS) is not None
+        except TimeoutError:
+            matched = False
+        if not matched:
+            return False, [], model_output
+        try:
+            calls = _calls(model_output)
+        except Exception:
+            return False, [], model_output
+        return True, [FunctionCall(name, args) for name, args in calls], None
+
+
+@register_tool_parser("llama4_pythonic")
+class Llama4PythonicToolParser(PythonicToolParser):
+    """`llama4_pythonic`."""
+
+    wrapped = True

@@ -1,0 +1,131 @@
+"""Derender parity of the Llama 3/4, pythonic, Granite and Nemotron parsers with vLLM 0.33.
+
+Replays golden_parsers/<config>/<case>.json (record_parsers_llama.py, from `vllm launch render` on
+the fixture folders of tests/parsers/families/llama.py with each config's parser flags) against
+our app, exactly as test_derender_parity.py replays golden_derender/: batch calls as recorded,
+stream calls carrying OUR stream_state, every field compared except `created` and tool-call ids
+(ours must be `chatcmpl-tool-<16 hex>` and stable per call index).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from render_service.server.app import create_app
+from render_service.settings import Settings
+from tests.parsers.families.llama import build_family
+
+from .corpus import VLLM_VERSION, compare_response, send
+from .derender_corpus import ToolIdTracker, compare_call, stream_lane, with_state
+from .parsers_llama_corpus import (
+    PARSER_CONFIGS,
+    PARSER_FAMILIES,
+    build_parser_corpus_from_dirs,
+    iter_parser_goldens,
+    iter_render_goldens,
+    render_cases,
+)
+
+GOLDENS: list[dict[str, Any]] = list(iter_parser_goldens())
+RENDER_GOLDENS: list[dict[str, Any]] = list(iter_render_goldens())
+
+
+@pytest.fixture(scope="session")
+def family_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("parser_families")
+    return {name: build_family(root / name, name) for name in PARSER_FAMILIES}
+
+
+@pytest.fixture(scope="session")
+def parser_client(family_dirs: dict[str, Path]) -> Iterator[Callable[[str], TestClient]]:
+    clients: dict[str, TestClient] = {}
+    with ExitStack() as stack:
+
+        def get(config_name: str) -> TestClient:
+            if config_name not in clients:
+                config = PARSER_CONFIGS[config_name]
+                settings = Settings(**config.settings_kwargs(family_dirs[config.family])).validate()
+                clients[config_name] = stack.enter_context(
+                    TestClient(create_app(settings), raise_server_exceptions=False)
+                )
+            return clients[config_name]
+
+        yield get
+
+
+def test_goldens_match_corpus(family_dirs: dict[str, Path]) -> None:
+    """Every corpus case has a golden recorded from the same calls (re-run record_parsers_llama.py)."""
+    cases = build_parser_corpus_from_dirs(family_dirs)
+    by_name = {g["case"]: g for g in GOLDENS}
+    assert not sorted(set(cases) - set(by_name)), "missing goldens"
+    assert not sorted(set(by_name) - set(cases)), "stale goldens"
+    for name, case in cases.items():
+        golden = by_name[name]
+        specs = case.build(golden["render"]["prompt_token_ids"])
+        assert golden["config"] == case.config and len(specs) == len(golden["calls"]), name
+        for spec, call in zip(specs, golden["calls"], strict=True):
+            recorded = copy.deepcopy(call["request"])
+            if spec["state_source"] == "previous":
+                recorded["json"].pop("stream_state", None)
+            assert spec["request"] == recorded, name
+    assert {g["vllm_version"] for g in GOLDENS} == {VLLM_VERSION}
+
+
+@pytest.mark.parametrize("golden", GOLDENS, ids=[g["case"] for g in GOLDENS])
+def test_parser_family_parity(golden: dict[str, Any], parser_client: Callable[[str], TestClient]) -> None:
+    client = parser_client(golden["config"])
+    tracker = ToolIdTracker()
+    states: dict[int, Any] = {}
+    failures: list[tuple[int, list[str]]] = []
+    for i, call in enumerate(golden["calls"]):
+        request = copy.deepcopy(call["request"])
+        lane = stream_lane(request["json"])
+        if call["state_source"] == "previous" and lane in states:
+            request["json"] = with_state(request["json"], states[lane])
+        status, body = send(client, request)
+        if golden["kind"] == "stream" and status == 200 and isinstance(body, dict) and "stream_state" in body:
+            states[lane] = body["stream_state"]
+        diffs = compare_call(request, call["status"], call["response"], status, body)
+        if status == 200:
+            diffs += tracker.check(body, lane)
+        if diffs:
+            failures.append((i, diffs))
+    assert not failures, "\n".join(
+        [f"{golden['case']}: {len(failures)} of {len(golden['calls'])} call(s) differ from vLLM 0.33"]
+        + [f"  call {i}: {d}" for i, ds in failures[:5] for d in ds[:6]]
+    )
+
+
+def test_render_goldens_match_cases() -> None:
+    recorded = {g["case"]: g for g in RENDER_GOLDENS}
+    cases = {name: (config, body) for name, config, body in render_cases()}
+    assert set(recorded) == set(cases), "re-record with record_parsers_llama.py --render"
+    for name, (config, body) in cases.items():
+        assert recorded[name]["config"] == config and recorded[name]["request"]["json"] == body, name
+
+
+@pytest.mark.parametrize("golden", RENDER_GOLDENS, ids=[g["case"] for g in RENDER_GOLDENS])
+def test_parser_family_render_parity(
+    golden: dict[str, Any], parser_client: Callable[[str], TestClient], family_dirs: dict[str, Path]
+) -> None:
+    """The rendered GenerateRequest (skip_special_tokens, structural tags, JSON schemas for
+    required/named, prompt ids) as vLLM 0.33 renders it with the family's parser flags."""
+    status, body = send(parser_client(golden["config"]), golden["request"])
+    model_dir = family_dirs[PARSER_CONFIGS[golden["config"]].family]
+    diffs = compare_response(
+        golden["request"],
+        golden["status"],
+        golden["response"],
+        status,
+        body,
+        expected_model_dir=golden["model_dir"],
+        actual_model_dir=str(model_dir),
+    )
+    assert not diffs, f"{golden['case']}: ours vs vLLM 0.33\n  " + "\n  ".join(diffs)
