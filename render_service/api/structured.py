@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 from render_service.api.protocol import handler_error, schema_error
 from render_service.exceptions import RequestValidationError
@@ -933,7 +933,7 @@ _STYLES = frozenset(
 _INT32_MAX = 2_147_483_647
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -791,7 +791,7 @@ async def derender_chat_stream(ctx: DerenderContext, body: dict[str, Any]) -> di
     if len(choices) > 1:
         raise BadRequestError(f"derender_chat_stream expects at most one choice per chunk (got {len(choices)}).")
     prompt_len = len(prompt_ids) if prompt_ids is not None else 0
-    prior = state["rs_pos"] if compact_continuation else (len(state["output_token_ids"]) if state else 0)
+    prior = state["rs_pos"] if compact_continuation and state else (len(state["output_token_ids"]) if state else 0)
     delta_len = sum(len(c.get("token_ids") or []) for c in choices)
     max_len = ctx.render.model.max_model_len
     if not isinstance(prior, int) or prompt_len + prior + delta_len > max_len:
@@ -927,6 +927,7 @@ async def _parsed_stream(
             enable_auto_tools=ctx.render.settings.enable_auto_tool_choice,
             thinking_enabled=req.thinking,
         )
+        assert parser is not None  # the parser path runs only with a configured parser
         parsed = parsers.load_parsed_stream(parser, snapshot["ps"])
         carried = snapshot["carry"]
         role_sent, tools_streamed, last_ids, context = carried
@@ -1029,6 +1030,7 @@ async def _parsed_stream(
         )
         new_state.update(rs_sid=sid, rs_pos=new_position, rs_fp=ctx.fingerprint[:16])
     if ctx.store is not None and (delta_ids or snapshot is None):
+        assert isinstance(sid, str)  # a resumed stream's id was checked; a replayed one was just made
         digest = None
         if history is not None:
             history.update(array.array("q", delta_ids).tobytes())

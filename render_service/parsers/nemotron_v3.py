@@ -84,7 +84,7 @@ class NemotronV3ReasoningParser(Qwen3ReasoningParser):
 
     finish = flush_on_transition  # type: ignore[assignment]
 
-    def fallback_content(self, st: NemotronV3State) -> str | None:  # type: ignore[override]
+    def fallback_content(self, st: NemotronV3State) -> str | None:
         """`get_streaming_fallback_content` at the end of a stream still in reasoning."""
         return (st.streamed or None) if self.force_content else None
 

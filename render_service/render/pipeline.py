@@ -478,10 +478,13 @@ def _load_images(
         if url.startswith("data:"):
             items.append(ctx.vision.from_data_url(url, decode_data_url, options, tensors, known))
             continue
-        if known is None and (fetched is None or url not in fetched):
+        if known is not None:
+            data, digest = known
+        elif fetched is not None and url in fetched:
+            data, digest = fetched[url], None
+        else:
             media.check_url(url, ctx.media_limits)
             raise BadRequestError(f"Image URL {url!r} was not fetched.", param="messages")
-        data, digest = known or (fetched[url], None)
         items.append(ctx.vision(data, options, tensors, digest=digest))
     return items
 
@@ -710,7 +713,7 @@ def _history_tool_calls(messages: list[dict[str, Any]]) -> int:
 
 def _prompts(body: dict[str, Any]) -> list[str | list[int]]:
     """The validated `prompt` as a list of prompts (text or token ids)."""
-    prompt = body.get("prompt")
+    prompt: Any = body.get("prompt")
     if body.get("prompt_embeds") is not None:
         raise BadRequestError("prompt_embeds are not supported by this render tier (no torch).", param="prompt_embeds")
     if prompt == []:
