@@ -34,8 +34,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import msgspec
 
 from render_service import parsers

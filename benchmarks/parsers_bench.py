@@ -35,8 +35,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 WORDS = (
     "the payment service retried every settlement after the deploy and the queue grew until the "
     "scheduler stalled so we rolled back the change and opened this ticket to track the fix "

@@ -1,6 +1,6 @@
 """Record the parser-family goldens (tests/parity/golden_parsers/) from vLLM 0.33.0's render tier.
 
-    python tests/parity/record_families.py [--config NAME ...] [--only CASE ...] [--models DIR] [--port PORT]
+    python -m tests.parity.record_families [--config NAME ...] [--only CASE ...] [--models DIR] [--port PORT]
 
 For each server config of family_corpus.py: build the family's fixture folder (tests/parsers/families/)
 into a temp dir (or reuse DIR/<family>), start `vllm launch render` on it with the config's parser flags
@@ -17,8 +17,6 @@ import tempfile
 from pathlib import Path
 
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.parity.corpus import VLLM_VERSION, send, start_oracle
 from tests.parity.derender_corpus import drive, dump_golden, golden_record, prompt_ids_from_render

@@ -1,6 +1,6 @@
 """Record the parser-family derender goldens (parsers_llama_corpus.py) from vLLM 0.33's render tier.
 
-    python tests/parity/record_parsers_llama.py [--config NAME ...] [--only CASE ...] [--port PORT]
+    python -m tests.parity.record_parsers_llama [--config NAME ...] [--only CASE ...] [--port PORT]
 
 Builds the fixture folders (tests/parsers/families/llama.py) into a temp dir, starts the oracle per
 config with its parser flags, renders each case's request to get the prompt ids, drives every
@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.parity.corpus import VLLM_VERSION, send, start_oracle
 from tests.parity.derender_corpus import drive, dump_golden, golden_record, prompt_ids_from_render

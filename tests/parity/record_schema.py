@@ -1,6 +1,6 @@
 """Record the schema parity goldens (tests/parity/golden_schema/<route>.json) from vLLM 0.33.
 
-    python tests/parity/record_schema.py --oracle-url http://127.0.0.1:PORT [--route NAME ...]
+    python -m tests.parity.record_schema --oracle-url http://127.0.0.1:PORT [--route NAME ...]
 
 The oracle serves the qwen3 example model with corpus.CONFIGS["parsers"] flags (record.py shows
 how to start one). Not imported by the tests.
@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from corpus import VLLM_VERSION, send
-from schema_corpus import GOLDEN_DIR, ROUTES, cases, request
+from tests.parity.corpus import VLLM_VERSION, send
+from tests.parity.schema_corpus import GOLDEN_DIR, ROUTES, cases, request
 
 
 def main() -> None:
