@@ -21,7 +21,8 @@ FROM ${BASE} AS build
 # Build-time only, never in the final image: an extra CA bundle for a TLS-intercepting egress
 # proxy (mount it with `-v` and point PIP_CERT at it), and optional extras (e.g. "example").
 ARG PIP_CERT=
-ARG PIP_INDEX_URL=https://pypi.org/simple
+# The package index comes from the build machine (pass --build-arg PIP_INDEX_URL=... to choose one).
+ARG PIP_INDEX_URL
 ARG EXTRAS=
 # 1: drop transformers' model code (modeling, modular, image/video processors, converters: ~75 MB,
 # 18 % of the image) that a tokenizer-only service never imports; tokenizer and configuration
