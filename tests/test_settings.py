@@ -79,8 +79,9 @@ def test_bad_settings_fail_at_start(values: dict, message: str) -> None:
 def test_unknown_flag_and_parser_fail_with_clear_messages(qwen3_model_dir: Path) -> None:
     result = run_cli("serve", str(qwen3_model_dir), "--tensor-parallel-size", "2")
     assert result.returncode == 2 and "unrecognized arguments: --tensor-parallel-size" in result.stderr
-    result = run_cli("serve", str(qwen3_model_dir), "--reasoning-parser", "granite")
-    assert result.returncode == 2 and "--reasoning-parser 'granite' is not supported" in result.stderr
+    # A name no registry knows (registered names start a server: this must fail before that).
+    result = run_cli("serve", str(qwen3_model_dir), "--reasoning-parser", "no_such_parser")
+    assert result.returncode == 2 and "--reasoning-parser 'no_such_parser' is not supported" in result.stderr
     result = run_cli("serve", "/does/not/exist/model", "--port", "0")
     assert result.returncode == 2 and "cannot find model" in result.stderr
 

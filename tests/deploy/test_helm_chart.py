@@ -15,7 +15,6 @@ import argparse
 import copy
 import json
 import re
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -464,9 +463,7 @@ def test_values_document_the_serve_flags():
         for a in serve_flags()
         if a.dest not in FLAGS_SET_ELSEWHERE and camel(a.dest) not in values["config"]
     ]
-    if undocumented:
-        # Settable already (the chart maps any config key), but values.yaml should say so.
-        warnings.warn(f"serve flags not yet documented in values.yaml: {undocumented}", stacklevel=1)
+    assert not undocumented, f"serve flags not documented in values.yaml: {undocumented}"
 
 
 # ---------------------------------------------------------------------------------------------
