@@ -271,3 +271,50 @@ def guard_for(segments: SegmentEncoder | None, segmenter: Segmenter | None, enco
     if segments is not None:
         return PrefixGuard(segments.segmenter, encode, max_bytes=segments.max_bytes, keep_ids=segments.reuses_prefixes)
     return PrefixGuard(segmenter, encode)
+
+
+# A conversation that grows the way agents and chats grow: a reply with thinking and a tool call,
+# its result, then a new user message (where templates such as Qwen3's drop earlier thinking).
+_PROBE_TOOL = {
+    "type": "function",
+    "function": {"name": "lookup", "description": "Look a word up.", "parameters": {"type": "object"}},
+}
+_PROBE_TURNS: tuple[tuple[str, list[dict[str, Any]]], ...] = (
+    ("first turn", [{"role": "user", "content": "Look up 'prefix' for me."}]),
+    (
+        "after a tool call with thinking",
+        [
+            {
+                "role": "assistant",
+                "content": "",
+                "reasoning": "The user wants a definition; I will call lookup.",
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"w": "prefix"}'}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "prefix: a beginning"},
+        ],
+    ),
+    (
+        "after a reply with thinking and a new user message",
+        [
+            {"role": "assistant", "content": "A prefix is a beginning.", "reasoning": "The tool answered; summarise."},
+            {"role": "user", "content": "Thanks. And 'suffix'?"},
+        ],
+    ),
+)
+
+
+def history_probe(render_chat: Any, guard: PrefixGuard) -> list[tuple[str, PrefixCheck]]:
+    """Each probe turn's verdict: where the template does not extend the previous prompt + reply
+    (`render_chat(body, prefix_checks=...)`: the render, e.g. `functools.partial(pipeline.render_chat, ctx)`)."""
+    messages: list[dict[str, Any]] = []
+    verdicts = []
+    for label, added in _PROBE_TURNS:
+        messages = [*messages, *added]
+        checks: list[PrefixCheck] = []
+        body = {"messages": [dict(m) for m in messages], "tools": [_PROBE_TOOL], "tool_choice": "none"}
+        render_chat(body, prefix_checks=checks)
+        if checks:
+            verdicts.append((label, checks[0]))
+    return verdicts

@@ -132,3 +132,13 @@ def test_header_and_metrics_over_http(qwen3_model_dir: Path) -> None:
     assert 'render_prefix_checks_total{status="extends"} 10.0' in metrics
     assert "render_segment_cache_enabled 1.0" in metrics
     assert "render_segment_cache_hits_total" in metrics and "render_segment_cache_bytes" in metrics
+
+
+def test_audit_reports_a_template_that_drops_history(qwen3_model_dir: Path) -> None:
+    from render_service.audit import audit
+
+    settings = Settings(model=str(qwen3_model_dir), served_model_name=["tinyqwen3"]).validate()
+    report = audit.run_audit([], [], local=(settings, load_model(settings)))
+    notes = [f for f in report.findings if f.component == "template_history"]
+    assert [(f.severity, f.ours) for f in notes] == [("info", prefix.THINKING_DROPPED)]
+    assert "new user message" in notes[0].detail
