@@ -112,7 +112,7 @@ class PrefixGuard:
         self,
         segmenter: Segmenter | None,
         encode: Any,
-        max_bytes: int = 64 << 20,
+        max_bytes: int = 32 << 20,
         max_entries: int = 4096,
         keep_ids: bool = False,
     ) -> None:

@@ -281,7 +281,8 @@ def build(
         return None, None, f"whole and segment-wise ids differ on {mismatch!r}"
     if max_bytes <= 0:
         return None, segmenter, "disabled (--segment-cache-bytes 0)"
-    return SegmentEncoder(segmenter, encode, max_bytes), segmenter, None
+    # Half the budget for pieces; the prefix guard keeps recent prompts' ids in the other half.
+    return SegmentEncoder(segmenter, encode, max_bytes // 2), segmenter, None
 
 
 def head_of(segmenter: Segmenter, text: str, ids: list[int], encode: Encode) -> tuple[int, int]:

@@ -161,7 +161,7 @@ class _PromptReuseCollector(Collector):
                 ("render_segment_cache_entries", "Pieces held by the segment cache", stats.entries),
                 (
                     "render_segment_cache_max_bytes",
-                    "The segment cache's budget (--segment-cache-bytes)",
+                    "The segment cache's budget for pieces (half of --segment-cache-bytes)",
                     stats.max_bytes,
                 ),
             ):
