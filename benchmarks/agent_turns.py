@@ -150,10 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--oracle-python", default=DEFAULT_ORACLE_PYTHON, help="python of a vLLM 0.33 env")
     parser.add_argument("--skip-vllm", action="store_true")
     parser.add_argument("--skip-rs", action="store_true")
+    parser.add_argument("--ours-args", default="", help="extra flags for both of ours, e.g. '--tokenizer-backend hf'")
     args = parser.parse_args(argv)
     model_dir = example_model_dir(args.model)
     logs = Path(tempfile.mkdtemp(prefix="agent-turns-"))
-    ours_args = [*SERVER_ARGS.split(), "--enable-auto-tool-choice", "--workers", "1"]
+    ours_args = [*SERVER_ARGS.split(), "--enable-auto-tool-choice", "--workers", "1", *args.ours_args.split()]
     servers = {}
     try:
         servers["ours"] = start_render_service(model_dir, free_port(), ours_args, log=logs / "ours.log")
