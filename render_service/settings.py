@@ -83,6 +83,8 @@ class Settings:
     media_fetch_timeout: float = 5.0
     media_max_bytes: int = 32 << 20
     mm_cache_bytes: int = 512 << 20
+    # Token ids of prompt pieces between added tokens, reused across turns (render/segments.py); 0: off.
+    segment_cache_bytes: int = 128 << 20
     mm_cache_redis: bool = False  # share processed images between replicas through --redis-url
     mm_cache_redis_ttl_seconds: int = 600
     mm_cache_redis_max_entry_bytes: int = 32 << 20
@@ -180,6 +182,8 @@ class Settings:
             raise SettingsError("--mm-cache-redis-ttl-seconds and --mm-cache-redis-max-entry-bytes must be positive")
         if self.tokenizer_backend not in ("auto", "hf"):
             raise SettingsError("--tokenizer-backend must be auto or hf")
+        if self.segment_cache_bytes < 0:
+            raise SettingsError("--segment-cache-bytes must be 0 (off) or positive")
         if self.mm_processor_kwargs:
             from render_service.exceptions import RenderServiceError
             from render_service.multimodal import qwen3_vl as multimodal
@@ -448,6 +452,13 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--mm-cache-bytes", type=int, default=512 << 20, help="in-process cache of processed images, by content hash"
+    )
+    parser.add_argument(
+        "--segment-cache-bytes",
+        type=int,
+        default=128 << 20,
+        help="per-worker cache of the token ids of prompt pieces between special tokens, and of recent "
+        "conversations' prompts (a turn re-sending its history reuses them); 0 turns it off",
     )
     parser.add_argument(
         "--mm-cache-redis",

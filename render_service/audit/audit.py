@@ -1268,6 +1268,37 @@ def _compare_engines(out: _Collector, probes: dict[str, _EngineProbe]) -> None:
 # -- the audit -----------------------------------------------------------------------------------
 
 
+def _check_template_history(out: _Collector, settings: Settings, model: Model) -> None:
+    """Whether the chat template re-renders history as it was generated (prefix caching and
+    bidirectional KV reuse depend on it): a note per probe turn where it does not."""
+    from functools import partial
+
+    from render_service.exceptions import RenderServiceError
+    from render_service.render import pipeline, prefix
+
+    ctx = pipeline.make_context(model, settings)
+    if ctx.prefix_guard is None:
+        return
+    try:
+        verdicts = prefix.history_probe(partial(pipeline.render_chat, ctx), ctx.prefix_guard)
+    except RenderServiceError as exc:
+        out.add("local", "template_history", None, None, "info", f"the history probe was refused: {exc.message}")
+        return
+    breaks = [(label, check) for label, check in verdicts if check.status == prefix.BREAKS]
+    for label, check in breaks:
+        out.add(
+            "local",
+            "template_history",
+            check.cause,
+            None,
+            "info",
+            f"{label}: the prompt does not extend the previous prompt + reply ({check.header()}); "
+            "prefix-cache hits and bidirectional KV reuse stop there",
+        )
+    if not breaks:
+        out.ok("local", "template_history", "extends", detail="every probe turn extends the previous prompt")
+
+
 def run_audit(
     render_urls: Sequence[str],
     engine_urls: Sequence[str],
@@ -1306,6 +1337,8 @@ def run_audit(
         report = AuditReport(
             reference=ref.label if ref else "none (no local model, no reachable render replica)", started=started
         )
+        if local is not None:
+            _check_template_history(out, *local)
         for peer in render_peers:
             peer_facts = facts[peer.url]
             if peer_facts is None:

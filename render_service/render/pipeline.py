@@ -7,10 +7,13 @@ the same input fails with the same error first.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
+
+import orjson
 
 from render_service import parsers
 from render_service.api import requests, structured
@@ -32,9 +35,11 @@ from render_service.model.loader import Model
 from render_service.model.lora import AdapterRegistry
 from render_service.multimodal import media
 from render_service.multimodal import qwen3_vl as multimodal
-from render_service.render import content_parts, renderers, templating
+from render_service.render import content_parts, prefix, renderers, segments, templating
 from render_service.render import token_ids as token_id_checks
 from render_service.settings import Settings
+
+logger = logging.getLogger("render_service.render.pipeline")
 
 # Ours (vLLM has none): far above real conversations and tool lists (OpenAI accepts 128 tools), they
 # cap the work of one request before any templating (~7 µs per message, ~16 µs per tool).
@@ -59,6 +64,16 @@ class RenderContext:
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     # The LoRA adapters served by name (None: none); mutable when runtime updating is allowed.
     adapters: AdapterRegistry | None = field(default=None, compare=False)
+    # Prompt ids reused piece by piece and turn by turn (None: off, or unsafe for this tokenizer).
+    segments: segments.SegmentEncoder | None = field(default=None, compare=False, repr=False)
+    # The prefix-stability guard (always on; checks nothing before `make_context` sets it).
+    prefix_guard: prefix.PrefixGuard | None = field(default=None, compare=False, repr=False)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """The prompt's ids: the segment cache's when it is on, else the backend's (identical)."""
+        if self.segments is not None:
+            return self.segments.encode(text, add_special_tokens)
+        return self.model.encode(text, add_special_tokens)
 
     @property
     def has_reasoning_parser(self) -> bool:
@@ -447,7 +462,11 @@ def make_context(model: Model, settings: Settings, adapters: AdapterRegistry | N
         vision = multimodal.ImageProcessor(
             config, settings.mm_cache_bytes, limits.max_image_pixels, settings.mm_processor_kwargs
         )
-    return RenderContext(model, settings, vision, limits, adapters=adapters)
+    cache, segmenter, why_not = segments.build(model.hf_tokenizer, model.encode, settings.segment_cache_bytes)
+    if cache is None:
+        logger.info("segment cache off: %s", why_not)
+    guard = prefix.guard_for(cache, segmenter, model.encode)
+    return RenderContext(model, settings, vision, limits, adapters=adapters, segments=cache, prefix_guard=guard)
 
 
 def _image_limit(limits: dict[str, Any]) -> int:
@@ -496,10 +515,12 @@ def render_chat(
     fetched: dict[str, bytes] | None = None,
     *,
     converted: bool = False,
+    prefix_checks: list[prefix.PrefixCheck] | None = None,
 ) -> dict[str, Any]:
     """`fetched`: the bodies of the request's http(s) image URLs (fetched by the caller, async).
     `converted`: the body was built by a converter (Messages), not sent by a client; vLLM assigns
-    those fields after the chat request's validators ran, so they are not validated again."""
+    those fields after the chat request's validators ran, so they are not validated again.
+    `prefix_checks`: receives the prefix-stability guard's verdict (for the response header)."""
     if not converted:
         validate_chat_request(body)
     check_model(ctx, body.get("model"))
@@ -554,9 +575,21 @@ def render_chat(
     else:
         if not converted:
             content_parts.check_messages(body["messages"])
+        turn = _begin_turn(ctx, body, chat_template, rendered_tools, template_kwargs)
         token_ids, offsets, features = render_conversation(
-            ctx, body, chat_template, rendered_tools, template_kwargs, max_output, output_param, truncate, fetched
+            ctx,
+            body,
+            chat_template,
+            rendered_tools,
+            template_kwargs,
+            max_output,
+            output_param,
+            truncate,
+            fetched,
+            turn=turn,
         )
+        if turn is not None and prefix_checks is not None and turn.check is not None:
+            prefix_checks.append(turn.check)
 
     skip_special_tokens = body.get("skip_special_tokens")
     if settings.reasoning_parser is not None or tool_choice != "none":  # vLLM runs adjust_request
@@ -623,11 +656,14 @@ def render_conversation(
     output_param: str,
     truncate: int | None,
     fetched: dict[str, bytes] | None = None,
+    *,
+    turn: prefix.Turn | None = None,
 ) -> tuple[list[int], list[list[int]] | None, dict[str, Any] | None]:
     """Template `body["messages"]`, tokenize (expanding image placeholders), truncate and check the
-    length against max_model_len: (token ids, offsets, multimodal features)."""
+    length against max_model_len: (token ids, offsets, multimodal features). `turn`: the prefix
+    guard's record of this request (`_begin_turn`); its verdict lands in `turn.check`."""
     token_ids, offsets, features = _render_chat_tokens(
-        ctx, body, chat_template, rendered_tools, template_kwargs, fetched
+        ctx, body, chat_template, rendered_tools, template_kwargs, fetched, turn
     )
     token_ids = _truncate(token_ids, truncate, body.get("truncation_side"), ctx.model.max_model_len)
     _check_lengths(ctx, len(token_ids), max_output, output_param, truncate, from_text=True)
@@ -641,6 +677,7 @@ def _render_chat_tokens(
     rendered_tools: list[dict[str, Any]] | None,
     template_kwargs: dict[str, Any],
     fetched: dict[str, bytes] | None = None,
+    turn: prefix.Turn | None = None,
 ) -> tuple[list[int], list[list[int]] | None, dict[str, Any] | None]:
     """Template the conversation and tokenize it (the part forwarded prompt ids skip); images are
     processed and their placeholders expanded."""
@@ -681,19 +718,69 @@ def _render_chat_tokens(
         )
     )
     if rendered.token_ids is not None:  # tokenized by the renderer (Kimi K3)
+        _skip_turn(ctx, turn)
         return rendered.token_ids, None, None
     prompt = rendered.text or ""
     add_special = bool(body.get("add_special_tokens", False))
     if images:
         assert ctx.vision is not None
+        _skip_turn(ctx, turn)
         token_ids, placeholders = multimodal.expand_prompt(
-            ctx.model.encode(prompt, add_special), images, ctx.vision.config.image_token_id
+            ctx.encode(prompt, add_special), images, ctx.vision.config.image_token_id
         )
         return token_ids, None, multimodal.features(images, placeholders, mm_payload)
     if body.get("return_token_offsets"):
+        _skip_turn(ctx, turn)
         ids, offsets = ctx.model.encode_with_offsets(prompt, add_special)
         return ids, offsets, None
-    return ctx.model.encode(prompt, add_special), None, None
+    if turn is None or add_special or ctx.prefix_guard is None:
+        _skip_turn(ctx, turn)
+        return ctx.encode(prompt, add_special), None, None
+    return _encode_turn(ctx, turn, prompt), None, None
+
+
+# -- the segment cache and the prefix guard -------------------------------------------------
+
+
+def _begin_turn(
+    ctx: RenderContext,
+    body: dict[str, Any],
+    chat_template: str | None,
+    rendered_tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any],
+) -> prefix.Turn | None:
+    """Find the previous turn of this conversation (before templating: a hit lets the encode copy
+    that prompt's ids). A prompt that continues the last message is not a new turn."""
+    guard = ctx.prefix_guard
+    if guard is None:
+        return None
+    try:  # what the template saw besides the messages: a change breaks the prefix by itself
+        fingerprint = hash((chat_template, orjson.dumps(rendered_tools), orjson.dumps(template_kwargs, default=repr)))
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+    new_turn = bool(template_kwargs.get("add_generation_prompt")) and not template_kwargs.get("continue_final_message")
+    return guard.begin(body["messages"], fingerprint, checkable=new_turn)
+
+
+def _skip_turn(ctx: RenderContext, turn: prefix.Turn | None) -> None:
+    if turn is not None and ctx.prefix_guard is not None:
+        turn.check = prefix.SKIP
+        ctx.prefix_guard.count(prefix.SKIP)
+
+
+def _encode_turn(ctx: RenderContext, turn: prefix.Turn, prompt: str) -> list[int]:
+    """Encode the prompt (copying the previous turn's ids where the text allows), then check and
+    record it in the prefix guard."""
+    guard = ctx.prefix_guard
+    assert guard is not None
+    if ctx.segments is not None:
+        encoded = ctx.segments.encode_prompt(prompt, turn.previous)
+        ids, head_chars, head_ids = encoded.ids, encoded.head_chars, encoded.head_ids
+    else:
+        ids = ctx.model.encode(prompt, False)
+        head_chars, head_ids = guard.head_of(prompt, ids)
+    turn.check = guard.finish(turn, prompt, ids, head_chars, head_ids)
+    return ids
 
 
 def _history_tool_calls(messages: list[dict[str, Any]]) -> int:

@@ -45,7 +45,7 @@ def tokenize(ctx: render.RenderContext, body: dict[str, Any]) -> dict[str, Any]:
         if renderer.mode == "hf":
             assert template is not None
             text = templating.render_prompt(model.hf_tokenizer, template, conversation, tools, kwargs)
-            ids = model.encode(text, add_special)
+            ids = ctx.encode(text, add_special)
         else:  # the model's own encoder (DeepSeek, Kimi K3), as vLLM's /tokenize uses it
             rendered = renderer.render(
                 renderers.ChatInput(
@@ -57,9 +57,7 @@ def tokenize(ctx: render.RenderContext, body: dict[str, Any]) -> dict[str, Any]:
                     tool_choice=body.get("tool_choice") if body.get("tools") else None,
                 )
             )
-            ids = (
-                rendered.token_ids if rendered.token_ids is not None else model.encode(rendered.text or "", add_special)
-            )
+            ids = rendered.token_ids if rendered.token_ids is not None else ctx.encode(rendered.text or "", add_special)
     else:
         ids = model.encode(body["prompt"], body.get("add_special_tokens", True))
     token_strs = model.hf_tokenizer.convert_ids_to_tokens(ids) if body.get("return_token_strs") else None

@@ -5,8 +5,15 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from render_service.render.prefix import PrefixGuard
+    from render_service.render.segments import SegmentEncoder
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -104,6 +111,11 @@ class Metrics:
             registry=r,
         )
 
+    def watch_prompt_reuse(self, segments: SegmentEncoder | None, guard: PrefixGuard | None) -> None:
+        """Export the segment cache's and the prefix guard's counters (read at scrape time: the
+        render path only bumps plain integers)."""
+        self.registry.register(_PromptReuseCollector(segments, guard))
+
     def export(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -116,3 +128,66 @@ class Metrics:
         finally:
             self.cpu_seconds.labels(endpoint).inc(time.thread_time() - cpu)
             self.latency.labels(endpoint).observe(time.perf_counter() - wall)
+
+
+class _PromptReuseCollector(Collector):
+    def __init__(self, segments: SegmentEncoder | None, guard: PrefixGuard | None) -> None:
+        self._segments = segments
+        self._guard = guard
+
+    def collect(self) -> Iterator[Metric]:
+        enabled = GaugeMetricFamily("render_segment_cache_enabled", "Segment cache on (1) or off (0)")
+        enabled.add_metric([], 1 if self._segments is not None else 0)
+        yield enabled
+        if self._segments is not None:
+            stats = self._segments.stats()
+            for name, help_text, value in (
+                ("render_segment_cache_hits", "Prompt pieces whose ids came from the segment cache", stats.hits),
+                ("render_segment_cache_misses", "Prompt pieces encoded (not in the segment cache)", stats.misses),
+                ("render_segment_cache_hit_tokens", "Ids served from the segment cache", stats.hit_tokens),
+                ("render_segment_cache_miss_tokens", "Ids encoded on a segment-cache miss", stats.miss_tokens),
+                ("render_segment_prefix_reuses", "Prompts that copied an earlier turn's ids", stats.reused_prompts),
+                (
+                    "render_segment_prefix_reused_tokens",
+                    "Ids copied from an earlier turn's prompt",
+                    stats.reused_tokens,
+                ),
+            ):
+                counter = CounterMetricFamily(name, help_text)
+                counter.add_metric([], value)
+                yield counter
+            for name, help_text, value in (
+                ("render_segment_cache_bytes", "Bytes held by the segment cache (pieces)", stats.bytes),
+                ("render_segment_cache_entries", "Pieces held by the segment cache", stats.entries),
+                (
+                    "render_segment_cache_max_bytes",
+                    "The segment cache's budget for pieces (half of --segment-cache-bytes)",
+                    stats.max_bytes,
+                ),
+            ):
+                gauge = GaugeMetricFamily(name, help_text)
+                gauge.add_metric([], value)
+                yield gauge
+        if self._guard is not None:
+            statuses, causes, records, held = self._guard.stats()
+            checks = CounterMetricFamily(
+                "render_prefix_checks", "Chat renders by prefix-stability verdict", labels=["status"]
+            )
+            for status, value in statuses.items():
+                checks.add_metric([status], value)
+            yield checks
+            breaks = CounterMetricFamily(
+                "render_prefix_breaks",
+                "Turns whose prompt does not extend the previous prompt + output, by cause",
+                labels=["cause"],
+            )
+            for cause, value in causes.items():
+                breaks.add_metric([cause], value)
+            yield breaks
+            for name, help_text, value in (
+                ("render_prefix_records", "Recent prompts held for the next turn's check", records),
+                ("render_prefix_record_bytes", "Bytes held by those prompts", held),
+            ):
+                gauge = GaugeMetricFamily(name, help_text)
+                gauge.add_metric([], value)
+                yield gauge

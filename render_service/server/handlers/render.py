@@ -8,13 +8,15 @@ from functools import partial
 from typing import Any
 
 from starlette.requests import Request
+from starlette.responses import Response
 
 from render_service.api import messages, responses
 from render_service.multimodal import media
 from render_service.render import pipeline as render
+from render_service.render import prefix
 from render_service.server.body import object_body
 from render_service.server.middleware import json_endpoint
-from render_service.server.responses import PartsResponse
+from render_service.server.responses import JSONResponse, PartsResponse
 from render_service.server.state import State
 
 # One render, given the request's fetched images (None: none to fetch).
@@ -24,8 +26,11 @@ RenderOne = Callable[[dict[str, bytes] | None], dict[str, Any]]
 @json_endpoint("chat_render")
 async def chat_render(state: State, request: Request, body: Any) -> Any:
     body = object_body(body)
-    render_one = partial(render.render_chat, state.context, body, request.headers.get("x-request-id"))
-    return await _with_images(state, body.get("messages"), render_one, body)
+    checks: list[prefix.PrefixCheck] = []
+    render_one = partial(
+        render.render_chat, state.context, body, request.headers.get("x-request-id"), prefix_checks=checks
+    )
+    return _with_prefix_header(await _with_images(state, body.get("messages"), render_one, body), checks)
 
 
 @json_endpoint("completion_render")
@@ -39,8 +44,25 @@ async def completion_render(state: State, request: Request, body: Any) -> Any:
 @json_endpoint("messages_render")
 async def messages_render(state: State, request: Request, body: Any) -> Any:
     chat = messages.convert(state.context, object_body(body))
-    render_one = partial(render.render_chat, state.context, chat, request.headers.get("x-request-id"), converted=True)
-    return await _with_images(state, chat["messages"], render_one, chat)
+    checks: list[prefix.PrefixCheck] = []
+    render_one = partial(
+        render.render_chat,
+        state.context,
+        chat,
+        request.headers.get("x-request-id"),
+        converted=True,
+        prefix_checks=checks,
+    )
+    return _with_prefix_header(await _with_images(state, chat["messages"], render_one, chat), checks)
+
+
+def _with_prefix_header(result: Any, checks: list[prefix.PrefixCheck]) -> Any:
+    """The prefix guard's verdict as a response header: the body stays vLLM's, byte for byte."""
+    if not checks:
+        return result
+    response = result if isinstance(result, Response) else JSONResponse(result)
+    response.headers[prefix.HEADER] = checks[0].header()
+    return response
 
 
 @json_endpoint("responses_render")

@@ -1,0 +1,294 @@
+"""Token ids of a rendered prompt, reused segment by segment across turns.
+
+Agent and chat clients re-send the whole history every turn, so a rendered prompt is mostly
+text this worker has tokenized before. Hugging Face `tokenizers` matches the added vocabulary
+(non-normalized added tokens) before anything else: the prompt is cut at every added token, and
+normalizer, pre-tokenizer and model then run on each piece between two of them independently.
+So the prompt's ids are the concatenation of each piece's ids and each added token's id, and a
+piece seen before (the system prompt, the tool block, every earlier turn) costs a dict lookup.
+
+That holds only where the tokenizer really works piece by piece. `build` checks it
+at load and fails closed (`None`: encode whole, as before) where it does not hold:
+added tokens that strip or require whitespace around them (`lstrip`, `rstrip`, `single_word`),
+and, through a self-test that compares whole and segment-wise ids on text built around every
+added token, anything else (a Metaspace pre-tokenizer that prepends only to the first piece, a
+normalizer or post-step that looks across pieces, a backend quirk). `add_special_tokens=True`
+(the post-processor's BOS/EOS) is always encoded whole.
+
+The cache is per worker, an LRU bounded by entries and bytes, keyed by the piece's text itself
+(Python's dict: its hash, then full equality, so a hit is never a collision).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+logger = logging.getLogger("render_service.render.segments")
+
+Encode = Callable[[str, bool], list[int]]
+
+# A piece above this share of the budget is encoded but not kept (one huge paste would evict the rest).
+_LARGEST_SHARE = 8
+# Python's cost per cached entry beyond the text: the OrderedDict slot, the tuple, and one int per id.
+_ENTRY_OVERHEAD = 120
+_BYTES_PER_ID = 36
+
+# Text placed around added tokens by the self-test: whitespace runs (what lstrip/rstrip and
+# Metaspace react to), partial and doubled markers, combining marks (NFC), bytes fallback, code.
+_SELF_TEST_FRAGMENTS: tuple[str, ...] = (
+    "",
+    " ",
+    "\n",
+    "\n\n",
+    "  \t",
+    "Hello",
+    " world ",
+    "assistant\n",
+    "x\n\n",
+    "\u0301combining",
+    "e\u0301",
+    "<",
+    ">",
+    "<|",
+    "|>",
+    "<think",
+    "</",
+    "中文",
+    "😀",
+    "\x00\x7f",
+    '{"a": [1, 2]}',
+    "    return x\n",
+    "\u00a0\u200b",
+)
+
+
+@dataclass(frozen=True)
+class SegmentStats:
+    """Counters since start (per worker), read by /metrics."""
+
+    hits: int
+    misses: int
+    hit_tokens: int
+    miss_tokens: int
+    reused_prompts: int  # prompts that started with an earlier prompt of the conversation
+    reused_tokens: int
+    entries: int
+    bytes: int
+    max_bytes: int
+
+
+class Segmenter:
+    """Cuts text at the added tokens exactly where `tokenizers` does: leftmost match first, and the
+    longest token among those starting there (its Aho-Corasick `LeftmostLongest`)."""
+
+    def __init__(self, added: dict[str, int]) -> None:
+        self.token_ids = dict(added)
+        alternatives = sorted(added, key=lambda text: (-len(text), text))
+        # With no added token inside another, a text cut right after an added token splits the same
+        # way whatever follows; that is what lets a later prompt reuse an earlier one's ids up to there.
+        self.nested = _any_nested(added)
+        # A capturing group: re.split returns [piece, token, piece, token, ..., piece].
+        self._pattern = re.compile("(" + "|".join(map(re.escape, alternatives)) + ")") if alternatives else None
+
+    def split(self, text: str) -> list[str]:
+        if self._pattern is None:
+            return [text]
+        return self._pattern.split(text)
+
+
+def _any_nested(tokens: Iterable[str]) -> bool:
+    known = set(tokens)
+    for token in known:
+        for start in range(len(token)):
+            for end in range(start + 1, len(token) + 1):
+                if (start, end) != (0, len(token)) and token[start:end] in known:
+                    return True
+    return False
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A prompt's ids, and where its last added token ends (`head_chars` characters, `head_ids` ids):
+    a later prompt that starts with those characters starts with those ids."""
+
+    ids: list[int]
+    head_chars: int
+    head_ids: int
+    reused_ids: int = 0  # ids copied from an earlier prompt
+
+
+class Reusable(Protocol):
+    """An earlier prompt of the same conversation (see `prefix.PromptRecord`)."""
+
+    head: str
+    ids: list[int]
+    head_ids: int
+
+
+class SegmentEncoder:
+    """`encode(text, add_special_tokens)` with the same ids as the backend's whole-text encode."""
+
+    def __init__(self, segmenter: Segmenter, encode: Encode, max_bytes: int, max_entries: int = 1 << 16) -> None:
+        self.segmenter = segmenter
+        self._encode = encode
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self._cache: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+        self._bytes = 0
+        self._largest = max_bytes // _LARGEST_SHARE
+        # Workers render on the event loop, but the audit and tests may call from threads.
+        self._lock = threading.Lock()
+        self.hits = self.misses = self.hit_tokens = self.miss_tokens = 0
+        self.reused_prompts = self.reused_tokens = 0
+
+    @property
+    def reuses_prefixes(self) -> bool:
+        return not self.segmenter.nested
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        if add_special_tokens:  # the post-processor's tokens depend on the whole sequence
+            return self._encode(text, True)
+        return self.encode_prompt(text).ids
+
+    def encode_prompt(self, text: str, previous: Reusable | None = None) -> Encoded:
+        """`text`'s ids; when it starts with `previous.head` (an earlier prompt up to the end of its
+        last added token), that prompt's first `previous.head_ids` ids are copied, not looked up."""
+        ids: list[int] = []
+        offset = 0
+        if previous is not None and previous.head and self.reuses_prefixes and text.startswith(previous.head):
+            ids = previous.ids[: previous.head_ids]
+            offset = len(previous.head)
+        reused = len(ids)
+        parts = self.segmenter.split(text[offset:] if offset else text)
+        token_ids = self.segmenter.token_ids
+        head_chars, head_ids = offset, reused
+        with self._lock:
+            for index, part in enumerate(parts):
+                offset += len(part)
+                if index & 1:
+                    ids.append(token_ids[part])
+                    head_chars, head_ids = offset, len(ids)
+                elif part:
+                    ids.extend(self._piece(part))
+            if reused:
+                self.reused_prompts += 1
+                self.reused_tokens += reused
+        return Encoded(ids, head_chars, head_ids, reused)
+
+    def _piece(self, piece: str) -> tuple[int, ...]:
+        cache = self._cache
+        cached = cache.get(piece)
+        if cached is not None:
+            cache.move_to_end(piece)
+            self.hits += 1
+            self.hit_tokens += len(cached)
+            return cached
+        ids = tuple(self._encode(piece, False))
+        self.misses += 1
+        self.miss_tokens += len(ids)
+        size = _entry_bytes(piece, ids)
+        if size <= self._largest:
+            cache[piece] = ids
+            self._bytes += size
+            while self._bytes > self.max_bytes or len(cache) > self.max_entries:
+                old, old_ids = cache.popitem(last=False)
+                self._bytes -= _entry_bytes(old, old_ids)
+        return ids
+
+    def stats(self) -> SegmentStats:
+        with self._lock:
+            return SegmentStats(
+                self.hits,
+                self.misses,
+                self.hit_tokens,
+                self.miss_tokens,
+                self.reused_prompts,
+                self.reused_tokens,
+                len(self._cache),
+                self._bytes,
+                self.max_bytes,
+            )
+
+
+def _entry_bytes(piece: str, ids: tuple[int, ...]) -> int:
+    # The str's own size (1, 2 or 4 bytes a character) without walking it.
+    return sys.getsizeof(piece) + _ENTRY_OVERHEAD + _BYTES_PER_ID * len(ids)
+
+
+def segmenter_for(hf_tokenizer: Any) -> tuple[Segmenter | None, str | None]:
+    """The added tokens to cut at, or (None, why) when an added token depends on its neighbours."""
+    backend = getattr(hf_tokenizer, "_tokenizer", hf_tokenizer)
+    try:
+        decoder = backend.get_added_tokens_decoder()
+    except AttributeError:
+        return None, "not a Hugging Face `tokenizers` tokenizer"
+    if getattr(getattr(backend, "model", None), "dropout", None):
+        return None, "BPE dropout: the same text can encode differently"
+    added: dict[str, int] = {}
+    for token_id, token in decoder.items():
+        content = token.content
+        if not content:
+            continue
+        if token.lstrip or token.rstrip or token.single_word:
+            return None, f"added token {content!r} strips or requires whitespace around it (lstrip/rstrip/single_word)"
+        # A normalized added token is matched inside each piece, after normalization: encoding the
+        # piece whole handles it, so only the non-normalized ones are cut points.
+        if not token.normalized:
+            added[content] = token_id
+    return Segmenter(added), None
+
+
+def self_test_texts(tokens: Iterable[str], extra_texts: Sequence[str] = ()) -> list[str]:
+    """Text around every added token (and pairs of them), then `extra_texts` (e.g. a rendered prompt)."""
+    tokens = list(tokens)
+    fragments = _SELF_TEST_FRAGMENTS
+    texts = [*extra_texts]
+    for i, token in enumerate(tokens):
+        for j, before in enumerate(fragments):
+            after = fragments[(i + 3 * j + 1) % len(fragments)]
+            texts.append(before + token + after)
+        other = tokens[(i + 1) % len(tokens)]
+        texts.append(token + token + other + " x" + other + "\n" + token)
+        texts.append(fragments[i % len(fragments)] + token + "\n\n" + other + fragments[(i + 5) % len(fragments)])
+    return texts
+
+
+def self_test(segmenter: Segmenter, encode: Encode, extra_texts: Sequence[str] = ()) -> str | None:
+    """None if segment-wise ids equal whole-text ids on every test text, else the first text that differs."""
+    probe = SegmentEncoder(segmenter, encode, max_bytes=1 << 20)
+    for text in self_test_texts(segmenter.token_ids, extra_texts):
+        if probe.encode(text) != encode(text, False):
+            return text[:80]
+    return None
+
+
+def build(
+    hf_tokenizer: Any, encode: Encode, max_bytes: int, extra_texts: Sequence[str] = ()
+) -> tuple[SegmentEncoder | None, Segmenter | None, str | None]:
+    """(the cache or None, the segmenter when segment-wise ids are proven equal, why not)."""
+    segmenter, reason = segmenter_for(hf_tokenizer)
+    if segmenter is None:
+        return None, None, reason
+    mismatch = self_test(segmenter, encode, extra_texts)
+    if mismatch is not None:
+        return None, None, f"whole and segment-wise ids differ on {mismatch!r}"
+    if max_bytes <= 0:
+        return None, segmenter, "disabled (--segment-cache-bytes 0)"
+    # Half the budget for pieces; the prefix guard keeps recent prompts' ids in the other half.
+    return SegmentEncoder(segmenter, encode, max_bytes // 2), segmenter, None
+
+
+def head_of(segmenter: Segmenter, text: str, ids: list[int], encode: Encode) -> tuple[int, int]:
+    """(characters, ids) of `text` up to the end of its last added token, for a prompt encoded whole."""
+    parts = segmenter.split(text)
+    if len(parts) == 1:
+        return 0, 0
+    last = parts[-1]
+    return len(text) - len(last), len(ids) - (len(encode(last, False)) if last else 0)
