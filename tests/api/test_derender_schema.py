@@ -22,7 +22,6 @@ from render_service.settings import Settings
 from tests.api.derender_corpus import GOLDEN, cases, request
 from tests.parity.corpus import CONFIGS, VLLM_VERSION, compare_response, send
 
-
 # Ours only: vLLM has no check that the decode window's offsets lie inside it, and answers 200
 # (its next call then refuses the negative read_offset it handed back).
 OURS_ONLY = "stream_state offsets must satisfy prefix_offset <= read_offset <= len(prev_tokens)"
