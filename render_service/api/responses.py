@@ -162,7 +162,11 @@ def _input_item_type() -> FieldType:
 
 # vLLM's `input_item_parsing` builds these items as the output-item models before the union sees
 # them (with an id, a status and empty annotations where missing); one that builds is accepted.
-_PREPARSED = {"function_call": "ResponseFunctionToolCall", "reasoning": "ResponseReasoningItem"}
+_PREPARSED = {
+    "function_call": "ResponseFunctionToolCall",
+    "reasoning": "ResponseReasoningItem",
+    "message": "ResponseOutputMessage",  # an assistant message with a content list
+}
 
 
 def _preparsed(item: Any) -> bool:
@@ -172,7 +176,9 @@ def _preparsed(item: Any) -> bool:
     candidate = item
     if kind == "reasoning":
         candidate = {"id": "rs_", **item}
-    elif kind == "message" and item.get("role") == "assistant" and isinstance(item.get("content"), list):
+    elif kind == "message":
+        if item.get("role") != "assistant" or not isinstance(item.get("content"), list):
+            return False
         candidate = {"id": "msg_", "status": "completed", **item}
         candidate["content"] = [
             {**part, "annotations": []}
@@ -180,8 +186,7 @@ def _preparsed(item: Any) -> bool:
             else part
             for part in item["content"]
         ]
-        kind = "assistant_message"
-    model = _PREPARSED.get(kind) if kind != "assistant_message" else "ResponseOutputMessage"
+    model = _PREPARSED.get(kind) if isinstance(kind, str) else None
     if model is None:
         return False
     return generated.model_named("responses.input", model).check(candidate, (), []) is not INVALID
