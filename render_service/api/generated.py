@@ -112,6 +112,22 @@ class SequenceOf(FieldType):
         return self.items.json_schema()
 
 
+class InstanceOf(FieldType):
+    """`isinstance(value, cls)` for a Python class (e.g. a PIL Image): no JSON value is one."""
+
+    def __init__(self, cls: str) -> None:
+        self.cls = cls
+
+    def check(self, value: Any, loc: Loc, errors: ErrorList, strict: bool = False) -> Any:
+        errors.append(
+            error("is_instance_of", loc, f"Input should be an instance of {self.cls}", value, {"class": self.cls})
+        )
+        return INVALID
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"not": {}}
+
+
 class Before(FieldType):
     """A before validator (named, implemented below) ahead of the inner type."""
 
@@ -180,6 +196,8 @@ class _Builder:
             return Union(*(self.build(choice) for choice in node["c"]))
         if kind == "chain":  # [is-instance Sequence, sequence_validator(list)]
             return SequenceOf(self.build(node["steps"][1]["s"]))
+        if kind == "instance":
+            return InstanceOf(node["cls"])
         if kind == "fn" and node["mode"] == "before":
             return Before(_FUNCTIONS[node["fn"]], self.build(node["s"]))
         if kind == "model":

@@ -42,7 +42,6 @@ from render_service.api.schema import (
     Str,
     Union,
     error,
-    errors_of,
 )
 from render_service.exceptions import BadRequestError, RequestValidationError
 from render_service.render.pipeline import (
@@ -129,6 +128,8 @@ def _check_input(value: Any, loc: Loc, errors: ErrorList) -> Any:
     member of openai's item union: api/generated.py), after our bound on the item count and vLLM's
     `input_item_parsing`; then the shapes this service renders (an item the schema admits but
     nothing here renders is refused)."""
+    if isinstance(value, dict):  # input_item_parsing lists any other iterable (a dict: its keys)
+        value = list(value)
     if not isinstance(value, list):
         return generated.field_type("responses.input").check(value, loc, errors)
     check_count(value, MAX_MESSAGES, "input items", "input")
@@ -136,18 +137,10 @@ def _check_input(value: Any, loc: Loc, errors: ErrorList) -> Any:
     found: ErrorList = []
     for index, item in enumerate(value):
         if not _preparsed(item):
-            item_type.check(item, (*loc, index), found)
+            item_type.check(_with_reasoning_id(item), (*loc, index), found)
     if found:  # the `str` member's error, then the list member's
         errors.append(error("string_type", loc, "Input should be a valid string", value))
         errors.extend(found)
-        return INVALID
-    try:
-        for item in value:
-            _validate_item(item)
-    except RequestValidationError as exc:
-        listed, unlisted = errors_of(exc)
-        errors.extend(listed)
-        errors.extend(listed[-1:] * unlisted)  # counted as pydantic counts them, listed once
         return INVALID
     return value
 
@@ -169,14 +162,20 @@ _PREPARSED = {
 }
 
 
+def _with_reasoning_id(item: Any) -> Any:
+    """A reasoning item as `input_item_parsing` leaves it: with an id (kept even when the item
+    then fails to build)."""
+    if isinstance(item, dict) and item.get("type") == "reasoning" and "id" not in item:
+        return {**item, "id": "rs_"}
+    return item
+
+
 def _preparsed(item: Any) -> bool:
     if not isinstance(item, dict):
         return False
     kind = item.get("type")
-    candidate = item
-    if kind == "reasoning":
-        candidate = {"id": "rs_", **item}
-    elif kind == "message":
+    candidate = _with_reasoning_id(item)
+    if kind == "message":
         if item.get("role") != "assistant" or not isinstance(item.get("content"), list):
             return False
         candidate = {"id": "msg_", "status": "completed", **item}
@@ -369,10 +368,12 @@ def _tool_call(item: dict[str, Any]) -> dict[str, Any]:
 
 def _message_from_item(item: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any] | None:
     """`_construct_message_from_response_item`: a new message, or None after merging into the
-    previous assistant message."""
+    previous assistant message. vLLM reads the items `input_item_parsing` built as output-item
+    models (`_preparsed`) differently from those left as dicts."""
     assistant = previous if previous and previous.get("role") == "assistant" else None
     kind = item.get("type")
-    if kind in ("function_call", "custom_tool_call"):
+    built = _preparsed(item)
+    if (kind == "function_call" and built) or kind == "custom_tool_call":
         call = _tool_call(item)
         if assistant:
             if assistant.get("tool_calls") is None:
@@ -381,7 +382,7 @@ def _message_from_item(item: dict[str, Any], previous: dict[str, Any] | None) ->
             assistant["tool_calls"].append(call)
             return None
         return {"role": "assistant", "tool_calls": [call]}
-    if kind == "reasoning":
+    if kind == "reasoning" and built:
         if item.get("encrypted_content"):
             raise handler_error("Encrypted content is not supported.", "input")
         reasoning = ""
@@ -393,8 +394,9 @@ def _message_from_item(item: dict[str, Any], previous: dict[str, Any] | None) ->
             assistant["reasoning"] = reasoning
             return None
         return {"role": "assistant", "reasoning": reasoning}
-    if kind == "message" and item.get("role") == "assistant" and isinstance(item.get("content"), list):
-        # parsed as ResponseOutputMessage by ResponsesRequest.input_item_parsing
+    if kind == "message" and built:
+        if not item["content"]:  # vLLM: an IndexError (a 500)
+            raise handler_error("An assistant message item needs at least one content part.", "input")
         text = item["content"][0].get("text")
         if assistant and assistant.get("content") is None:
             assistant["content"] = text
@@ -410,7 +412,9 @@ def _message_from_item(item: dict[str, Any], previous: dict[str, Any] | None) ->
                 assistant["content"] = text
                 return None
             return {"role": "assistant", "content": text}
-    return item
+    if "role" in item:
+        return item
+    raise handler_error(f"Unsupported input item type: {kind}", "input")
 
 
 def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
