@@ -224,13 +224,15 @@ class Int(FieldType):
         False means "check them one by one")."""
         if not items or not set(map(type, items)) <= {int}:
             return False
-        low, high = min(items), max(items)
-        return (
-            (self.ge is None or low >= self.ge)
-            and (self.gt is None or low > self.gt)
-            and (self.le is None or high <= self.le)
-            and (self.lt is None or high < self.lt)
-        )
+        if self.ge is not None or self.gt is not None:
+            low = min(items)
+            if (self.ge is not None and low < self.ge) or (self.gt is not None and low <= self.gt):
+                return False
+        if self.le is not None or self.lt is not None:
+            high = max(items)
+            if (self.le is not None and high > self.le) or (self.lt is not None and high >= self.lt):
+                return False
+        return True
 
     def json_schema(self) -> dict[str, Any]:
         return _bounds_schema(self, {"type": "integer"})
