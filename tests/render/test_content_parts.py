@@ -24,6 +24,7 @@ GOLDEN = json.loads((Path(__file__).resolve().parent / "golden" / "content_parts
 ANSWERS = {(c["case"], c["config"]): c for c in GOLDEN["cases"]}
 CASES = list(cases())
 
+
 def _settings(model_dir: Path, content_format: str) -> Settings:
     return Settings(
         model=str(model_dir),
