@@ -5,8 +5,8 @@ Layout as FastAPI writes it: `info` FastAPI's defaults, one operation per route 
 `operationId`, the request body as a `$ref` (a union for /tokenize), vLLM's `ErrorResponse` for
 its error statuses and FastAPI's `HTTPValidationError` for 422. Component schemas list fields in
 declaration order with FastAPI's titles, defaults and bounds. The Anthropic Messages, Responses
-and derender bodies are validated by code that has no table yet: they are described as objects
-with their required fields.
+bodies are validated by code that has no table yet: they are described as objects with their
+required fields.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from render_service.api import requests
+from render_service.api import derender, requests
 from render_service.api.schema import REQUIRED, Model
 
 _ERROR = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
@@ -110,10 +110,6 @@ _OPERATIONS: tuple[tuple[str, str, str, Any, tuple[str, ...], dict[str, Any] | N
 _UNTABLED = (
     ("AnthropicMessagesRequest", ("model", "messages", "max_tokens")),
     ("ResponsesRequest", ()),
-    ("DerenderChatRequest", ("generate_response",)),
-    ("DerenderChatStreamRequest", ("stream", "generate_chunk")),
-    ("DerenderCompletionRequest", ("generate_responses",)),
-    ("DerenderCompletionStreamRequest", ("stream", "generate_chunk")),
 )
 _TABLES: tuple[Model, ...] = (
     requests.CHAT_COMPLETION_REQUEST,
@@ -121,6 +117,10 @@ _TABLES: tuple[Model, ...] = (
     requests.TOKENIZE_COMPLETION_REQUEST,
     requests.TOKENIZE_CHAT_REQUEST,
     requests.DETOKENIZE_REQUEST,
+    derender.DERENDER_CHAT_REQUEST,
+    derender.DERENDER_CHAT_STREAM_REQUEST,
+    derender.DERENDER_COMPLETION_REQUEST,
+    derender.DERENDER_COMPLETION_STREAM_REQUEST,
 )
 # vLLM's GenerateRequest (token_in_token_out/protocol.py), the render routes' answer
 _GENERATE_FIELDS: tuple[tuple[str, dict[str, Any], bool], ...] = (

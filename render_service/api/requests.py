@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from render_service.api import structured
+from render_service.api import generated, structured
 from render_service.api.protocol import INT64_MAX, INT64_MIN, MAX_STOP_STRINGS, check_count, handler_error
 from render_service.api.schema import (
     INVALID,
@@ -223,16 +223,23 @@ TOOL_CHOICE = Nullable(
 VLLM_XARGS = Nullable(DictOf(Union(Str(), Int(), Float(), ListOf(Union(Str(), Int(), Float())))))
 
 
-def _check_messages(value: Any, loc: Loc) -> Any:
-    """`list[ChatCompletionMessageParam]`: vLLM's message union (openai's TypedDicts plus its own)
-    is reduced to its first error, as the README's parity table says."""
+def _check_messages(value: Any, loc: Loc, errors: ErrorList) -> Any:
+    """`list[ChatCompletionMessageParam]` as vLLM's schema validates it (every error of every
+    member of the message union: api/generated.py), after our bound on the count; then the
+    checks that stand in for what vLLM validates lazily while it reads the messages (tool calls
+    and content parts are `Iterable`s: their first error)."""
     from render_service.render.pipeline import check_messages
 
-    return check_messages(value)
+    if isinstance(value, list):
+        check_count(value, MAX_MESSAGES, "messages", "messages")
+    result = generated.field_type("chat.messages").check(value, loc, errors)
+    if result is INVALID:
+        return INVALID
+    return legacy(lambda messages, _: check_messages(messages))(result, loc, errors)
 
 
 MESSAGES = Check(
-    legacy(_check_messages),
+    _check_messages,
     {"type": "array", "items": {"type": "object", "properties": {"role": {"type": "string"}}, "required": ["role"]}},
 )
 

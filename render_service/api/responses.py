@@ -9,9 +9,10 @@ comes only from `input`, and `previous_response_id` is refused as vLLM refuses i
 from __future__ import annotations
 
 import json
+from functools import cache
 from typing import Any
 
-from render_service.api import requests, structured
+from render_service.api import generated, requests, structured
 from render_service.api.protocol import (
     OUTPUT_KIND_DELTA,
     OUTPUT_KIND_FINAL_ONLY,
@@ -30,6 +31,7 @@ from render_service.api.schema import (
     DictOf,
     ErrorList,
     Field,
+    FieldType,
     Float,
     Int,
     ListOf,
@@ -38,8 +40,8 @@ from render_service.api.schema import (
     Model,
     Nullable,
     Str,
+    Union,
     error,
-    errors_of,
 )
 from render_service.exceptions import BadRequestError, RequestValidationError
 from render_service.render.pipeline import (
@@ -122,83 +124,88 @@ def _validate_item(item: Any) -> None:
 
 
 def _check_input(value: Any, loc: Loc, errors: ErrorList) -> Any:
-    """`str | list[ResponseInputOutputItem]`: openai's item union is reduced to its first error
-    (pydantic lists every member's); a value that is neither gets both members' errors."""
-    if isinstance(value, str):
-        return value
+    """`str | list[ResponseInputOutputItem]` as vLLM's schema validates it (every error of every
+    member of openai's item union: api/generated.py), after our bound on the item count and vLLM's
+    `input_item_parsing`; then the shapes this service renders (an item the schema admits but
+    nothing here renders is refused)."""
+    if isinstance(value, dict):  # input_item_parsing lists any other iterable (a dict: its keys)
+        value = list(value)
     if not isinstance(value, list):
-        errors.append(error("string_type", loc, "Input should be a valid string", value))
-        errors.append(error("list_type", loc, "Input should be a valid list", value))
-        return INVALID
+        return generated.field_type("responses.input").check(value, loc, errors)
     check_count(value, MAX_MESSAGES, "input items", "input")
-    try:
-        for item in value:
-            _validate_item(item)
-    except RequestValidationError as exc:
-        found, unlisted = errors_of(exc)
+    item_type = _input_item_type()
+    found: ErrorList = []
+    for index, item in enumerate(value):
+        if not _preparsed(item):
+            item_type.check(_with_reasoning_id(item), (*loc, index), found)
+    if found:  # the `str` member's error, then the list member's
+        errors.append(error("string_type", loc, "Input should be a valid string", value))
         errors.extend(found)
-        errors.extend(found[-1:] * unlisted)  # counted as pydantic counts them, listed once
         return INVALID
     return value
+
+
+@cache
+def _input_item_type() -> FieldType:
+    """`ResponseInputOutputItem` (with vLLM's before validator), the list member of `input`."""
+    root = generated.field_type("responses.input")
+    assert isinstance(root, Union) and isinstance(root.members[1], ListOf)
+    return root.members[1].item
+
+
+# vLLM's `input_item_parsing` builds these items as the output-item models before the union sees
+# them (with an id, a status and empty annotations where missing); one that builds is accepted.
+_PREPARSED = {
+    "function_call": "ResponseFunctionToolCall",
+    "reasoning": "ResponseReasoningItem",
+    "message": "ResponseOutputMessage",  # an assistant message with a content list
+}
+
+
+def _with_reasoning_id(item: Any) -> Any:
+    """A reasoning item as `input_item_parsing` leaves it: with an id (kept even when the item
+    then fails to build)."""
+    if isinstance(item, dict) and item.get("type") == "reasoning" and "id" not in item:
+        return {**item, "id": "rs_"}
+    return item
+
+
+def _preparsed(item: Any) -> bool:
+    if not isinstance(item, dict):
+        return False
+    kind = item.get("type")
+    candidate = _with_reasoning_id(item)
+    if kind == "message":
+        if item.get("role") != "assistant" or not isinstance(item.get("content"), list):
+            return False
+        candidate = {"id": "msg_", "status": "completed", **item}
+        candidate["content"] = [
+            {**part, "annotations": []}
+            if isinstance(part, dict) and part.get("type") == "output_text" and "annotations" not in part
+            else part
+            for part in item["content"]
+        ]
+    model = _PREPARSED.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        return False
+    return generated.model_named("responses.input", model).check(candidate, (), []) is not INVALID
 
 
 def _check_tools(value: Any, loc: Loc, errors: ErrorList) -> Any:
-    """`list[Tool]` (openai's tool union, reduced to its first error)."""
-    if not isinstance(value, list):
-        errors.append(error("list_type", loc, "Input should be a valid list", value))
-        return INVALID
-    check_count(value, MAX_TOOLS, "tools", "tools")
-    for index, tool in enumerate(value):
-        if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
-            errors.append(
-                error(
-                    "union_tag_not_found",
-                    (*loc, index),
-                    "Unable to extract tag using discriminator 'type'",
-                    tool,
-                    {"discriminator": "'type'"},
-                )
-            )
-            return INVALID
-        if tool["type"] == "function" and not isinstance(tool.get("name"), str):
-            errors.append(error("missing", (*loc, index, "function", "name"), "Field required", tool))
-            return INVALID
-    return value
+    """`list[Tool]` (openai's tool union, every member's errors), after our bound on its length."""
+    if isinstance(value, list):
+        check_count(value, MAX_TOOLS, "tools", "tools")
+    return generated.field_type("responses.tools").check(value, loc, errors)
 
 
 def _check_tool_choice(value: Any, loc: Loc, errors: ErrorList) -> Any:
-    """`ToolChoice` (openai's union, reduced to its first error)."""
-    if isinstance(value, dict) or value in ("none", "auto", "required"):
-        return value
-    expected = "'none', 'auto' or 'required'"
-    errors.append(error("literal_error", loc, f"Input should be {expected}", value, {"expected": expected}))
-    return INVALID
+    """`ToolChoice` (openai's union)."""
+    return generated.field_type("responses.tool_choice").check(value, loc, errors)
 
 
 def _check_text(value: Any, loc: Loc, errors: ErrorList) -> Any:
-    """`ResponseTextConfig`: its `format` union, reduced to its first error."""
-    if not isinstance(value, dict):
-        errors.append(
-            error(
-                "model_attributes_type",
-                loc,
-                "Input should be a valid dictionary or object to extract fields from",
-                value,
-            )
-        )
-        return INVALID
-    fmt = value.get("format")
-    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_schema", "json_object")):
-        errors.append(
-            error(
-                "union_tag_invalid",
-                (*loc, "format"),
-                "Input tag does not match any of the expected tags: 'text', 'json_schema', 'json_object'",
-                fmt,
-            )
-        )
-        return INVALID
-    return value
+    """`ResponseTextConfig | None`."""
+    return generated.field_type("responses.text").check(value, loc, errors)
 
 
 REASONING = Model(
@@ -286,7 +293,7 @@ RESPONSES_REQUEST = Model(
         Field("store", _OPT_BOOL, True),
         Field("stream", _OPT_BOOL, False),
         Field("temperature", Nullable(Float())),
-        Field("text", Nullable(Check(_check_text, {"type": "object"}))),
+        Field("text", Check(_check_text, {"type": "object"})),
         Field(
             "tool_choice",
             Check(_check_tool_choice, {"anyOf": [{"enum": ["none", "auto", "required"]}, {"type": "object"}]}),
@@ -361,10 +368,12 @@ def _tool_call(item: dict[str, Any]) -> dict[str, Any]:
 
 def _message_from_item(item: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any] | None:
     """`_construct_message_from_response_item`: a new message, or None after merging into the
-    previous assistant message."""
+    previous assistant message. vLLM reads the items `input_item_parsing` built as output-item
+    models (`_preparsed`) differently from those left as dicts."""
     assistant = previous if previous and previous.get("role") == "assistant" else None
     kind = item.get("type")
-    if kind in ("function_call", "custom_tool_call"):
+    built = _preparsed(item)
+    if (kind == "function_call" and built) or kind == "custom_tool_call":
         call = _tool_call(item)
         if assistant:
             if assistant.get("tool_calls") is None:
@@ -373,7 +382,7 @@ def _message_from_item(item: dict[str, Any], previous: dict[str, Any] | None) ->
             assistant["tool_calls"].append(call)
             return None
         return {"role": "assistant", "tool_calls": [call]}
-    if kind == "reasoning":
+    if kind == "reasoning" and built:
         if item.get("encrypted_content"):
             raise handler_error("Encrypted content is not supported.", "input")
         reasoning = ""
@@ -385,8 +394,9 @@ def _message_from_item(item: dict[str, Any], previous: dict[str, Any] | None) ->
             assistant["reasoning"] = reasoning
             return None
         return {"role": "assistant", "reasoning": reasoning}
-    if kind == "message" and item.get("role") == "assistant" and isinstance(item.get("content"), list):
-        # parsed as ResponseOutputMessage by ResponsesRequest.input_item_parsing
+    if kind == "message" and built:
+        if not item["content"]:  # vLLM: an IndexError (a 500)
+            raise handler_error("An assistant message item needs at least one content part.", "input")
         text = item["content"][0].get("text")
         if assistant and assistant.get("content") is None:
             assistant["content"] = text
@@ -402,7 +412,9 @@ def _message_from_item(item: dict[str, Any], previous: dict[str, Any] | None) ->
                 assistant["content"] = text
                 return None
             return {"role": "assistant", "content": text}
-    return item
+    if "role" in item:
+        return item
+    raise handler_error(f"Unsupported input item type: {kind}", "input")
 
 
 def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:

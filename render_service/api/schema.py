@@ -219,6 +219,21 @@ class Int(FieldType):
             return INVALID
         return coerced if _bounds_errors(self, coerced, loc, errors, value) else INVALID
 
+    def takes_all(self, items: list[Any]) -> bool:
+        """Whether every item is a plain int within the bounds (a fast path for long id lists;
+        False means "check them one by one")."""
+        if not items or not set(map(type, items)) <= {int}:
+            return False
+        if self.ge is not None or self.gt is not None:
+            low = min(items)
+            if (self.ge is not None and low < self.ge) or (self.gt is not None and low <= self.gt):
+                return False
+        if self.le is not None or self.lt is not None:
+            high = max(items)
+            if (self.le is not None and high > self.le) or (self.lt is not None and high >= self.lt):
+                return False
+        return True
+
     def json_schema(self) -> dict[str, Any]:
         return _bounds_schema(self, {"type": "integer"})
 
@@ -362,9 +377,15 @@ class Literal(FieldType):
 
     def check(self, value: Any, loc: Loc, errors: ErrorList, strict: bool = False) -> Any:
         for allowed in self.values:
-            # bool is an int subclass: True must not match a literal 1 (and vice versa)
+            # bool is an int subclass: strict, True must not match a literal 1 (and vice versa)
             if value == allowed and type(value) is type(allowed):
                 return value
+        if not strict and isinstance(value, (int, float)):
+            # lax: a bool or int literal takes any number equal to it (0 and 0.0 are False,
+            # True is 1), as pydantic-core's literal lookup does
+            for allowed in self.values:
+                if isinstance(allowed, int) and value == allowed:
+                    return allowed
         errors.append(
             error("literal_error", loc, f"Input should be {self.expected}", value, {"expected": self.expected})
         )
@@ -411,7 +432,11 @@ class ListOf(FieldType):
                 return INVALID
         failed = False
         out: list[Any] | None = None
-        for index, item in enumerate(value):
+        if isinstance(self.item, Int) and self.item.takes_all(value):
+            value_items: Any = ()  # token id lists: checked at C speed, nothing to coerce
+        else:
+            value_items = value
+        for index, item in enumerate(value_items):
             result = self.item.check(item, (*loc, index), errors, strict)
             if result is INVALID:
                 failed = True
@@ -458,30 +483,41 @@ class ListOf(FieldType):
 
 
 class DictOf(FieldType):
-    """`dict[str, X]` (`value=None`: `dict[str, Any]`). JSON keys are always strings."""
+    """`dict[str, X]` (`value=None`: `dict[str, Any]`). JSON keys are always strings; with
+    `key=Int()` (`dict[int, X]`) each key is validated as an int, its error before its value's,
+    and written back in its canonical spelling ("007" -> "7", as vLLM's answer shows it)."""
 
-    def __init__(self, value: FieldType | None = None) -> None:
+    def __init__(self, value: FieldType | None = None, *, key: FieldType | None = None) -> None:
         self.value = value
+        self.key = key
 
     def check(self, value: Any, loc: Loc, errors: ErrorList, strict: bool = False) -> Any:
         if not isinstance(value, dict):
             errors.append(error("dict_type", loc, "Input should be a valid dictionary", value))
             return INVALID
-        if self.value is None:
+        if self.value is None and self.key is None:
             return value
         failed = False
-        out: dict[str, Any] | None = None
+        changed = False
+        out: dict[str, Any] = {}
         for key, item in value.items():
-            result = self.value.check(item, (*loc, key), errors, strict)
+            out_key = key
+            if self.key is not None:
+                coerced = self.key.check(key, (*loc, key), errors, strict)
+                if coerced is INVALID:
+                    failed = True
+                else:
+                    out_key = str(coerced)
+                    changed |= out_key != key
+            result = item if self.value is None else self.value.check(item, (*loc, key), errors, strict)
             if result is INVALID:
                 failed = True
-            elif result is not item:
-                if out is None:
-                    out = dict(value)
-                out[key] = result
+                continue
+            changed |= result is not item
+            out[out_key] = result
         if failed:
             return INVALID
-        return value if out is None else out
+        return out if changed else value
 
     def json_schema(self) -> dict[str, Any]:
         schema: dict[str, Any] = {"type": "object"}

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from render_service import parsers
-from render_service.api.protocol import int_list, schema_error, str_list
-from render_service.api.schema import INVALID, ErrorList, Int, Nullable, validation_error
+from render_service.api.derender import stream_state
 from render_service.derender import logprobs as lp
 from render_service.derender.detokenize import (
     DetokState,
@@ -32,8 +31,8 @@ from render_service.derender.detokenize import (
     seed_state,
 )
 from render_service.derender.snapshots import SnapshotStore, snapshot_key
-from render_service.exceptions import BadRequestError, ConflictError, RequestValidationError
-from render_service.render.pipeline import RenderContext, check_model, effective_template_kwargs, validate_chat_request
+from render_service.exceptions import BadRequestError, ConflictError
+from render_service.render.pipeline import RenderContext, check_model, effective_template_kwargs
 from render_service.server.metrics import Metrics
 
 MAX_N_SEQUENCES = 16384  # VLLM_MAX_N_SEQUENCES
@@ -101,91 +100,16 @@ def _generation_eos(model: Any) -> list[int]:
     return [v for v in value or [] if isinstance(v, int)]
 
 
-# -- validation -----------------------------------------------------------------------------
+# -- request parsing -------------------------------------------------------------------------
+# The body was validated against vLLM's request union (api/derender.py) before it gets here; what
+# is left is reading it with the defaults pydantic would have filled in.
 
 
-def _choices(value: Any, param: str, *, stream: bool) -> list[dict[str, Any]]:
-    if not isinstance(value, list):
-        raise schema_error(param, "Input should be a valid list", value)
-    for index, choice in enumerate(value):
-        p = f"{param}.{index}"
-        if not isinstance(choice, dict):
-            raise schema_error(p, "Input should be a valid dictionary", choice)
-        if not isinstance(choice.get("index"), int):
-            raise schema_error(f"{p}.index", "Field required", choice)
-        if "finish_reason" not in choice and not stream:
-            choice["finish_reason"] = "stop"
-        token_ids = choice.get("token_ids")
-        if token_ids is not None:
-            int_list(token_ids, f"{p}.token_ids")
-            if any(t < 0 for t in token_ids):
-                raise schema_error(
-                    f"{p}.token_ids", "Value error, token_ids must not contain negative values", token_ids
-                )
-        logprobs = choice.get("logprobs")
-        if logprobs is not None:
-            _check_logprobs(logprobs, f"{p}.logprobs")
-    return value
-
-
-def _check_logprobs(value: Any, param: str) -> None:
-    if not isinstance(value, dict):
-        raise schema_error(param, "Input should be a valid dictionary", value)
-    content = value.get("content")
-    if content is None:
-        return
-    if not isinstance(content, list):
-        raise schema_error(f"{param}.content", "Input should be a valid list", content)
-    for index, entry in enumerate(content):
-        if (
-            not isinstance(entry, dict)
-            or not isinstance(entry.get("token_id"), int)
-            or not isinstance(entry.get("logprob"), (int, float))
-        ):
-            raise schema_error(f"{param}.content.{index}", "Input should be a valid logprob entry", entry)
-        tops = entry.get("top_logprobs") or []
-        if not isinstance(tops, list) or not all(
-            isinstance(t, dict) and isinstance(t.get("token_id"), int) and isinstance(t.get("logprob"), (int, float))
-            for t in tops
-        ):
-            raise schema_error(f"{param}.content.{index}.top_logprobs", "Input should be a valid list", tops)
-
-
-def _generate_response(value: Any, param: str) -> dict[str, Any]:
-    if value is None:
-        raise schema_error(param, "Field required", value)
-    if not isinstance(value, dict):
-        raise schema_error(param, "Input should be a valid dictionary", value)
-    mode = value.get("output_mode", "tokens")
-    if mode != "tokens":
-        raise schema_error(f"{param}.output_mode", "Input should be 'tokens'", mode)
-    if "choices" not in value:
-        raise schema_error(f"{param}.choices", "Field required", value)
-    _choices(value["choices"], f"{param}.choices", stream=False)
-    if value.get("prompt_token_ids") is not None:
-        int_list(value["prompt_token_ids"], f"{param}.prompt_token_ids", non_negative=True)
-    return value
-
-
-def _optional_ids(body: dict[str, Any], name: str) -> list[int] | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    return int_list(value, f"body.{name}", non_negative=True)
-
-
-def _chat_request(body: dict[str, Any]) -> dict[str, Any] | None:
-    request = body.get("chat_request")
-    if request is None:
-        return None
-    if not isinstance(request, dict):
-        raise schema_error("body.chat_request", "Input should be a valid dictionary", request)
-    try:
-        validate_chat_request(request)
-    except RequestValidationError as exc:
-        exc.param = f"body.chat_request.{exc.param.removeprefix('body.')}" if exc.param else exc.param
-        raise
-    return request
+def _with_finish_defaults(choices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A batch choice's `finish_reason` defaults to "stop" (`GenerateChoiceBase`)."""
+    for choice in choices:
+        choice.setdefault("finish_reason", "stop")
+    return choices
 
 
 def _bounds(ctx: DerenderContext, responses: list[dict[str, Any]]) -> None:
@@ -289,13 +213,9 @@ def _stop_params(request: dict[str, Any] | None) -> StopParams:
     )
 
 
-def _prompt_token_count(value: Any) -> int:
-    """`prompt_tokens: int | None` (pydantic's lax int), 0 when absent."""
-    errors: ErrorList = []
-    count = Nullable(Int()).check(value, ("body", "prompt_tokens"), errors)
-    if count is INVALID:
-        raise validation_error(errors)
-    return count or 0
+def _prompt_token_count(value: int | None) -> int:
+    """`prompt_tokens: int | None`, 0 when absent."""
+    return value or 0
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
@@ -350,9 +270,10 @@ def _message(
 
 
 def derender_chat(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
-    gen = _generate_response(body.get("generate_response"), "body.generate_response")
-    prompt_ids = _optional_ids(body, "prompt_token_ids")
-    chat_request = _chat_request(body)
+    gen = body["generate_response"]
+    _with_finish_defaults(gen["choices"])
+    prompt_ids = body.get("prompt_token_ids")
+    chat_request = body.get("chat_request")
     check_model(ctx.render, body.get("model"))
     _bounds(ctx, [gen])
     _prompt_ids_bound(ctx, prompt_ids)
@@ -445,38 +366,12 @@ def derender_chat(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def derender_completion(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
-    responses = body.get("generate_responses")
-    if responses is None:
-        raise schema_error("body.generate_responses", "Field required", body)
-    if not isinstance(responses, list):
-        raise schema_error("body.generate_responses", "Input should be a valid list", responses)
-    for index, gen in enumerate(responses):
-        _generate_response(gen, f"body.generate_responses.{index}")
+    responses = body["generate_responses"]
+    for gen in responses:
+        _with_finish_defaults(gen["choices"])
     prompt_tokens = body.get("prompt_tokens")
     prompt_ids = body.get("prompt_token_ids")
-    if prompt_tokens is not None:
-        int_list(prompt_tokens, "body.prompt_tokens")
-        if len(prompt_tokens) != len(responses):
-            raise schema_error(
-                "body",
-                f"Value error, prompt_tokens length ({len(prompt_tokens)}) must equal "
-                f"generate_responses length ({len(responses)})",
-            )
-    if prompt_ids is not None:
-        if not isinstance(prompt_ids, list):
-            raise schema_error("body.prompt_token_ids", "Input should be a valid list", prompt_ids)
-        for index, ids in enumerate(prompt_ids):
-            if ids is not None:
-                int_list(ids, f"body.prompt_token_ids.{index}", non_negative=True)
-        if len(prompt_ids) != len(responses):
-            raise schema_error(
-                "body",
-                f"Value error, prompt_token_ids length ({len(prompt_ids)}) must equal "
-                f"generate_responses length ({len(responses)})",
-            )
     request = body.get("completion_request")
-    if request is not None and not isinstance(request, dict):
-        raise schema_error("body.completion_request", "Input should be a valid dictionary", request)
     check_model(ctx.render, body.get("model"))
     if not responses:
         raise BadRequestError("generate_responses must not be empty")
@@ -578,92 +473,9 @@ _VLLM_STATE_KEYS = (
 )
 
 
-def _stream_state(value: Any) -> dict[str, Any] | None:
-    """`DerenderStreamState` validation (ttio/protocol.py), keeping our `rs_*` keys."""
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise schema_error("body.stream_state", "Input should be a valid dictionary", value)
-    state = {
-        "prev_tokens": value.get("prev_tokens", []),
-        "prefix_offset": value.get("prefix_offset", 0),
-        "read_offset": value.get("read_offset", 0),
-        "role_sent": value.get("role_sent", False),
-        "logprob_context_token_ids": value.get("logprob_context_token_ids", []),
-        "logprob_text_offset": value.get("logprob_text_offset", 0),
-        "output_token_ids": value.get("output_token_ids", []),
-        "output_chunk_lens": value.get("output_chunk_lens", []),
-        "tools_streamed": value.get("tools_streamed", False),
-        "last_tool_call_ids": value.get("last_tool_call_ids", []),
-    }
-    str_list(state["prev_tokens"], "body.stream_state.prev_tokens")
-    if len(state["prev_tokens"]) > 1024:
-        raise schema_error(
-            "body.stream_state.prev_tokens",
-            f"Value error, prev_tokens length ({len(state['prev_tokens'])}) exceeds maximum (1024)",
-            state["prev_tokens"],
-        )
-    for name in ("prefix_offset", "read_offset", "logprob_text_offset"):
-        if not isinstance(state[name], int) or isinstance(state[name], bool) or state[name] < 0:
-            raise schema_error(f"body.stream_state.{name}", "Input should be greater than or equal to 0", state[name])
-    if not state["prefix_offset"] <= state["read_offset"] <= len(state["prev_tokens"]):
-        raise schema_error(
-            "body.stream_state",
-            "Value error, stream_state offsets must satisfy prefix_offset <= "
-            f"read_offset <= len(prev_tokens) (got {state['prefix_offset']}, {state['read_offset']}, "
-            f"{len(state['prev_tokens'])})",
-            None,
-        )
-    for name in ("role_sent", "tools_streamed"):
-        if not isinstance(state[name], bool):
-            raise schema_error(f"body.stream_state.{name}", "Input should be a valid boolean", state[name])
-    int_list(state["logprob_context_token_ids"], "body.stream_state.logprob_context_token_ids")
-    if len(state["logprob_context_token_ids"]) > 4:
-        raise schema_error(
-            "body.stream_state.logprob_context_token_ids",
-            "List should have at most 4 items after validation",
-            state["logprob_context_token_ids"],
-        )
-    # These grow with the stream (full mode): check them in C, and only walk them in Python to
-    # name the offending element.
-    if not _all_ints(state["output_token_ids"]):
-        int_list(state["output_token_ids"], "body.stream_state.output_token_ids")
-    lens = state["output_chunk_lens"]
-    if not _all_ints(lens) or (lens and min(lens) <= 0):
-        int_list(state["output_chunk_lens"], "body.stream_state.output_chunk_lens")
-        for index, length in enumerate(state["output_chunk_lens"]):
-            if length <= 0:
-                raise schema_error(
-                    f"body.stream_state.output_chunk_lens.{index}", "Input should be greater than 0", length
-                )
-    if sum(state["output_chunk_lens"]) != len(state["output_token_ids"]):
-        raise schema_error(
-            "body.stream_state",
-            f"Value error, output_chunk_lens must sum to len(output_token_ids) (got sum="
-            f"{sum(state['output_chunk_lens'])}, len(output_token_ids)={len(state['output_token_ids'])})",
-            None,
-        )
-    str_list(state["last_tool_call_ids"], "body.stream_state.last_tool_call_ids")
-    for key, item in value.items():
-        if key.startswith("rs_"):
-            state[key] = item
-    return state
-
-
-def _generate_chunk(body: dict[str, Any]) -> dict[str, Any]:
-    chunk = body.get("generate_chunk")
-    if chunk is None:
-        raise schema_error("body.generate_chunk", "Field required", body)
-    if not isinstance(chunk, dict):
-        raise schema_error("body.generate_chunk", "Input should be a valid dictionary", chunk)
-    if chunk.get("output_mode", "tokens") != "tokens":
-        raise schema_error("body.generate_chunk.output_mode", "Input should be 'tokens'", chunk.get("output_mode"))
-    if "choices" not in chunk:
-        raise schema_error("body.generate_chunk.choices", "Field required", chunk)
-    _choices(chunk["choices"], "body.generate_chunk.choices", stream=True)
-    if chunk.get("prompt_token_ids") is not None:
-        int_list(chunk["prompt_token_ids"], "body.generate_chunk.prompt_token_ids", non_negative=True)
-    return chunk
+def _stream_state(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The validated `stream_state` with every field, keeping our `rs_*` keys."""
+    return stream_state(value)
 
 
 def _chunk_usage(chunk: dict[str, Any], prompt_tokens: int | None) -> dict[str, Any] | None:
@@ -775,10 +587,10 @@ def _stream_request(ctx: DerenderContext, chat_request: dict[str, Any], request_
 
 
 async def derender_chat_stream(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
-    chunk = _generate_chunk(body)
+    chunk = body["generate_chunk"]
     state = _stream_state(body.get("stream_state"))
-    prompt_ids = _optional_ids(body, "prompt_token_ids")
-    chat_request = _chat_request(body)
+    prompt_ids = body.get("prompt_token_ids")
+    chat_request = body.get("chat_request")
     check_model(ctx.render, body.get("model"))
     if chat_request is not None and chat_request.get("stop"):
         raise BadRequestError(STREAM_STOP_ERROR)
@@ -1075,12 +887,10 @@ def _snapshot_matches(
 
 
 async def derender_completion_stream(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
-    chunk = _generate_chunk(body)
+    chunk = body["generate_chunk"]
     state = _stream_state(body.get("stream_state"))
-    prompt_ids = _optional_ids(body, "prompt_token_ids")
+    prompt_ids = body.get("prompt_token_ids")
     request = body.get("completion_request")
-    if request is not None and not isinstance(request, dict):
-        raise schema_error("body.completion_request", "Input should be a valid dictionary", request)
     check_model(ctx.render, body.get("model"))
     if request is not None and request.get("stop"):
         raise BadRequestError(STREAM_STOP_ERROR)

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 
+from render_service.api.schema import Loc, error, validation_error
 from render_service.exceptions import PayloadTooLargeError, RequestValidationError
 
 
@@ -61,11 +62,17 @@ def _json_error(raw: bytes, parse_error: orjson.JSONDecodeError) -> RequestValid
 
 
 def object_body(body: Any) -> dict[str, Any]:
-    """The body as a JSON object, or pydantic's error for a model given something else."""
+    """The body as a JSON object, or pydantic's error for a model given something else (FastAPI
+    reports a JSON `null` body as a missing one)."""
     if not isinstance(body, dict):
-        raise RequestValidationError(
-            "1 validation error:\n  {'type': 'model_attributes_type', 'loc': 'body', "
-            "'msg': 'Input should be a valid dictionary or object to extract fields from'}",
-            param="body",
-        )
+        raise validation_error([not_an_object(body, ("body",))])
     return body
+
+
+def not_an_object(body: Any, loc: Loc) -> dict[str, Any]:
+    """The error of a model at `loc` given `body`, which is not a JSON object."""
+    if body is None:
+        return error("missing", ("body",), "Field required", None)
+    return error(
+        "model_attributes_type", loc, "Input should be a valid dictionary or object to extract fields from", body
+    )

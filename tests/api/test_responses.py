@@ -71,9 +71,6 @@ def test_encrypted_reasoning_refused() -> None:
 @pytest.mark.parametrize(
     "item",
     [
-        {"type": "reasoning", "summary": ["not a part"]},
-        {"type": "reasoning", "summary": [], "content": [1]},
-        {"type": "message", "role": "assistant", "content": []},
         {"type": "function_call", "call_id": "a", "name": "w"},
         {"role": "user", "content": [1]},
     ],
@@ -82,3 +79,20 @@ def test_malformed_items_fail_the_input_union(item: dict) -> None:
     with pytest.raises(RequestValidationError) as info:
         responses.validate_responses_request({"input": [item]})
     assert info.value.param == "body.input"
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        # the union admits them as openai's TypedDict (lazy `Iterable` parts); vLLM then refuses the dict
+        ({"type": "reasoning", "summary": ["not a part"]}, "Unsupported input item type: reasoning"),
+        ({"type": "reasoning", "summary": [], "content": [1]}, "Unsupported input item type: reasoning"),
+        # vLLM fails with an IndexError (a 500); ours is a 400
+        ({"type": "message", "role": "assistant", "content": []}, "at least one content part"),
+    ],
+)
+def test_items_the_union_admits_but_vllm_refuses(item: dict, message: str) -> None:
+    body = {"input": [item]}
+    responses.validate_responses_request(body)
+    with pytest.raises(BadRequestError, match=message):
+        responses.input_messages(body)

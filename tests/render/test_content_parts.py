@@ -18,17 +18,11 @@ from starlette.testclient import TestClient
 from render_service.render import content_parts
 from render_service.server.app import create_app
 from render_service.settings import Settings
-from tests.render.content_parts_matrix import RESPONSES, TOKENIZE, cases
+from tests.render.content_parts_matrix import TOKENIZE, cases
 
 GOLDEN = json.loads((Path(__file__).resolve().parent / "golden" / "content_parts.json").read_text(encoding="utf-8"))
 ANSWERS = {(c["case"], c["config"]): c for c in GOLDEN["cases"]}
 CASES = list(cases())
-
-# Responses `input` is validated by the Responses request schema (a union of ~20 item types, whose
-# errors vLLM lists in full), not by the chat part union: its parts never reach `content_parts`.
-# Those answers are 4xx on both sides, but with other messages, and for a few parts vLLM refuses
-# what this service renders (the Responses schema's own validation, not content-part handling).
-KNOWN_DIFFERENT = {name for name, path, _ in CASES if path == RESPONSES}
 
 
 def _settings(model_dir: Path, content_format: str) -> Settings:
@@ -74,9 +68,6 @@ def test_content_part(clients: dict[str, TestClient], config: str, name: str, pa
         assert list(error) == ["message", "type", "param", "code"]
         assert error["code"] == response.status_code
     expected = ANSWERS.get((name, config)) or ANSWERS[(name, "string")]
-    if name in KNOWN_DIFFERENT:
-        assert (response.status_code >= 400) == (expected["status"] >= 400) or path == RESPONSES
-        return
     assert response.status_code == expected["status"], response.text
     answer = _answer(response, path)
     assert answer == {k: v for k, v in expected.items() if k in answer}

@@ -1,0 +1,420 @@
+"""The derender request tables: /v1/chat/completions/derender and /v1/completions/derender.
+
+Each route's body is vLLM's `batch | stream` union (`DerenderChatRequestUnion`,
+`DerenderCompletionRequestUnion`), validated by pydantic's smart union: the batch member first,
+then the stream member; when both fail, every error of both, each under its member's class name
+(`body.DerenderChatRequest.generate_response`), except where a model validator wraps the class
+(`DerenderCompletionRequest`: vLLM's error cleaner drops the `function-after[...]` label).
+Source: entrypoints/scale_out/token_in_token_out/protocol.py, with the shared types of
+serve/engine/protocol.py (`UsageInfo`), generate/base/protocol.py (`PerRequestMetrics`),
+logprobs.py (`Logprob`) and outputs.py (`WeightVersionSpan`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from render_service.api import requests
+from render_service.api.schema import (
+    INVALID,
+    REQUIRED,
+    After,
+    Bool,
+    DictOf,
+    ErrorList,
+    Field,
+    FieldType,
+    Float,
+    Int,
+    ListOf,
+    Literal,
+    Loc,
+    Model,
+    Nullable,
+    Str,
+    Union,
+    error,
+    raise_if_errors,
+)
+from render_service.exceptions import BadRequestError
+
+PREV_TOKENS_LIMIT = 1024  # DerenderStreamState._bound_prev_tokens
+LOGPROB_CONTEXT_LIMIT = 4  # the window `_correct_decoded_token` reads
+
+
+def _opt(kind: FieldType) -> Nullable:
+    return Nullable(kind)
+
+
+_INT_LIST = ListOf(Int())
+_TOKEN_IDS = ListOf(Int(ge=0))  # list[NonNegativeInt]
+
+# -- shared types --------------------------------------------------------------------------------
+
+PROMPT_TOKEN_USAGE_INFO = Model(
+    "PromptTokenUsageInfo",
+    [
+        Field("cached_tokens", _opt(Int())),
+        Field("created_cache_tokens", _opt(Int())),
+        Field("multimodal_tokens", _opt(DictOf(Int()))),
+    ],
+)
+USAGE_INFO = Model(
+    "UsageInfo",
+    [
+        Field("prompt_tokens", Int(), 0),
+        Field("total_tokens", Int(), 0),
+        Field("completion_tokens", _opt(Int()), 0),
+        Field("prompt_tokens_details", _opt(PROMPT_TOKEN_USAGE_INFO)),
+        Field(
+            "completion_tokens_details", _opt(Model("CompletionTokenUsageInfo", [Field("reasoning_tokens", Int(), 0)]))
+        ),
+    ],
+)
+SPECULATIVE_DECODING_METRICS = Model(
+    "SpeculativeDecodingMetrics",
+    [
+        Field("mean_acceptance_length", Float(), REQUIRED),
+        Field("draft_acceptance_rate", Float(), REQUIRED),
+        Field("acceptance_histogram", _INT_LIST, REQUIRED),
+        Field("num_spec_steps", Int(), REQUIRED),
+        Field("num_accepted_draft_tokens", Int(), REQUIRED),
+        Field("num_draft_tokens", Int(), REQUIRED),
+        Field("num_spec_tokens", Int(), REQUIRED),
+        Field("per_step_accepted", _opt(_INT_LIST)),
+        Field("per_step_drafted", _opt(_INT_LIST)),
+    ],
+)
+PER_REQUEST_METRICS = Model(
+    "PerRequestMetrics",
+    [
+        Field("time_to_first_token_ms", _opt(Float())),
+        Field("generation_time_ms", _opt(Float())),
+        Field("queue_time_ms", _opt(Float())),
+        Field("mean_itl_ms", _opt(Float())),
+        Field("tokens_per_second", _opt(Float())),
+        Field("speculative_decoding", _opt(SPECULATIVE_DECODING_METRICS)),
+    ],
+)
+LOGPROB = Model(
+    "Logprob",
+    [Field("logprob", Float(), REQUIRED), Field("rank", _opt(Int())), Field("decoded_token", _opt(Str()))],
+    kind="dataclass",
+)
+WEIGHT_VERSION_SPAN = Model(
+    "WeightVersionSpan",
+    [Field("version", Str(), REQUIRED), Field("start", Int(), REQUIRED), Field("end", Int(), REQUIRED)],
+    kind="dataclass",
+)
+PLACEHOLDER_RANGE_INFO = Model(
+    "PlaceholderRangeInfo", [Field("offset", Int(ge=0), REQUIRED), Field("length", Int(gt=0), REQUIRED)]
+)
+GENERATE_LOGPROB_FIELDS = [
+    Field("token_id", Int(), REQUIRED),
+    Field("logprob", Float(), REQUIRED),
+    Field("rank", _opt(Int())),
+]
+GENERATE_LOGPROB = Model("GenerateLogProb", GENERATE_LOGPROB_FIELDS)
+GENERATE_LOGPROBS = Model(
+    "GenerateLogProbs",
+    [
+        Field(
+            "content",
+            _opt(
+                ListOf(
+                    Model(
+                        "GenerateLogProbsContent",
+                        [*GENERATE_LOGPROB_FIELDS, Field("top_logprobs", ListOf(GENERATE_LOGPROB), [])],
+                    )
+                )
+            ),
+        )
+    ],
+)
+
+
+def _non_negative_token_ids(value: list[int] | None) -> None:
+    """`GenerateChoiceBase.validate_token_ids`."""
+    if value is not None and value and min(value) < 0:
+        raise ValueError("token_ids must not contain negative values")
+
+
+def _choice_fields(*, stream: bool) -> list[Field]:
+    """`GenerateChoiceBase` / `GenerateStreamChoiceBase`, then the tokens mode's `logprobs`."""
+    token_ids: FieldType = _opt(_INT_LIST)
+    if not stream:  # only the batch choice has the field validator
+        token_ids = After(token_ids, _non_negative_token_ids)
+    return [
+        Field("index", Int(), REQUIRED),
+        Field("finish_reason", _opt(Str()), None if stream else "stop"),
+        Field("stop_reason", _opt(Union(Int(), Str()))),
+        Field("token_ids", token_ids),
+        Field("routed_experts", _opt(Str())),
+        Field("sampling_mask", _opt(ListOf(_INT_LIST))),
+        Field("weight_versions", _opt(ListOf(WEIGHT_VERSION_SPAN))),
+        Field("logprobs", _opt(GENERATE_LOGPROBS)),
+    ]
+
+
+GENERATE_TOKENS_RESPONSE = Model(
+    "GenerateTokensResponse",
+    [
+        Field("request_id", Str()),
+        Field("model", _opt(Str())),
+        Field("created", _opt(Int())),
+        Field("usage", _opt(USAGE_INFO)),
+        Field("prompt_logprobs", _opt(ListOf(_opt(DictOf(LOGPROB, key=Int()))))),
+        Field("prompt_token_id_logprobs", _opt(Str())),
+        Field("prompt_token_ids", _opt(_TOKEN_IDS)),
+        Field("mm_placeholders", _opt(DictOf(ListOf(PLACEHOLDER_RANGE_INFO)))),
+        Field("metrics", _opt(PER_REQUEST_METRICS)),
+        Field("kv_transfer_params", _opt(DictOf())),
+        Field("ec_transfer_params", _opt(DictOf())),
+        Field("output_mode", Literal("tokens"), "tokens"),
+        Field("choices", ListOf(Model("GenerateTokensChoice", _choice_fields(stream=False))), REQUIRED),
+    ],
+)
+GENERATE_TOKENS_STREAM_RESPONSE = Model(
+    "GenerateTokensStreamResponse",
+    [
+        Field("request_id", Str()),
+        Field("usage", _opt(USAGE_INFO)),
+        Field("prompt_token_ids", _opt(_TOKEN_IDS)),
+        Field("mm_placeholders", _opt(DictOf(ListOf(PLACEHOLDER_RANGE_INFO)))),
+        Field("metrics", _opt(PER_REQUEST_METRICS)),
+        Field("output_mode", Literal("tokens"), "tokens"),
+        Field("choices", ListOf(Model("GenerateTokensStreamChoice", _choice_fields(stream=True))), REQUIRED),
+    ],
+)
+
+
+# -- DerenderStreamState ---------------------------------------------------------------------------
+
+
+def _bound_prev_tokens(value: list[str]) -> None:
+    if len(value) > PREV_TOKENS_LIMIT:
+        raise ValueError(f"prev_tokens length ({len(value)}) exceeds maximum ({PREV_TOKENS_LIMIT})")
+
+
+def _validate_output_chunk_lens(state: dict[str, Any], loc: Loc) -> None:
+    total = sum(state.get("output_chunk_lens") or ())
+    count = len(state.get("output_token_ids") or ())
+    if total != count:
+        raise ValueError(
+            f"output_chunk_lens must sum to len(output_token_ids) (got sum={total}, len(output_token_ids)={count})"
+        )
+
+
+STREAM_STATE_DEFAULTS: dict[str, Any] = {
+    "prev_tokens": [],
+    "prefix_offset": 0,
+    "read_offset": 0,
+    "role_sent": False,
+    "logprob_context_token_ids": [],
+    "logprob_text_offset": 0,
+    "output_token_ids": [],
+    "output_chunk_lens": [],
+    "tools_streamed": False,
+    "last_tool_call_ids": [],
+}
+DERENDER_STREAM_STATE = Model(
+    "DerenderStreamState",
+    [
+        Field("prev_tokens", After(ListOf(Str()), _bound_prev_tokens), []),
+        Field("prefix_offset", Int(ge=0), 0),
+        Field("read_offset", Int(ge=0), 0),
+        Field("role_sent", Bool(), False),
+        Field("logprob_context_token_ids", ListOf(Int(), max_length=LOGPROB_CONTEXT_LIMIT), []),
+        Field("logprob_text_offset", Int(ge=0), 0),
+        Field("output_token_ids", _INT_LIST, []),
+        Field("output_chunk_lens", ListOf(Int(gt=0)), []),
+        Field("tools_streamed", Bool(), False),
+        Field("last_tool_call_ids", ListOf(Str()), []),
+    ],
+    after=(_validate_output_chunk_lens,),
+)
+
+# -- the request unions ----------------------------------------------------------------------------
+
+_MODEL = Field("model", _opt(Str()))
+_STREAM_STATE = Field("stream_state", _opt(DERENDER_STREAM_STATE))
+_PROMPT_TOKEN_IDS = Field("prompt_token_ids", _opt(_TOKEN_IDS))
+_GENERATE_CHUNK = Field("generate_chunk", GENERATE_TOKENS_STREAM_RESPONSE, REQUIRED)
+
+DERENDER_CHAT_REQUEST = Model(
+    "DerenderChatRequest",
+    [
+        Field("stream", Literal(False), False),
+        _MODEL,
+        Field("generate_response", GENERATE_TOKENS_RESPONSE, REQUIRED),
+        Field("prompt_tokens", _opt(Int())),
+        _PROMPT_TOKEN_IDS,
+        Field("chat_request", _opt(requests.CHAT_COMPLETION_REQUEST)),
+    ],
+    labelled=True,
+)
+DERENDER_CHAT_STREAM_REQUEST = Model(
+    "DerenderChatStreamRequest",
+    [
+        Field("stream", Literal(True), REQUIRED),
+        _MODEL,
+        _GENERATE_CHUNK,
+        _STREAM_STATE,
+        Field("prompt_tokens", _opt(Int())),
+        _PROMPT_TOKEN_IDS,
+        Field("chat_request", _opt(requests.CHAT_COMPLETION_REQUEST)),
+    ],
+    labelled=True,
+)
+
+
+def _validate_prompt_tokens_length(body: dict[str, Any], loc: Loc) -> None:
+    """`DerenderCompletionRequest._validate_prompt_tokens_length`."""
+    responses = len(body["generate_responses"])
+    for name in ("prompt_tokens", "prompt_token_ids"):
+        given = body.get(name)
+        if given is not None and len(given) != responses:
+            raise ValueError(f"{name} length ({len(given)}) must equal generate_responses length ({responses})")
+
+
+DERENDER_COMPLETION_REQUEST = Model(
+    "DerenderCompletionRequest",
+    [
+        Field("stream", Literal(False), False),
+        _MODEL,
+        Field("generate_responses", ListOf(GENERATE_TOKENS_RESPONSE), REQUIRED),
+        Field("prompt_tokens", _opt(_INT_LIST)),
+        Field("prompt_token_ids", _opt(ListOf(_opt(_TOKEN_IDS)))),
+        Field("completion_request", _opt(requests.COMPLETION_REQUEST)),
+    ],
+    after=(_validate_prompt_tokens_length,),
+    labelled=False,  # its model validator's `function-after[...]` label is what pydantic shows
+)
+DERENDER_COMPLETION_STREAM_REQUEST = Model(
+    "DerenderCompletionStreamRequest",
+    [
+        Field("stream", Literal(True), REQUIRED),
+        _MODEL,
+        _GENERATE_CHUNK,
+        _STREAM_STATE,
+        Field("prompt_tokens", _opt(Int())),
+        _PROMPT_TOKEN_IDS,
+        Field("completion_request", _opt(requests.COMPLETION_REQUEST)),
+    ],
+    labelled=True,
+)
+
+DERENDER_CHAT_REQUEST_UNION = Union(DERENDER_CHAT_REQUEST, DERENDER_CHAT_STREAM_REQUEST)
+DERENDER_COMPLETION_REQUEST_UNION = Union(DERENDER_COMPLETION_REQUEST, DERENDER_COMPLETION_STREAM_REQUEST)
+
+
+def _validate_union(batch: Model, stream: Model, body: Any) -> bool:
+    """Validate `body` against `batch | stream` as pydantic's smart union does, in place.
+    Returns whether the body is a stream request.
+
+    Only one member can match (`stream` is `Literal[False]` in one and `Literal[True]` in the
+    other), so the member the body's `stream` names is tried first, and the other only to list
+    its errors after a failure (pydantic lists the batch member's first).
+    """
+    loc: Loc = ("body",)
+    if body is None:  # FastAPI: a JSON null body is a missing one
+        raise_if_errors([error("missing", loc, "Field required", None)])
+    wants_stream = isinstance(body, dict) and stream.by_name["stream"].type.check(body.get("stream"), loc, []) is True
+    first, second = (stream, batch) if wants_stream else (batch, stream)
+    first_errors: ErrorList = []
+    result = first.check(body, _member_loc(first), first_errors)
+    if result is not INVALID:
+        if result is not body:
+            body.update(result)
+        _as_vllm_echoes(body)
+        return wants_stream
+    second_errors: ErrorList = []
+    second.check(body, _member_loc(second), second_errors)
+    raise_if_errors(second_errors + first_errors if wants_stream else first_errors + second_errors)
+    raise AssertionError("unreachable: both members failed with errors")
+
+
+def _as_vllm_echoes(body: dict[str, Any]) -> None:
+    """What vLLM echoes from the engine's response, as its models dump it: `metrics` with every
+    field (extra keys after them); and a non-finite float (from "nan", "inf") refused the way
+    vLLM's JSON encoder refuses it when it writes the answer."""
+    if "generate_responses" in body:
+        responses = body["generate_responses"]
+    else:
+        responses = [body["generate_chunk" if "generate_chunk" in body else "generate_response"]]
+    for gen in responses:
+        if gen.get("metrics") is not None:
+            gen["metrics"] = model_dump(PER_REQUEST_METRICS, gen["metrics"])
+        if not _all_finite(gen.get("metrics"), gen.get("prompt_logprobs"), *_choice_logprobs(gen["choices"])):
+            raise BadRequestError("Out of range float values are not JSON compliant")
+
+
+def model_dump(model: Model, value: dict[str, Any]) -> dict[str, Any]:
+    """`model_dump()` of a validated OpenAIBaseModel: declared fields in order (defaults filled,
+    nested models dumped), then the extra keys it allows."""
+    out: dict[str, Any] = {}
+    for spec in model.fields:
+        item = value.get(spec.name, spec.default)
+        inner = spec.type.inner if isinstance(spec.type, Nullable) else spec.type
+        out[spec.name] = model_dump(inner, item) if isinstance(inner, Model) and isinstance(item, dict) else item
+    for key, item in value.items():
+        out.setdefault(key, item)
+    return out
+
+
+def _choice_logprobs(choices: list[dict[str, Any]]) -> list[Any]:
+    return [(choice.get("logprobs") or {}).get("content") for choice in choices]
+
+
+def _all_finite(*values: Any) -> bool:
+    """Whether no float inside `values` is nan or infinite (JSON has no spelling for them)."""
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                return False
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return True
+
+
+def _member_loc(member: Model) -> Loc:
+    return ("body", member.tag) if member.tag else ("body",)
+
+
+def validate_chat_derender(body: Any) -> bool:
+    """`DerenderChatRequest | DerenderChatStreamRequest`, in place; True for a stream request."""
+    return _validate_union(DERENDER_CHAT_REQUEST, DERENDER_CHAT_STREAM_REQUEST, body)
+
+
+def validate_completion_derender(body: Any) -> bool:
+    """`DerenderCompletionRequest | DerenderCompletionStreamRequest`, in place; True for a stream
+    request."""
+    return _validate_union(DERENDER_COMPLETION_REQUEST, DERENDER_COMPLETION_STREAM_REQUEST, body)
+
+
+def stream_state(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A validated `stream_state` with every field (defaults filled in), our `rs_*` keys kept."""
+    if value is None:
+        return None
+    state = {name: value.get(name, _fresh(default)) for name, default in STREAM_STATE_DEFAULTS.items()}
+    for key, item in value.items():
+        if key.startswith("rs_"):
+            state[key] = item
+    # Ours: vLLM has no such check, and answers a 200 that carries a negative `read_offset`.
+    prefix, read, window = state["prefix_offset"], state["read_offset"], len(state["prev_tokens"])
+    if not prefix <= read <= window:
+        raise BadRequestError(
+            "stream_state offsets must satisfy prefix_offset <= read_offset <= len(prev_tokens) "
+            f"(got {prefix}, {read}, {window})",
+            param="stream_state",
+        )
+    return state
+
+
+def _fresh(default: Any) -> Any:
+    return list(default) if isinstance(default, list) else default
