@@ -195,13 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
     ap.add_argument("--sizes", default="2000,4000")
     ap.add_argument("--window", type=int, default=100, help="chunks in the start / end medians")
+    ap.add_argument("--ours-only", action="store_true", help="skip vLLM (no side-by-side column, no output comparison)")
     args = ap.parse_args(argv)
 
     import logging
 
     from transformers import AutoTokenizer
-
-    from tests.parity.compare_parsers import Oracle
 
     logging.getLogger("vllm").setLevel(logging.CRITICAL)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -215,14 +214,20 @@ def main(argv: list[str] | None = None) -> int:
         eos_id = tok.convert_tokens_to_ids(eos_name)
         gen = json.loads((model_dir / "generation_config.json").read_text())
         eos = (eos_id, frozenset(gen["eos_token_id"]))
-        oracle = Oracle(model_dir, eos)
+        if not args.ours_only:
+            from tests.parity.compare_parsers import Oracle
+
+            oracle = Oracle(model_dir, eos)
         req = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS}
         prompt = tok.encode("hi", add_special_tokens=False)
         for n in sizes:
             ids = [*output_ids(name, tok, n), eos_id]
             chunks = [[t] for t in ids]
             mine, ours_cpu = run_ours(tok, reasoning, tool, req, prompt, chunks, eos)
-            theirs, vllm_cpu = run_vllm(oracle, reasoning, tool, req, prompt, chunks)
+            if args.ours_only:
+                theirs, vllm_cpu = mine, []
+            else:
+                theirs, vllm_cpu = run_vllm(oracle, reasoning, tool, req, prompt, chunks)
             if mine != theirs:
                 first = next(i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b)
                 print(f"{name} {n}: outputs differ at chunk {first}: ours {mine[first]} vLLM {theirs[first]}")
@@ -236,9 +241,9 @@ def main(argv: list[str] | None = None) -> int:
                 running += c
                 vllm_total += running
             vllm_s = vllm_total / 1e9
+            side = f"{vllm_s:>12.1f}  {vllm_s / ours_total:>9.0f}" if vllm_cpu else f"{'-':>12}  {'-':>9}"
             print(
-                f"{name:<16} {len(ids):>6}  {start:>20.1f}  {end:>17.1f}  {end / start:>9.2f}  "
-                f"{ours_total:>12.3f}  {vllm_s:>12.1f}  {vllm_s / ours_total:>9.0f}",
+                f"{name:<16} {len(ids):>6}  {start:>20.1f}  {end:>17.1f}  {end / start:>9.2f}  {ours_total:>12.3f}  {side}",
                 flush=True,
             )
     return 0

@@ -21,6 +21,10 @@ _ARGS: list[Any] = [
     {"q": 'ünï 😀 "q" {b}', "deep": {"a": [1, 2.5, None, True]}},
     {},
     {"n": -7, "x": 1e5, "s": "a\\nb"},
+    # long string values: streamed without re-reading the call, their middle elided from the state
+    {"city": "Paris is lovely in the spring " * 4 + "end", "n": 4},
+    {"n": "5", "city": 'line "one"\n ü 😀 \\ ' * 6 + "tail"},
+    {"city": "x" * 70 + "\t" + "y" * 70},
 ]
 
 
