@@ -49,6 +49,14 @@ _UNCLEAN = re.compile(r'["\\\x00-\x1f]')
 _PROBE = "\ue003"
 ELIDED = "\ue000\ue001\ue002"  # stands for the streamed middle of a long string value
 ELIDE_MIN_CHARS = 64
+# The partial parser looks for the last "," / ":" in ranges that may cover earlier strings:
+# the elided text keeps them, in order.
+_COUNTED = frozenset(",:")
+
+
+def _elided(text: str) -> str:
+    """The marker that stands for `text` (an earlier marker in it is absorbed)."""
+    return ELIDED + "".join(c for c in text if c in _COUNTED)
 
 
 def _open_string_start(text: str) -> int:
@@ -272,8 +280,9 @@ class Llama3JsonToolParser(ToolParser):
             # alike (every later answer is the same; only this stream's state is affected).
             streamed = len(st.sent) - st.sent_start
             if st.sent_start >= len(st.sent) - streamed and st.raw_start + streamed <= len(st.buf):
-                st.buf = st.buf[: st.raw_start] + ELIDED + st.buf[st.raw_start + streamed :]
-                st.sent = st.sent[: st.sent_start] + ELIDED
+                marker = _elided(st.sent[st.sent_start :])
+                st.buf = st.buf[: st.raw_start] + marker + st.buf[st.raw_start + streamed :]
+                st.sent = st.sent[: st.sent_start] + marker
         return Delta(tool_calls=[ToolCallDelta(index=st.cur, arguments=diff)])
 
     def _parse(self, st: Llama3JsonState, buf: str | None = None) -> list[tuple[Any, bool, int]]:
