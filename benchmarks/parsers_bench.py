@@ -13,8 +13,9 @@ argument carries most of the tokens: the worst case for parsers that re-read the
 streamed one token per chunk as derender does (stop token dropped, detokenized with special
 tokens kept):
 
-- ours: `parsers.advance` per chunk, with the state decoded from JSON before and encoded after
-  every chunk (what a compact-mode snapshot from Redis costs); per-chunk thread CPU is recorded;
+- ours: `parsers.advance` per chunk, with the state decoded before and encoded after every chunk
+  as compact mode's snapshots are (msgpack, HMAC-SHA256 checked and signed: what a snapshot
+  from Redis costs); per-chunk thread CPU is recorded;
 - vLLM: `ChatStreamProcessor` over vLLM's own parser classes, fed the same chunks. vLLM's render
   tier replays the whole output through fresh parsers on every chunk, so the CPU it spends on
   chunk k is the CPU of processing chunks 0..k from scratch: the cumulative curve C(k) of one
@@ -131,6 +132,7 @@ def run_ours(
 ) -> tuple[list[Any], list[int]]:
     from render_service import parsers
     from render_service.derender.detokenize import StopParams, drop_stop_token
+    from render_service.derender.snapshots import SnapshotCodec
     from tests.parsers import cases
 
     parser = parsers.get_parser(
@@ -139,17 +141,19 @@ def run_ours(
     assert parser is not None
     opts = parsers.RequestOptions.from_request(req)
     ids_fn = parsers.tool_ids("bench", 0)
-    state_obj = json.dumps(parsers.new_parsed_stream(parser, prompt).to_obj())
+    # The snapshot as compact mode stores it: msgpack, HMAC-SHA256 signed (derender/snapshots.py).
+    codec = SnapshotCodec(b"k" * 32)
+    state_obj = codec.encode({"parser": parsers.new_parsed_stream(parser, prompt).to_obj()})
     out, cpu = [], []
     for i, ids in enumerate(chunks):
         finish = "stop" if i == len(chunks) - 1 else None
         t0 = time.thread_time_ns()
-        state = parsers.load_parsed_stream(parser, json.loads(state_obj))
+        state = parsers.load_parsed_stream(parser, codec.decode(state_obj)["parser"])
         text_ids, _ = drop_stop_token(
             ids, finish, None, eos_token_id=eos[0], model_eos_token_ids=eos[1], params=StopParams()
         )
         delta, fr = parsers.advance(parser, state, text_ids, ids, finish, opts, ids_fn)
-        state_obj = json.dumps(state.to_obj())
+        state_obj = codec.encode({"parser": state.to_obj()})
         cpu.append(time.thread_time_ns() - t0)
         out.append((cases.wire(delta), fr))
     return out, cpu
