@@ -15,7 +15,9 @@ the last object that is not another object makes every later chunk produce nothi
 Unlike vLLM, the text before the object of the current call is not kept: the state holds the
 current (and, until it is flushed, the previous) object's text, the counters, and what was sent.
 Objects before the current one are read once, when they complete (vLLM re-reads them on every
-chunk; a later malformed object makes both return nothing for that chunk).
+chunk; a later malformed object makes both return nothing for that chunk). Inside a string value
+of the current call's arguments (the bulk of a long call) a chunk of plain text costs O(new text):
+no parse (`_enter_open_string`), and the value's streamed middle is elided from the state.
 
 Batch (as vLLM): every `{` outside an already decoded object must start a JSON object with a
 `name` and `arguments`/`parameters`; any failure returns the whole text as content, and any

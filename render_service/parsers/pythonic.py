@@ -12,9 +12,10 @@ open brackets and quotes of the text so far (vLLM's `make_valid_python`: nothing
 between parameters or inside a key), parses it with `ast`, and streams each call's JSON arguments
 minus the closing suffix it invented; the first delta of a call carries its id and name.
 
-The call list is re-parsed on every chunk, as in vLLM (Python's grammar decides what parses): the
-state holds the tool-phase text, so a chunk costs O(length of the call list), not O(new tokens);
-content-only streams cost O(new tokens).
+The call list is parsed again on a chunk that may change its structure, as in vLLM (Python's
+grammar decides what parses): O(length of the call list). Inside a plain string argument (the
+bulk of a long call) a chunk costs O(new text): the answer is derived from the text's end alone
+(`_enter_open_string`), and the string's streamed middle is elided from the state.
 
 Batch (as vLLM): the whole text must match vLLM's call-list regex (1 s timeout) and parse as a list
 of calls; otherwise it is all content.
