@@ -67,7 +67,7 @@ def _py_value(rng: random.Random) -> str:
             # that vLLM's closing step strips, cuts or stops at; an escape; a quote of the other kind
             "'" + "Paris is lovely in the spring, " * 4 + "end'",
             '"' + "a=b: c, d  " * 8 + '"',
-            "'" + "line one\\n ü 😀 \"q\" " * 5 + "'",
+            "'" + 'line one\\n ü 😀 "q" ' * 5 + "'",
             "{'k': '" + "deep value " * 8 + "'}",
         ]
     )
