@@ -645,18 +645,21 @@ class Engine:
     def _feed_args_json(self, st: EngineState, text: str) -> list[Event]:
         """Stream JSON argument text, holding back a closing top-level brace."""
         events: list[Event] = []
-        if (
-            self.config.verbatim_json_args
-            and st.args_in_string
-            and not st.args_escape
-            and len(text) > 1
-            and _PLAIN_STRING_RUN.fullmatch(text)
-        ):
-            # Only called with such a run by `_feed_array_text` (verbatim arguments).
-            events.append((EV_ARG, st.args_buffer + text, st.tool_index))
-            st.args_buffer = ""
-            return events
-        for ch in text:
+        # A run of characters inside a string (no quote, no backslash) changes no structure:
+        # one event for it instead of one per character, where the events' answers concatenate
+        # (raw arguments with no converter, or a verbatim converter: `_extend_open_string`).
+        merge = self.config.verbatim_json_args or self.config.arg_converter is None
+        i, n = 0, len(text)
+        while i < n:
+            if merge and st.args_in_string and not st.args_escape:
+                m = _PLAIN_STRING_RUN.match(text, i)
+                if m is not None and m.end() - i > 1:
+                    events.append((EV_ARG, st.args_buffer + text[i : m.end()], st.tool_index))
+                    st.args_buffer = ""
+                    i = m.end()
+                    continue
+            ch = text[i]
+            i += 1
             st.args_buffer += ch
             hold = False
             if st.args_escape:
