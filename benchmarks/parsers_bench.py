@@ -13,8 +13,9 @@ argument carries most of the tokens: the worst case for parsers that re-read the
 streamed one token per chunk as derender does (stop token dropped, detokenized with special
 tokens kept):
 
-- ours: `parsers.advance` per chunk, with the state decoded from JSON before and encoded after
-  every chunk (what a compact-mode snapshot from Redis costs); per-chunk thread CPU is recorded;
+- ours: `parsers.advance` per chunk, with the state decoded before and encoded after every chunk
+  as compact mode's snapshots are (msgpack, HMAC-SHA256 checked and signed: what a snapshot
+  from Redis costs); per-chunk thread CPU is recorded;
 - vLLM: `ChatStreamProcessor` over vLLM's own parser classes, fed the same chunks. vLLM's render
   tier replays the whole output through fresh parsers on every chunk, so the CPU it spends on
   chunk k is the CPU of processing chunks 0..k from scratch: the cumulative curve C(k) of one
@@ -131,6 +132,7 @@ def run_ours(
 ) -> tuple[list[Any], list[int]]:
     from render_service import parsers
     from render_service.derender.detokenize import StopParams, drop_stop_token
+    from render_service.derender.snapshots import SnapshotCodec
     from tests.parsers import cases
 
     parser = parsers.get_parser(
@@ -139,17 +141,19 @@ def run_ours(
     assert parser is not None
     opts = parsers.RequestOptions.from_request(req)
     ids_fn = parsers.tool_ids("bench", 0)
-    state_obj = json.dumps(parsers.new_parsed_stream(parser, prompt).to_obj())
+    # The snapshot as compact mode stores it: msgpack, HMAC-SHA256 signed (derender/snapshots.py).
+    codec = SnapshotCodec(b"k" * 32)
+    state_obj = codec.encode({"parser": parsers.new_parsed_stream(parser, prompt).to_obj()})
     out, cpu = [], []
     for i, ids in enumerate(chunks):
         finish = "stop" if i == len(chunks) - 1 else None
         t0 = time.thread_time_ns()
-        state = parsers.load_parsed_stream(parser, json.loads(state_obj))
+        state = parsers.load_parsed_stream(parser, codec.decode(state_obj)["parser"])
         text_ids, _ = drop_stop_token(
             ids, finish, None, eos_token_id=eos[0], model_eos_token_ids=eos[1], params=StopParams()
         )
         delta, fr = parsers.advance(parser, state, text_ids, ids, finish, opts, ids_fn)
-        state_obj = json.dumps(state.to_obj())
+        state_obj = codec.encode({"parser": state.to_obj()})
         cpu.append(time.thread_time_ns() - t0)
         out.append((cases.wire(delta), fr))
     return out, cpu
@@ -195,13 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
     ap.add_argument("--sizes", default="2000,4000")
     ap.add_argument("--window", type=int, default=100, help="chunks in the start / end medians")
+    ap.add_argument("--ours-only", action="store_true", help="skip vLLM (no side-by-side column, no output comparison)")
     args = ap.parse_args(argv)
 
     import logging
 
     from transformers import AutoTokenizer
-
-    from tests.parity.compare_parsers import Oracle
 
     logging.getLogger("vllm").setLevel(logging.CRITICAL)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -215,14 +218,20 @@ def main(argv: list[str] | None = None) -> int:
         eos_id = tok.convert_tokens_to_ids(eos_name)
         gen = json.loads((model_dir / "generation_config.json").read_text())
         eos = (eos_id, frozenset(gen["eos_token_id"]))
-        oracle = Oracle(model_dir, eos)
+        if not args.ours_only:
+            from tests.parity.compare_parsers import Oracle
+
+            oracle = Oracle(model_dir, eos)
         req = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS}
         prompt = tok.encode("hi", add_special_tokens=False)
         for n in sizes:
             ids = [*output_ids(name, tok, n), eos_id]
             chunks = [[t] for t in ids]
             mine, ours_cpu = run_ours(tok, reasoning, tool, req, prompt, chunks, eos)
-            theirs, vllm_cpu = run_vllm(oracle, reasoning, tool, req, prompt, chunks)
+            if args.ours_only:
+                theirs, vllm_cpu = mine, []
+            else:
+                theirs, vllm_cpu = run_vllm(oracle, reasoning, tool, req, prompt, chunks)
             if mine != theirs:
                 first = next(i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b)
                 print(f"{name} {n}: outputs differ at chunk {first}: ours {mine[first]} vLLM {theirs[first]}")
@@ -236,9 +245,9 @@ def main(argv: list[str] | None = None) -> int:
                 running += c
                 vllm_total += running
             vllm_s = vllm_total / 1e9
+            side = f"{vllm_s:>12.1f}  {vllm_s / ours_total:>9.0f}" if vllm_cpu else f"{'-':>12}  {'-':>9}"
             print(
-                f"{name:<16} {len(ids):>6}  {start:>20.1f}  {end:>17.1f}  {end / start:>9.2f}  "
-                f"{ours_total:>12.3f}  {vllm_s:>12.1f}  {vllm_s / ours_total:>9.0f}",
+                f"{name:<16} {len(ids):>6}  {start:>20.1f}  {end:>17.1f}  {end / start:>9.2f}  {ours_total:>12.3f}  {side}",
                 flush=True,
             )
     return 0

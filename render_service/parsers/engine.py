@@ -108,6 +108,10 @@ class EngineConfig:
     value_trims_newlines: bool = False
     # Tool names are stripped of surrounding whitespace (GLM).
     strip_tool_names: bool = False
+    # The converter returns the call's raw JSON text (a verbatim span of it, Granite): text
+    # appended inside an open string value is appended to the converted JSON unchanged, so
+    # streaming that value needs no re-conversion (`Engine._extend_open_string`).
+    verbatim_json_args: bool = False
     content_events: Mapping[int, int] = field(default_factory=lambda: dict(CONTENT_EVENTS))
 
     @property
@@ -135,6 +139,11 @@ class Slot(msgspec.Struct, array_like=True):
     value_start: int = -1  # where the open value starts in `args`
     string_start: int = -1  # where its JSON string starts in `streamed`
     id: str = ""  # an id the family's format carries (Kimi's header); else `tool_id(index)`
+    # verbatim_json_args: the arguments end inside an open, streamed top-level string value
+    in_open_string: bool = False
+    escaped: bool = False  # ... and its last character is an unpaired backslash
+    clean: bool = False  # ... and its text has no backslash or control character (elidable)
+    unelided: int = 0  # characters appended to it since it was last elided
 
 
 class EngineState(ParserState):
@@ -571,12 +580,30 @@ class Engine:
         follows is content; anything but the array's structure before an element bails out to
         content (the marker was not followed by a JSON array)."""
         events: list[Event] = []
-        for i, ch in enumerate(text):
+        i, n = 0, len(text)
+        while i < n:
             if st.state != TOOL_ARGS:  # the array closed mid-chunk
                 events.extend(self._emit(st, text[i:]))
                 break
-            events.extend(self._feed_array_char(st, ch))
+            run = self._plain_string_run(st, text, i)
+            if run:
+                events.extend(self._feed_args_json(st, text[i:run]))
+                i = run
+                continue
+            events.extend(self._feed_array_char(st, text[i]))
+            i += 1
         return events
+
+    def _plain_string_run(self, st: EngineState, text: str, i: int) -> int:
+        """verbatim_json_args: the end of the run of characters from `text[i]` on that stay
+        inside the element's open JSON string (no quote, no backslash), or 0. Such a run moves
+        neither the JSON structure nor the converted arguments except by appending to them, so
+        it is one argument event instead of one per character (the same deltas, see
+        `_extend_open_string`)."""
+        if not (self.config.verbatim_json_args and st.array_in_element and st.args_in_string and not st.args_escape):
+            return 0
+        m = _PLAIN_STRING_RUN.match(text, i)
+        return m.end() if m is not None and m.end() - i > 1 else 0
 
     def _feed_array_char(self, st: EngineState, ch: str) -> list[Event]:
         if st.array_in_element:
@@ -618,7 +645,21 @@ class Engine:
     def _feed_args_json(self, st: EngineState, text: str) -> list[Event]:
         """Stream JSON argument text, holding back a closing top-level brace."""
         events: list[Event] = []
-        for ch in text:
+        # A run of characters inside a string (no quote, no backslash) changes no structure:
+        # one event for it instead of one per character, where the events' answers concatenate
+        # (raw arguments with no converter, or a verbatim converter: `_extend_open_string`).
+        merge = self.config.verbatim_json_args or self.config.arg_converter is None
+        i, n = 0, len(text)
+        while i < n:
+            if merge and st.args_in_string and not st.args_escape:
+                m = _PLAIN_STRING_RUN.match(text, i)
+                if m is not None and m.end() - i > 1:
+                    events.append((EV_ARG, st.args_buffer + text[i : m.end()], st.tool_index))
+                    st.args_buffer = ""
+                    i = m.end()
+                    continue
+            ch = text[i]
+            i += 1
             st.args_buffer += ch
             hold = False
             if st.args_escape:
@@ -994,6 +1035,10 @@ class Engine:
             return raw_delta
         if not config.stream_arg_deltas:
             return None
+        if slot.in_open_string:
+            diff = self._extend_open_string(slot, raw_delta, elide=elide)
+            if diff is not None:
+                return diff
         if slot.ext is not None:
             assert config.extender_step is not None
             diff = config.extender_step(slot.ext, raw_delta)
@@ -1022,6 +1067,8 @@ class Engine:
         if prev and not safe.startswith(prev):
             return None
         slot.streamed = safe
+        if config.verbatim_json_args:
+            self._enter_open_string(slot, safe, current, value_streams)
         if config.extender_start is not None:
             slot.ext = config.extender_start(slot.args)
             slot.open_value_streams = value_streams
@@ -1031,6 +1078,51 @@ class Engine:
             else:
                 slot.value_start = slot.string_start = -1
         return safe[len(prev) :] or None
+
+    def _enter_open_string(self, slot: Slot, safe: str, current: str, value_streams: bool) -> None:
+        """After a full conversion: note whether the arguments end inside an open string value
+        that streams (`safe_arg_prefix` kept everything), so the following text is appended
+        without converting again."""
+        slot.in_open_string = value_streams and safe == current
+        if not slot.in_open_string:
+            return
+        start = _open_string_start(safe)
+        body = safe[start:]
+        trailing = len(body) - len(body.rstrip("\\"))
+        slot.escaped = trailing % 2 == 1
+        slot.clean = _UNCLEAN.search(body) is None
+        slot.unelided = len(body)
+        slot.string_start = start
+        slot.value_start = len(slot.args) - len(body)  # the span runs to the end of the raw text
+
+    def _extend_open_string(self, slot: Slot, raw_delta: str, *, elide: bool) -> str | None:
+        """`_compute_arg_delta` while the arguments end inside an open streamed string value
+        (verbatim converters only): the raw text up to the string's closing quote is the
+        converted text, and everything up to it is the safe prefix (a string never parses, so
+        schema coercion leaves it as it is). None when the delta closes the string: the caller
+        converts the whole text as vLLM does."""
+        escaped = slot.escaped
+        for ch in raw_delta:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                slot.in_open_string = False
+                return None
+        slot.escaped = escaped
+        slot.streamed += raw_delta
+        if slot.clean and _UNCLEAN.search(raw_delta) is not None:
+            slot.clean = False
+        slot.unelided += len(raw_delta)
+        if elide and slot.clean and slot.unelided >= ELIDE_MIN_CHARS:
+            # The value's text so far is plain (no escape, no control character): nothing reads
+            # it again except to find the value's end, and `json.dumps` would write it as it
+            # is, so one marker stands for it in both strings (see `_elide`).
+            slot.args = slot.args[: slot.value_start] + ELIDED
+            slot.streamed = slot.streamed[: slot.string_start] + ELIDED
+            slot.unelided = 0
+        return raw_delta
 
     def _elide(self, slot: Slot) -> None:
         """Keep a long streaming value out of the state.
@@ -1144,6 +1236,8 @@ class Engine:
 
 ELIDED = "\ue000\ue001\ue002"  # stands for the streamed middle of a long value (see `Engine._elide`)
 ELIDE_MIN_CHARS = 64
+_PLAIN_STRING_RUN = re.compile(r'[^"\\]+')
+_UNCLEAN = re.compile(r"[\\\x00-\x1f]")
 
 
 def _open_string_start(json_text: str) -> int:

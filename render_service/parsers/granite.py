@@ -93,6 +93,7 @@ GRANITE_CONFIG = EngineConfig(
     arg_converter=arguments_span,
     tool_call_body_array=True,
     stream_arg_deltas=True,
+    verbatim_json_args=True,
 )
 
 

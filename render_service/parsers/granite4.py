@@ -122,6 +122,12 @@ class Granite4ToolParser(ToolParser):
         return False, "", text[start_end:end]
 
     def feed(self, st: Granite4State, text: str, tool_id: ToolIdFn) -> Delta | None:
+        if st.in_tc and st.look_ahead.startswith(TC_START) and TC_END not in st.look_ahead[1 - len(TC_END) :] + text:
+            # A call is being buffered and its end tag has not arrived: vLLM's step finds the
+            # start tag at 0 and no end tag, keeps the buffer and returns nothing. Checking the
+            # new text (plus the tag prefix it may complete) is enough; no re-scan of the call.
+            st.look_ahead += text
+            return None
         content_parts: list[str] = []
         segments: list[str] = []
         done = False

@@ -15,7 +15,9 @@ the last object that is not another object makes every later chunk produce nothi
 Unlike vLLM, the text before the object of the current call is not kept: the state holds the
 current (and, until it is flushed, the previous) object's text, the counters, and what was sent.
 Objects before the current one are read once, when they complete (vLLM re-reads them on every
-chunk; a later malformed object makes both return nothing for that chunk).
+chunk; a later malformed object makes both return nothing for that chunk). Inside a string value
+of the current call's arguments (the bulk of a long call) a chunk of plain text costs O(new text):
+no parse (`_enter_open_string`), and the value's streamed middle is elided from the state.
 
 Batch (as vLLM): every `{` outside an already decoded object must start a JSON object with a
 `name` and `arguments`/`parameters`; any failure returns the whole text as content, and any
@@ -25,6 +27,7 @@ success drops all text around the objects.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import partial_json_parser  # type: ignore[import-untyped]
@@ -41,6 +44,29 @@ SEPARATOR_LEN = len("; ")  # vLLM skips two characters after each object, whatev
 UNDECIDED, CONTENT, CALLS = 0, 1, 2
 
 _DECODER = json.JSONDecoder()
+# Text that `json.dumps(..., ensure_ascii=False)` writes as it is inside a string, and that
+# cannot end one.
+_PLAIN = re.compile(r'[^"\\\x00-\x1f]+')
+_UNCLEAN = re.compile(r'["\\\x00-\x1f]')
+_PROBE = "\ue003"
+ELIDED = "\ue000\ue001\ue002"  # stands for the streamed middle of a long string value
+ELIDE_MIN_CHARS = 64
+# The partial parser looks for the last "," / ":" in ranges that may cover earlier strings:
+# the elided text keeps them, in order.
+_COUNTED = frozenset(",:")
+
+
+def _elided(text: str) -> str:
+    """The marker that stands for `text` (an earlier marker in it is absorbed)."""
+    return ELIDED + "".join(c for c in text if c in _COUNTED)
+
+
+def _open_string_start(text: str) -> int:
+    """Index just after the opening quote of the JSON string `text` ends inside."""
+    i = text.rfind('"')
+    while i > 0 and (len(text[:i]) - len(text[:i].rstrip("\\"))) % 2:
+        i = text.rfind('"', 0, i)
+    return i + 1
 
 
 def _partial_loads(text: str, flags: Allow) -> tuple[Any, int]:
@@ -98,6 +124,16 @@ class Llama3JsonState(ParserState, tag="llama3_json/1"):
     prev_json: str = ""
     prev_expected: str = ""
     prev_tool_sent: str = ""
+    # In an open string value (see `_enter_open_string`): the prev_* fields are not kept, they
+    # are `sent + pending + closers`; `pending` is canonical text not streamed yet (vLLM streams
+    # a string value one chunk late: its common prefix with the previous parse).
+    in_open_string: bool = False
+    pending: str = ""
+    closers: str = ""
+    ws: str = ""  # trailing whitespace of the text, which the partial parse strips
+    clean: bool = False  # the open string's text so far reads the same raw and canonical
+    raw_start: int = 0  # where that text starts in `buf`
+    sent_start: int = 0  # ... and in `sent`
 
 
 class _Stop(Exception):
@@ -170,18 +206,93 @@ class Llama3JsonToolParser(ToolParser):
                     st.head = current  # may still become the bot token (as plain text)
                 return Delta(content=text)
         else:
+            if st.in_open_string:
+                if text and _PLAIN.fullmatch(text):
+                    return self._extend_open_string(st, text)
+                self._leave_open_string(st)
             st.buf += text
         try:
-            return self._calls_step(st, tool_id)
+            delta = self._calls_step(st, tool_id)
         except _Stop:
             return None
+        self._enter_open_string(st)
+        return delta
 
-    def _parse(self, st: Llama3JsonState) -> list[tuple[Any, bool, int]]:
+    # -- an open string value, in O(new text) ---------------------------------------------------
+
+    def _enter_open_string(self, st: Llama3JsonState) -> None:
+        """After a full parse: when the current call's text ends inside a string value of its
+        arguments, text without a quote, backslash or control character appended there lands
+        verbatim at one place of the canonical arguments JSON (checked once, by parsing with a
+        probe character appended), so later chunks of such text need no parse: the new
+        canonical JSON is `B + text + closers` where the previous one was `B + closers`, and
+        vLLM's common prefix of the two is `B` (trailing whitespace of the text waits: the
+        partial parse strips it)."""
+        if not st.name_sent or not st.prev_truthy or st.prev_len != st.cur + 1 or st.prev_json != st.prev_expected:
+            return
+        try:
+            objects = self._parse(st, st.buf + _PROBE)
+        except _Stop:
+            return
+        if len(objects) != st.cur - st.base_index + 1 or objects[-1][1]:
+            return
+        args = objects[-1][0].get("arguments") if isinstance(objects[-1][0], dict) else None
+        if not isinstance(args, (dict, list)):
+            return
+        probed = _dumps(args)
+        at = probed.find(_PROBE)
+        if at < 0 or probed.find(_PROBE, at + 1) >= 0:
+            return
+        before, closers = probed[:at], probed[at + 1 :]
+        ws = st.buf[len(st.buf.rstrip()) :]  # before the probe, not stripped
+        if ws:
+            if not before.endswith(ws):
+                return
+            before = before[: len(before) - len(ws)]
+        if not closers.startswith('"') or before + closers != st.prev_json or not before.startswith(st.sent):
+            return
+        st.in_open_string = True
+        st.pending = before[len(st.sent) :]
+        st.closers = closers
+        st.ws = ws
+        st.prev_json = st.prev_expected = ""
+        raw = st.buf[_open_string_start(st.buf) : len(st.buf) - len(ws)]
+        st.clean = _UNCLEAN.search(raw) is None and before.endswith(raw)
+        st.raw_start = len(st.buf) - len(ws) - len(raw)
+        st.sent_start = len(before) - len(raw)
+
+    def _leave_open_string(self, st: Llama3JsonState) -> None:
+        st.in_open_string = False
+        st.prev_json = st.prev_expected = st.sent + st.pending + st.closers
+        st.pending = st.closers = st.ws = ""
+
+    def _extend_open_string(self, st: Llama3JsonState, text: str) -> Delta | None:
+        st.buf += text
+        kept = text.rstrip()
+        if not kept:  # the parse strips it: the same JSON as before, nothing to stream
+            st.ws += text
+            return None
+        diff = st.pending
+        st.sent += diff
+        st.pending = st.ws + kept
+        st.ws = text[len(kept) :]
+        if st.clean and len(st.sent) - st.sent_start >= ELIDE_MIN_CHARS:
+            # The string's streamed text is plain: nothing reads it again except as part of
+            # later parses, where one marker stands for it in the raw and the streamed text
+            # alike (every later answer is the same; only this stream's state is affected).
+            streamed = len(st.sent) - st.sent_start
+            if st.sent_start >= len(st.sent) - streamed and st.raw_start + streamed <= len(st.buf):
+                marker = _elided(st.sent[st.sent_start :])
+                st.buf = st.buf[: st.raw_start] + marker + st.buf[st.raw_start + streamed :]
+                st.sent = st.sent[: st.sent_start] + marker
+        return Delta(tool_calls=[ToolCallDelta(index=st.cur, arguments=diff)])
+
+    def _parse(self, st: Llama3JsonState, buf: str | None = None) -> list[tuple[Any, bool, int]]:
         """The objects from `base_index` on: (object, complete, start offset in buf)."""
         flags = Allow.ALL if st.name_sent else Allow.ALL & ~Allow.STR
         out: list[tuple[Any, bool, int]] = []
         idx = 0
-        buf = st.buf
+        buf = st.buf if buf is None else buf
         while idx < len(buf):
             try:
                 obj, end = _partial_loads(buf[idx:], flags)
@@ -258,6 +369,8 @@ class Llama3JsonToolParser(ToolParser):
 
     def remaining_args(self, st: Llama3JsonState) -> str:
         """`get_remaining_unstreamed_args`."""
+        if st.in_open_string:
+            self._leave_open_string(st)
         if not st.prev_len:
             return ""
         actual = st.sent if st.prev_len - 1 == st.cur else st.prev_tool_sent

@@ -12,9 +12,10 @@ open brackets and quotes of the text so far (vLLM's `make_valid_python`: nothing
 between parameters or inside a key), parses it with `ast`, and streams each call's JSON arguments
 minus the closing suffix it invented; the first delta of a call carries its id and name.
 
-The call list is re-parsed on every chunk, as in vLLM (Python's grammar decides what parses): the
-state holds the tool-phase text, so a chunk costs O(length of the call list), not O(new tokens);
-content-only streams cost O(new tokens).
+The call list is parsed again on a chunk that may change its structure, as in vLLM (Python's
+grammar decides what parses): O(length of the call list). Inside a plain string argument (the
+bulk of a long call) a chunk costs O(new text): the answer is derived from the text's end alone
+(`_enter_open_string`), and the string's streamed middle is elided from the state.
 
 Batch (as vLLM): the whole text must match vLLM's call-list regex (1 s timeout) and parse as a list
 of calls; otherwise it is all content.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import warnings
 from typing import Any
 
@@ -46,6 +48,23 @@ TOOL_CALL_REGEX = regex.compile(
 )
 
 UNDECIDED, CONTENT, CALLS = 0, 1, 2
+# Text that reads the same inside a Python string literal and `json.dumps(...,
+# ensure_ascii=False)` writes as it is, and that cannot end the literal or the line.
+_PLAIN = re.compile(r'[^"\'\\\x00-\x1f\x7f-\x9f\u2028\u2029]+')
+_PROBE = "\ue003"
+ELIDED = "\ue000\ue001\ue002"  # stands for the streamed middle of a long string argument
+ELIDE_MIN_CHARS = 64
+ELIDE_KEEP_CHARS = 16
+# vLLM's closing step counts these in the whole text (string literals included) and finds the
+# last "(" / "{" in it: the elided text keeps them, in order.
+_COUNTED = frozenset("{(=:,")
+
+
+def _elided(text: str) -> str:
+    """The marker that stands for `text` (an earlier marker in it is absorbed)."""
+    return ELIDED + "".join(c for c in text if c in _COUNTED)
+
+
 _JSON_NAMES = {"null": None, "true": True, "false": False}
 _CLOSERS = {"[": "]", "(": ")", "{": "}", "'": "'", '"': '"'}
 
@@ -184,6 +203,13 @@ class PythonicState(ParserState, tag="pythonic/1"):
     stack: str = ""  # the bracket scan of `text` (open brackets and quotes)
     bs_odd: bool = False  # `text` ends in an odd run of backslashes
     mismatched: bool = False  # the scan met a mismatched bracket: no chunk parses any more
+    # The call list ends inside an open string argument (see `_enter_open_string`): `pending`
+    # is its raw text not streamed yet (the trailing part vLLM's closing step strips or cuts).
+    in_open_string: bool = False
+    pending: str = ""
+    clean: bool = False  # the string's text so far reads the same in Python and in JSON
+    raw_start: int = 0  # where that text starts in `text`
+    sent_start: int = 0  # ... and in the current call's `sent`
 
 
 @register_tool_parser("pythonic")
@@ -216,6 +242,11 @@ class PythonicToolParser(ToolParser):
     def feed(self, st: PythonicState, text: str, tool_id: ToolIdFn) -> Delta | None:
         if st.mode == CONTENT:
             return Delta(content=text)
+        if st.in_open_string:
+            if text and _PLAIN.fullmatch(text) and not (self.wrapped and (st.text + text[-16:]).endswith(PYTHON_END)):
+                return self._extend_open_string(st, text)
+            st.in_open_string = False
+            st.pending = ""
         st.text += text
         if not st.mismatched:
             try:
@@ -232,9 +263,84 @@ class PythonicToolParser(ToolParser):
                     st.mode, st.text = CONTENT, ""
                 return Delta(content=text)
         try:
-            return self._calls_step(st, tool_id)
+            delta = self._calls_step(st, tool_id)
         except Exception:  # vLLM logs and skips the chunk (state changes made so far stay)
             return None
+        self._enter_open_string(st)
+        return delta
+
+    # -- an open string argument, in O(new text) --------------------------------------------------
+
+    def _enter_open_string(self, st: PythonicState) -> None:
+        """After a full parse: when the call list ends inside a plain string literal of the
+        last call's arguments, text without quotes, backslashes or control characters appended
+        to it is appended verbatim to that call's JSON arguments (checked once, by parsing with
+        a probe character appended), so later chunks of such text need no parse. What vLLM's
+        closing step does to the end of the text (strip whitespace; nothing at a trailing `=`
+        or `:`; cut a trailing comma) is then all that decides each chunk's delta."""
+        if st.mismatched or st.bs_odd or not st.stack or st.stack[-1] not in "'\"" or st.cur < 0:
+            return
+        if len(st.sent) != st.cur + 1 or not st.sent[st.cur]:
+            return
+        quote = st.text.rfind(st.stack[-1])
+        if quote <= 0 or st.text[quote - 1].isalnum() or st.text[quote - 1] == st.stack[-1]:
+            return  # a prefixed (f/r/b) or triple-quoted literal
+        raw = st.text[quote + 1 :]
+        try:
+            closed = close_python(self._unwrap(st.text + _PROBE), st.stack)
+            if closed is None:
+                return
+            valid, added = closed
+            calls = _calls(valid)
+        except Exception:
+            return
+        if len(calls) != st.cur + 1 or ")]" not in added:
+            return
+        withheld = added[:-2] + ("}" if added[-2] == ")" else "")
+        args = calls[-1][1]
+        withheld = withheld.replace("'", '"')
+        if not args.endswith(withheld):
+            return
+        args = args[: len(args) - len(withheld)]
+        sent = st.sent[st.cur]
+        if not args.endswith(_PROBE) or args.count(_PROBE) != 1 or not args.startswith(sent):
+            return
+        before = args[:-1]
+        if len(sent) < len(before) - len(raw):
+            return  # the string's start was never streamed (vLLM's stripping held it back)
+        if raw and (_PLAIN.fullmatch(raw) is None or not before.endswith(raw)):
+            return  # the closing step reads the raw end of the text: it must read as the JSON
+        st.in_open_string = True
+        st.pending = before[len(sent) :]
+        st.clean = True
+        st.raw_start = quote + 1
+        st.sent_start = len(before) - len(raw)
+
+    def _extend_open_string(self, st: PythonicState, text: str) -> Delta | None:
+        st.text += text
+        st.pending += text
+        kept = st.pending.rstrip()
+        if not kept or kept.endswith(("=", ":")):
+            return None  # the stripped text ends before this call's unsent part, or is not closed
+        if kept.endswith(","):
+            kept = kept[:-1]
+            if not kept:
+                return None
+        st.pending = st.pending[len(kept) :]
+        st.sent[st.cur] += kept
+        sent = st.sent[st.cur]
+        keep = ELIDE_KEEP_CHARS
+        if st.clean and len(sent) - st.sent_start - keep >= ELIDE_MIN_CHARS:
+            # The string's streamed text is plain: nothing reads it again except as part of
+            # later parses, where one marker stands for it in the raw and the streamed text
+            # alike (every later answer is the same; only this stream's state is affected).
+            # The last characters stay: the llama4 end marker is found at the end of the text.
+            # The characters vLLM counts stay too (`_elided`).
+            cut = len(sent) - st.sent_start - keep
+            marker = _elided(sent[st.sent_start : st.sent_start + cut])
+            st.text = st.text[: st.raw_start] + marker + st.text[st.raw_start + cut :]
+            st.sent[st.cur] = sent[: st.sent_start] + marker + sent[st.sent_start + cut :]
+        return Delta(tool_calls=[ToolCallDelta(index=st.cur, arguments=kept)])
 
     def _calls_step(self, st: PythonicState, tool_id: ToolIdFn) -> Delta | None:
         if st.mismatched:

@@ -21,6 +21,10 @@ _ARGS: list[Any] = [
     {"q": 'ünï 😀 "q" {b}', "deep": {"a": [1, 2.5, None, True]}},
     {},
     {"n": -7, "x": 1e5, "s": "a\\nb"},
+    # long string values: streamed without re-reading the call, their middle elided from the state
+    {"city": "Paris is lovely in the spring " * 4 + "end", "n": 4},
+    {"n": "5", "city": 'line "one"\n ü 😀 \\ ' * 6 + "tail"},
+    {"city": "x" * 70 + "\t" + "y" * 70},
 ]
 
 
@@ -57,7 +61,15 @@ def _llama_json_output(tag: str) -> Any:
 
 def _py_value(rng: random.Random) -> str:
     return rng.choice(
-        ["'Paris'", '"ünï 😀"', "3", "-2.5", "True", "None", "[1, 'a']", "{'k': {'z': 1}}", "(1, 2)", "null"]
+        [
+            *("'Paris'", '"ünï 😀"', "3", "-2.5", "True", "None", "[1, 'a']", "{'k': {'z': 1}}", "(1, 2)", "null"),
+            # long strings (streamed without re-parsing the call list): spaces, commas, = and :
+            # that vLLM's closing step strips, cuts or stops at; an escape; a quote of the other kind
+            "'" + "Paris is lovely in the spring, " * 4 + "end'",
+            '"' + "a=b: c, d  " * 8 + '"',
+            "'" + 'line one\\n ü 😀 "q" ' * 5 + "'",
+            "{'k': '" + "deep value " * 8 + "'}",
+        ]
     )
 
 
