@@ -73,6 +73,7 @@ class ValueExt(msgspec.Struct, array_like=True):
     started: bool = False
     held: str = ""
     raw_len: int = 0  # length of the open value's raw text when the extender started
+    count: int = 0  # a family's running counter (Gemma 4: ")" minus "(" in the call's arguments)
 
 
 ArgConverter = Callable[[str, bool], str]
@@ -1064,8 +1065,15 @@ class Engine:
         streamed = slot.streamed
         if not streamed.endswith(kept_json) or len(streamed) - len(kept_json) < slot.string_start:
             return
-        slot.args = args[:head] + ELIDED + kept
-        slot.streamed = streamed[: slot.string_start] + ELIDED + kept_json
+        marker = self.elision_marker(args[head:end])
+        slot.args = args[:head] + marker + kept
+        slot.streamed = streamed[: slot.string_start] + marker + kept_json
+
+    def elision_marker(self, elided: str) -> str:
+        """What stands for the elided raw text `elided` in both strings: `ELIDED`, plus, for
+        families whose converter counts characters over the whole arguments, those characters
+        (JSON-neutral ones only; see `gemma4.py`)."""
+        return ELIDED
 
     def _flush_args(self, slot: Slot, tools: Any) -> str | None:
         converter = self.config.arg_converter
@@ -1304,9 +1312,11 @@ class EngineReasoningParser(ReasoningParser):
     engine_based_streaming = True
     reads_enable_thinking: ClassVar[bool] = False  # the Qwen3-grammar families do
 
+    engine_type: ClassVar[type[Engine]] = Engine  # a family's `Engine` subclass (vLLM's parser hooks)
+
     def __init__(self, tokenizer: TokenizerInfo, *, thinking_enabled: bool = True) -> None:
         super().__init__(tokenizer, thinking_enabled=thinking_enabled)
-        self.engine = Engine(self.config_for(thinking_enabled), tokenizer, skip_tool_parsing=True)
+        self.engine = self.engine_type(self.config_for(thinking_enabled), tokenizer, skip_tool_parsing=True)
 
     @staticmethod
     def config_for(thinking: bool) -> EngineConfig:
@@ -1378,6 +1388,7 @@ class EngineToolParser(ToolParser):
 
     config: ClassVar[EngineConfig]
     engine_based_streaming = True
+    engine_type: ClassVar[type[Engine]] = Engine  # a family's `Engine` subclass (vLLM's parser hooks)
 
     def __init__(self, tokenizer: TokenizerInfo) -> None:
         super().__init__(tokenizer)
@@ -1393,7 +1404,7 @@ class EngineToolParser(ToolParser):
         key = (not self.reasoning_configured, self.thinking_enabled)
         engine = self._engines.get(key)
         if engine is None:
-            engine = Engine(self.config_for(key[1]), self.info, skip_reasoning_parsing=key[0])
+            engine = self.engine_type(self.config_for(key[1]), self.info, skip_reasoning_parsing=key[0])
             self._engines[key] = engine
         return engine
 
