@@ -51,6 +51,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "kimi": {"builder": kimi_fixture.build, "reasoning": "kimi_k2", "tool": "kimi_k2"},
     "deepseek_v3": {"builder": ds_fixture.build, "reasoning": "deepseek_v3", "tool": "deepseek_v3"},
     "deepseek_v31": {"builder": ds_fixture.build, "reasoning": "deepseek_v3", "tool": "deepseek_v31"},
+    "deepseek_v32": {"builder": ds_fixture.build, "reasoning": "deepseek_v3", "tool": "deepseek_v32"},
     "gemma4": {"builder": gemma4_fixture.build, "reasoning": "gemma4", "tool": "gemma4", "folder": "gemma4"},
 }
 TOOLS = [
@@ -68,6 +69,7 @@ TOOLS = [
 # declared, the long description streams instead of waiting for its end.
 FAMILIES["gemma4"]["tools"] = [json.loads(json.dumps(TOOLS[0]))]
 FAMILIES["gemma4"]["tools"][0]["function"]["parameters"]["properties"]["description"] = {"type": "string"}
+FAMILIES["deepseek_v32"]["tools"] = FAMILIES["gemma4"]["tools"]
 
 
 def prose(tok: Any, n: int, seed: int) -> list[int]:
@@ -93,6 +95,20 @@ def output(family: str, tok: Any, n: int) -> list[int]:
         desc = prose(tok, n - len(reasoning) - len(content) - fixed, 3)
         args = [*name, q, *title, q, *mid, q, *desc, q, *tok.encode("}", add_special_tokens=False)]
         return [channel, *thought, *reasoning, end_channel, *content, call, *args, end_call, eos]
+    if family == "deepseek_v32":
+        head = tok.encode(
+            '\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="create_ticket">\n'
+            '<｜DSML｜parameter name="title" string="true">Retry storm</｜DSML｜parameter>\n'
+            '<｜DSML｜parameter name="description" string="true">',
+            add_special_tokens=False,
+        )
+        tail = tok.encode(
+            "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>", add_special_tokens=False
+        )
+        think, end_think = vocab["<think>"], vocab["</think>"]
+        desc = prose(tok, n - len(reasoning) - len(content) - len(head) - len(tail) - 3, 3)
+        ids = [think, *reasoning, end_think, *content, *head, *desc, *tail]
+        return [*ids, vocab[ds_fixture.EOS]]
     if family == "kimi":
         marks = ["<think>", "</think>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>"]
         think, end_think, sec, call = (vocab[m] for m in marks)

@@ -1009,7 +1009,7 @@ class Engine:
         elif config.arg_structural_chars is not None and config.arg_structural_chars.isdisjoint(raw_delta):
             return None
         try:
-            current = converter(slot.args, True)
+            current = self.convert_args(slot, True, tools)
         except (ValueError, TypeError):
             return None
         if not current:
@@ -1032,6 +1032,13 @@ class Engine:
             else:
                 slot.value_start = slot.string_start = -1
         return safe[len(prev) :] or None
+
+    def convert_args(self, slot: Slot, partial: bool, tools: Any) -> str:
+        """The config's argument converter on the call's raw text (a family whose converter
+        also reads the call's name or the request's tools overrides this)."""
+        converter = self.config.arg_converter
+        assert converter is not None
+        return converter(slot.args, partial)
 
     def _elide(self, slot: Slot) -> None:
         """Keep a long streaming value out of the state.
@@ -1080,7 +1087,7 @@ class Engine:
         if converter is None:
             return None
         try:
-            final = converter(slot.args, False)
+            final = self.convert_args(slot, False, tools)
         except (ValueError, TypeError):
             return None
         if final:
@@ -1125,7 +1132,7 @@ class Engine:
                 converter = self.config.arg_converter
                 if converter is not None:
                     try:
-                        args_json = converter(raw, False)
+                        args_json = self.convert_args(slot, False, tools)
                     except (ValueError, TypeError):
                         args_json = self._extract_args_json(raw)
                 else:

@@ -678,6 +678,7 @@ STRUCTURAL_TAG_PARSERS = {
     "qwen3_coder": "qwen_3_coder",
     "minimax_m2": "minimax",
     "glm45": "glm_4_7",
+    "deepseek_v32": "deepseek_v3_2",
 }
 STRUCTURAL_TAG_TOOLS = [
     {

@@ -142,6 +142,14 @@ FAMILY_CONFIGS: dict[str, ServerConfig] = {
             enable_auto_tool_choice=True,
         ),
         ServerConfig(
+            "dsv32_tools",
+            family="dsv3",
+            served_model_name=ds_fixture.SERVED_NAME,
+            reasoning_parser="deepseek_v3",
+            tool_call_parser="deepseek_v32",
+            enable_auto_tool_choice=True,
+        ),
+        ServerConfig(
             "kimi_tools",
             family="kimi",
             served_model_name=kimi_fixture.SERVED_NAME,
@@ -523,6 +531,89 @@ def _gemma4_cases(b: FamilyCorpus) -> None:
         )
 
 
+def _dsv32_cases(b: FamilyCorpus) -> None:
+    """DeepSeek V3.2's DSML tool calls (no single-token markers: the tokenizer spells them)."""
+    model, cfg = ds_fixture.SERVED_NAME, "dsv32_tools"
+    user = [{"role": "user", "content": "What's the weather in Paris and Tokyo?"}]
+    block, block_end = "\n\n<｜DSML｜function_calls>\n", "</｜DSML｜function_calls>"
+
+    def invoke(name: str, *params: tuple[str, str, bool], close: bool = True) -> str:
+        body = "".join(
+            f'<｜DSML｜parameter name="{k}" string="{"true" if is_str else "false"}">{v}</｜DSML｜parameter>\n'
+            for k, v, is_str in params
+        )
+        return f'<｜DSML｜invoke name="{name}">\n{body}' + ("</｜DSML｜invoke>\n" if close else "")
+
+    paris = invoke("get_weather", ("city", "Paris", True), ("unit", "celsius", True))
+    tokyo = invoke("get_weather", ("city", "東京 > 😀", True))
+    search = invoke("search", ("q", "weather", True), ("n", "3", False))
+    calls = (block, paris, tokyo, search, block_end, EOS)
+    reasoning = (THINK, "The user wants two cities. I'll call get_weather twice.", END_THINK)
+    think_on = {"chat_template_kwargs": {"thinking": True}}
+    req = chat(user, model, tools=TOOLS)
+    b.tool_choice_cases(
+        "v32",
+        cfg,
+        req,
+        calls=calls,
+        named=(block, paris, block_end, EOS),
+        reasoning=reasoning,
+        noreason={**req, **think_on},
+    )
+    b.render("v32_render_think", cfg, {**req, **think_on})
+    b.chat_all("v32_calls_think", cfg, {**req, **think_on}, [Out((*reasoning, *calls))])
+    b.chat_all("v32_calls", cfg, req, [Out(("Let me check.", *calls))])
+    b.chat_all("v32_content", cfg, req, [Out(("The weather is sunny in Paris — 晴れ ☀️.", EOS))])
+    b.chat_all("v32_content_after", cfg, req, [Out((block, paris, block_end, " Done, anything else?", EOS))], "b1")
+    b.chat_all(
+        "v32_wrapper",
+        cfg,
+        req,
+        [Out((block, invoke("get_weather", ("arguments", '{"city": "Oslo"}', False)), block_end, EOS))],
+        "b1",
+    )
+    b.chat_all(
+        "v32_malformed",
+        cfg,
+        req,
+        [Out((block, invoke("search", ("n", "not json {", False), ("q", "x", True)), block_end, EOS))],
+        "b1",
+    )
+    b.chat_all("v32_truncated", cfg, req, [Out((block, '<｜DSML｜invoke name="get_wea'), "length")], "b1")
+    b.chat_all(
+        "v32_length_in_call",
+        cfg,
+        {**req, **think_on},
+        [
+            Out(
+                (
+                    *reasoning,
+                    block,
+                    invoke("get_weather", ("city", "Paris", True), close=False),
+                    "<｜DSML｜parameter name=",
+                ),
+                "length",
+            )
+        ],
+    )
+    b.chat_all(
+        "v32_split",
+        cfg,
+        req,
+        [
+            Out(
+                (
+                    ("\n\n<｜DS", "ML｜function_", "calls>\n"),
+                    ("<｜DSML｜in", 'voke name="get_', 'weather">\n'),
+                    tokyo.split("\n", 1)[1],
+                    block_end,
+                )
+            )
+        ],
+        "1r",
+    )
+
+
 def history_req(messages: list[dict[str, Any]], model: str) -> dict[str, Any]:
     return chat(messages, model, tools=TOOLS)
 
@@ -532,6 +623,7 @@ def build_corpus(encoders: Mapping[str, Encoder]) -> FamilyCorpus:
     _deepseek_cases(b)
     _kimi_cases(b)
     _gemma4_cases(b)
+    _dsv32_cases(b)
     return b
 
 

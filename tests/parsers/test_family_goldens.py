@@ -21,12 +21,19 @@ import pytest
 from render_service import parsers
 from render_service.model.example import build_example_model
 from tests.parsers import cases
-from tests.parsers.families import gemma4
+from tests.parsers.families import deepseek, gemma4
 
 GOLDEN_DIR = Path(__file__).with_name("golden_families")
-MODELS = {"qwen3_coder": "qwen3", "minimax_m2": "minimax_m2", "seed_oss": "seed_oss", "glm": "glm", "gemma4": "gemma4"}
+MODELS = {
+    "qwen3_coder": "qwen3",
+    "minimax_m2": "minimax_m2",
+    "seed_oss": "seed_oss",
+    "glm": "glm",
+    "gemma4": "gemma4",
+    "deepseek_v32": "deepseek",
+}
 # Fixture folders built by tests/parsers/families/ (the others by render_service.model.example).
-BUILDERS: dict[str, Callable[[Path], Path]] = {"gemma4": gemma4.build}
+BUILDERS: dict[str, Callable[[Path], Path]] = {"gemma4": gemma4.build, "deepseek": deepseek.build}
 
 
 def _load(family: str) -> list[dict[str, Any]]:
@@ -112,7 +119,7 @@ def test_structural_tags_match_vllm() -> None:
     from render_service.api import structured
 
     recorded = json.loads((GOLDEN_DIR / "structural_tags.json").read_text(encoding="utf-8"))
-    assert len(recorded) == 36
+    assert len(recorded) == 45
     for case in recorded:
         parser = parsers.tool_parser_class(case["parser"])
         ours = structured._tools_structural_tag(

@@ -329,3 +329,68 @@ FAMILIES["gemma4"] = {
     "eos": (gemma4.IDS["<turn|>"], frozenset({gemma4.IDS["<turn|>"], gemma4.IDS["<eos>"]})),
     "builder": gemma4.build,
 }
+
+
+# -- DeepSeek V3.2 (DSML) --------------------------------------------------------------------------------
+
+DSML_BLOCK, DSML_BLOCK_END = "<｜DSML｜function_calls>", "</｜DSML｜function_calls>"
+DSML_TEXT_MARKERS = [DSML_BLOCK, "<｜DSML｜invoke", "</｜DSML｜parameter>", '">', "<｜DSML｜", "<think>"]
+
+
+def _dsml_param(rng: random.Random) -> str:
+    key = rng.choice(["city", "n", "q", "deep", "arguments"])
+    value: Any = rng.choice([*ARGS, "Paris", "東京 > 😀", 3, 2.5, True, None, "not json {", '{"city": "Rome"}'])
+    if key == "arguments" and rng.random() < 0.6:
+        value = rng.choice([{"city": "Oslo", "n": 2}, '{"city": "Oslo"}', {"other": 1}])
+    is_string = isinstance(value, str)
+    text = value if is_string else json.dumps(value, ensure_ascii=False)
+    attr = rng.choice([f' string="{"true" if is_string else "false"}"', "", ' string="true"', ' string="false"'])
+    close = "</｜DSML｜parameter>" if rng.random() < 0.9 else ""
+    return f'<｜DSML｜parameter name="{key}"{attr}>{text}{close}\n'
+
+
+def _dsml_invoke(rng: random.Random) -> list[Any]:
+    name = rng.choice(["get_weather", "get_weather", "search", "unknown_tool"])
+    body = "".join(_dsml_param(rng) for _ in range(rng.randrange(0, 4)))
+    invoke = f'<｜DSML｜invoke name="{name}">\n{body}' + ("</｜DSML｜invoke>\n" if rng.random() < 0.9 else "")
+    cut = rng.random()
+    if cut < 0.1:
+        invoke = invoke[: rng.randrange(1, len(invoke) + 1)]
+    if cut < 0.3:  # spelled one character per token: markers split everywhere
+        return [("chars", invoke)]
+    pieces = [invoke[i : i + 7] for i in range(0, len(invoke), 7)]
+    return pieces if rng.random() < 0.5 else [invoke]
+
+
+def dsml_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    if rng.random() < 0.4:
+        segs += ["@<think>", *(rng.choice(WORDS) for _ in range(rng.randrange(0, 5)))]
+        if rng.random() < 0.8:
+            segs.append("@</think>")
+    segs.extend(rng.choice(WORDS) for _ in range(rng.randrange(0, 4)))
+    for _ in range(rng.randrange(0, 3)):
+        roll = rng.random()
+        if roll < 0.6:
+            segs.append(rng.choice(["\n\n", "", " "]) + DSML_BLOCK + "\n")
+            for _ in range(rng.randrange(1, 4)):
+                segs.extend(_dsml_invoke(rng))
+            if rng.random() < 0.85:
+                segs.append(DSML_BLOCK_END)
+        elif roll < 0.75:
+            segs.extend(_dsml_invoke(rng))  # an invoke without the block
+        else:
+            marker = rng.choice(DSML_TEXT_MARKERS)
+            segs.append(rng.choice([marker, ("chars", marker), rng.choice(WORDS)]))
+    if rng.random() < 0.3:
+        segs.append(rng.choice(WORDS))
+    if rng.random() < 0.5:
+        segs.append("@<｜end▁of▁sentence｜>")
+    return segs
+
+
+FAMILIES["deepseek_v32"] = {
+    **FAMILIES["deepseek"],
+    "configs": (("deepseek_v3", "deepseek_v32"), (None, "deepseek_v32"), ("deepseek_r1", "deepseek_v32")),
+    "segments": dsml_output,
+}
