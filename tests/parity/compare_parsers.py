@@ -231,6 +231,12 @@ def _minimax_output(rng: random.Random) -> list[Any]:
     return segs
 
 
+def _seed_call(rng: random.Random) -> list[Any]:
+    """A Qwen3 XML call in Seed-OSS's `<seed:tool_call>` wrapper."""
+    wrappers = {m: m.replace("tool_call>", "seed:tool_call>") for m in ("@<tool_call>", "@</tool_call>")}
+    return [wrappers.get(p, p) if isinstance(p, str) else p for p in _qwen3_xml_call(rng)]
+
+
 def _seed_output(rng: random.Random) -> list[Any]:
     segs: list[Any] = []
     if rng.random() < 0.7:
@@ -241,7 +247,7 @@ def _seed_output(rng: random.Random) -> list[Any]:
     for _ in range(rng.randrange(0, 4)):
         roll = rng.random()
         if roll < 0.3:
-            segs.extend(_qwen3_xml_call(rng))
+            segs.extend(_seed_call(rng) if rng.random() < 0.7 else _qwen3_xml_call(rng))
         elif roll < 0.45:
             segs.append(
                 rng.choice(["<seed:think>", "</seed:think>", "@<seed:tool_call>", "@</seed:tool_call>", "<seed:"])
@@ -337,7 +343,13 @@ FAMILIES: dict[str, Family] = {
     ),
     "seed_oss": Family(
         model="seed_oss",
-        configs=(("seed_oss", None), ("seed_oss", "qwen3_coder"), ("seed_oss", "hermes")),
+        configs=(
+            ("seed_oss", None),
+            ("seed_oss", "qwen3_coder"),
+            ("seed_oss", "hermes"),
+            ("seed_oss", "seed_oss"),
+            (None, "seed_oss"),
+        ),
         segments=_seed_output,
         prompts=_SEED_PROMPTS,
         requests=cases.REQ,

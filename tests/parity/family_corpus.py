@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from render_service.model.example import build_example_model
 from tests.parsers.families import deepseek as ds_fixture
 from tests.parsers.families import gemma4 as gemma4_fixture
 from tests.parsers.families import kimi as kimi_fixture
@@ -76,7 +77,17 @@ class ModelFamily:
 
 KIMI_IDS = kimi_fixture.IDS
 G_IDS = gemma4_fixture.IDS
+SEED_IDS = {"<seed:eos>": 151670, "<seed:think>": 151671, "</seed:think>": 151672, "<seed:tool_call>": 151673}
+SEED_IDS["</seed:tool_call>"] = 151674
 MODEL_FAMILIES: dict[str, ModelFamily] = {
+    "seed_oss": ModelFamily(
+        "seed_oss",
+        lambda path: build_example_model(path, "seed_oss"),
+        "tinyseed",
+        Family(
+            "tinyseed", eos=SEED_IDS["<seed:eos>"], think=SEED_IDS["<seed:think>"], end_think=SEED_IDS["</seed:think>"]
+        ),
+    ),
     "gemma4": ModelFamily(
         "gemma4",
         gemma4_fixture.build,
@@ -147,6 +158,21 @@ FAMILY_CONFIGS: dict[str, ServerConfig] = {
             served_model_name=ds_fixture.SERVED_NAME,
             reasoning_parser="deepseek_v3",
             tool_call_parser="deepseek_v32",
+            enable_auto_tool_choice=True,
+        ),
+        ServerConfig(
+            "seed_tools",
+            family="seed_oss",
+            served_model_name="tinyseed",
+            reasoning_parser="seed_oss",
+            tool_call_parser="seed_oss",
+            enable_auto_tool_choice=True,
+        ),
+        ServerConfig(
+            "seed_tools_only",
+            family="seed_oss",
+            served_model_name="tinyseed",
+            tool_call_parser="seed_oss",
             enable_auto_tool_choice=True,
         ),
         ServerConfig(
@@ -614,6 +640,68 @@ def _dsv32_cases(b: FamilyCorpus) -> None:
     )
 
 
+def _seed_cases(b: FamilyCorpus) -> None:
+    """Seed-OSS: Qwen3 XML calls in `<seed:tool_call>`; required/named take vLLM's JSON paths."""
+    ids = SEED_IDS
+    think, end_think, eos = ids["<seed:think>"], ids["</seed:think>"], ids["<seed:eos>"]
+    call, end_call = ids["<seed:tool_call>"], ids["</seed:tool_call>"]
+    user = [{"role": "user", "content": "What's the weather in Paris and Tokyo?"}]
+
+    def xml_call(name: str, **params: str) -> tuple[Seg, ...]:
+        body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params.items())
+        return (call, f"\n<function={name}>\n{body}</function>\n", end_call)
+
+    paris = xml_call("get_weather", city="Paris", unit="celsius")
+    calls = (*paris, *xml_call("get_weather", city="東京"), *xml_call("search", q="weather 🎉", n="3"), eos)
+    reasoning = (think, "The user wants two cities. I'll call get_weather twice.", end_think)
+    required_json = '[{"name": "get_weather", "parameters": {"city": "Paris"}}, {"name": "search", "parameters": {}}]'
+    for cfg, tag in (("seed_tools", "seed"), ("seed_tools_only", "seedt")):
+        req = chat(user, "tinyseed", tools=TOOLS)
+        b.tool_choice_cases(tag, cfg, req, calls=calls, named=(*paris, eos), reasoning=reasoning, noreason=req)
+        b.chat_all(f"{tag}_calls", cfg, req, [Out((*reasoning, "Checking.", *calls))])
+        b.chat_all(f"{tag}_content", cfg, req, [Out((*reasoning, "Sunny in Paris — 晴れ ☀️.", eos))])
+        b.chat_all(
+            f"{tag}_nothink",
+            cfg,
+            {**req, "chat_template_kwargs": {"enable_thinking": False}},
+            [Out(("Checking.", *calls))],
+            "b1",
+        )
+        b.chat_all(f"{tag}_required_json", cfg, {**req, "tool_choice": "required"}, [Out((required_json, eos))])
+        b.chat_all(
+            f"{tag}_named_json",
+            cfg,
+            {**req, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+            [Out(('{"city": "Paris"}', eos))],
+        )
+        b.chat_all(
+            f"{tag}_length_in_call",
+            cfg,
+            req,
+            [Out((*reasoning, call, "\n<function=get_weather>\n<parameter=city>\nPar"), "length")],
+        )
+        b.chat_all(
+            f"{tag}_split",
+            cfg,
+            req,
+            [
+                Out(
+                    (
+                        think,
+                        ("pl", "an é"),
+                        end_think,
+                        call,
+                        ("\n<func", "tion=search>\n<para", "meter=q>\nx"),
+                        ("\n</par", "ameter>\n</function>\n"),
+                        end_call,
+                        eos,
+                    )
+                )
+            ],
+            "1r",
+        )
+
+
 def history_req(messages: list[dict[str, Any]], model: str) -> dict[str, Any]:
     return chat(messages, model, tools=TOOLS)
 
@@ -624,6 +712,7 @@ def build_corpus(encoders: Mapping[str, Encoder]) -> FamilyCorpus:
     _kimi_cases(b)
     _gemma4_cases(b)
     _dsv32_cases(b)
+    _seed_cases(b)
     return b
 
 
