@@ -101,6 +101,11 @@ def _seed(tok: Any, n: int, rng: random.Random) -> list[int]:
     return head + _text_ids(tok, n - len(head) - 1, rng) + _marker(tok, "<seed:eos>"), len(head)
 
 
+def _step3(tok: Any, n: int, rng: random.Random) -> list[int]:
+    head = _text_ids(tok, n // 2, rng) + _marker(tok, "</think>")  # no opening marker
+    return head + _text_ids(tok, n - len(head) - 1, rng) + _marker(tok, "<|im_end|>"), len(head)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "qwen3+hermes": Scenario("qwen3", "qwen3", "hermes", _hermes, ("<|im_start|>", "assistant\n")),
     "qwen3+qwen3_coder": Scenario("qwen3", "qwen3", "qwen3_coder", _qwen3_xml, ("<|im_start|>", "assistant\n")),
@@ -110,6 +115,7 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "seed_oss": Scenario("seed_oss", "seed_oss", None, _seed, ("<seed:bos>", "assistant\n")),
     "seed_oss+seed_oss": Scenario("seed_oss", "seed_oss", "seed_oss", _seed_xml, ("<seed:bos>", "assistant\n")),
+    "step3": Scenario("qwen3", "step3", None, _step3, ("<|im_start|>", "assistant\n")),
     "glm45": Scenario("glm", "glm45", "glm45", _glm, ("<|assistant|>", "")),
 }
 

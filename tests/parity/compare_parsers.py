@@ -383,6 +383,15 @@ FAMILIES: dict[str, Family] = {
         requests=cases.REQ,
         eos=(cases.EOS, cases.MODEL_EOS),
     ),
+    # Step3 writes no opening marker: reasoning until `</think>` (Qwen3 folder: same marker ids).
+    "step3": Family(
+        model="qwen3",
+        configs=(("step3", None), ("step3", "hermes"), ("step3", "qwen3_coder")),
+        segments=_qwen_output,
+        prompts=cases.PROMPTS,
+        requests=cases.REQ,
+        eos=(cases.EOS, cases.MODEL_EOS),
+    ),
 }
 
 # The DeepSeek, Kimi K2 and Gemma 4 families (their outputs, prompts, requests and model builders).

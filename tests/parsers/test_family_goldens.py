@@ -31,6 +31,7 @@ MODELS = {
     "glm": "glm",
     "gemma4": "gemma4",
     "deepseek_v32": "deepseek",
+    "step3": "qwen3",
 }
 # Fixture folders built by tests/parsers/families/ (the others by render_service.model.example).
 BUILDERS: dict[str, Callable[[Path], Path]] = {"gemma4": gemma4.build, "deepseek": deepseek.build}
