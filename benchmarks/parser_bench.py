@@ -58,12 +58,18 @@ def _enc(tok: Any, text: str) -> list[int]:
     return list(tok.encode(text, add_special_tokens=False))
 
 
-def _qwen3_xml(tok: Any, n: int, rng: random.Random) -> list[int]:
-    head = _marker(tok, "<think>") + _text_ids(tok, n // 4, rng) + _marker(tok, "</think>") + _text_ids(tok, 50, rng)
-    call = _marker(tok, "<tool_call>") + _enc(tok, "\n<function=search>\n<parameter=q>\n")
-    tail = _enc(tok, "\n</parameter>\n</function>\n") + _marker(tok, "</tool_call>") + _marker(tok, "<|im_end|>")
+def _qwen3_xml(tok: Any, n: int, rng: random.Random, prefix: str = "", eos: str = "<|im_end|>") -> list[int]:
+    """A Qwen3 XML call; `prefix` names Seed-OSS's markers (`<seed:think>`, `<seed:tool_call>`, ...)."""
+    think, end_think = _marker(tok, f"<{prefix}think>"), _marker(tok, f"</{prefix}think>")
+    head = think + _text_ids(tok, n // 4, rng) + end_think + _text_ids(tok, 50, rng)
+    call = _marker(tok, f"<{prefix}tool_call>") + _enc(tok, "\n<function=search>\n<parameter=q>\n")
+    tail = _enc(tok, "\n</parameter>\n</function>\n") + _marker(tok, f"</{prefix}tool_call>") + _marker(tok, eos)
     body = _text_ids(tok, n - len(head) - len(call) - len(tail), rng)
     return head + call + body + tail, len(head) + len(call)
+
+
+def _seed_xml(tok: Any, n: int, rng: random.Random) -> list[int]:
+    return _qwen3_xml(tok, n, rng, "seed:", "<seed:eos>")
 
 
 def _hermes(tok: Any, n: int, rng: random.Random) -> list[int]:
@@ -95,6 +101,11 @@ def _seed(tok: Any, n: int, rng: random.Random) -> list[int]:
     return head + _text_ids(tok, n - len(head) - 1, rng) + _marker(tok, "<seed:eos>"), len(head)
 
 
+def _step3(tok: Any, n: int, rng: random.Random) -> list[int]:
+    head = _text_ids(tok, n // 2, rng) + _marker(tok, "</think>")  # no opening marker
+    return head + _text_ids(tok, n - len(head) - 1, rng) + _marker(tok, "<|im_end|>"), len(head)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "qwen3+hermes": Scenario("qwen3", "qwen3", "hermes", _hermes, ("<|im_start|>", "assistant\n")),
     "qwen3+qwen3_coder": Scenario("qwen3", "qwen3", "qwen3_coder", _qwen3_xml, ("<|im_start|>", "assistant\n")),
@@ -103,6 +114,8 @@ SCENARIOS: dict[str, Scenario] = {
         "minimax_m2", "minimax_m2_append_think", "minimax_m2", _minimax, ("]~b]", "ai\n")
     ),
     "seed_oss": Scenario("seed_oss", "seed_oss", None, _seed, ("<seed:bos>", "assistant\n")),
+    "seed_oss+seed_oss": Scenario("seed_oss", "seed_oss", "seed_oss", _seed_xml, ("<seed:bos>", "assistant\n")),
+    "step3": Scenario("qwen3", "step3", None, _step3, ("<|im_start|>", "assistant\n")),
     "glm45": Scenario("glm", "glm45", "glm45", _glm, ("<|assistant|>", "")),
 }
 

@@ -39,6 +39,7 @@ import msgspec
 from render_service import parsers
 from render_service.derender import detokenize as dt
 from tests.parsers.families import deepseek as ds_fixture
+from tests.parsers.families import gemma4 as gemma4_fixture
 from tests.parsers.families import kimi as kimi_fixture
 
 WORDS = (
@@ -50,6 +51,8 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "kimi": {"builder": kimi_fixture.build, "reasoning": "kimi_k2", "tool": "kimi_k2"},
     "deepseek_v3": {"builder": ds_fixture.build, "reasoning": "deepseek_v3", "tool": "deepseek_v3"},
     "deepseek_v31": {"builder": ds_fixture.build, "reasoning": "deepseek_v3", "tool": "deepseek_v31"},
+    "deepseek_v32": {"builder": ds_fixture.build, "reasoning": "deepseek_v3", "tool": "deepseek_v32"},
+    "gemma4": {"builder": gemma4_fixture.build, "reasoning": "gemma4", "tool": "gemma4", "folder": "gemma4"},
 }
 TOOLS = [
     {
@@ -60,6 +63,13 @@ TOOLS = [
         },
     }
 ]
+
+
+# Gemma 4's engine streams a value only when the schema types it as a string (as vLLM does):
+# declared, the long description streams instead of waiting for its end.
+FAMILIES["gemma4"]["tools"] = [json.loads(json.dumps(TOOLS[0]))]
+FAMILIES["gemma4"]["tools"][0]["function"]["parameters"]["properties"]["description"] = {"type": "string"}
+FAMILIES["deepseek_v32"]["tools"] = FAMILIES["gemma4"]["tools"]
 
 
 def prose(tok: Any, n: int, seed: int) -> list[int]:
@@ -73,6 +83,32 @@ def output(family: str, tok: Any, n: int) -> list[int]:
     content = prose(tok, round(0.15 * n), 2)
     head = tok.encode('{"title": "Retry storm", "description": "', add_special_tokens=False)
     tail = tok.encode('", "priority": "P1"}', add_special_tokens=False)
+    if family == "gemma4":
+        channel, end_channel, call, end_call, q, eos = (
+            vocab[m] for m in ("<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>', "<turn|>")
+        )
+        name = tok.encode("call:create_ticket{title:", add_special_tokens=False)
+        mid = tok.encode(",description:", add_special_tokens=False)
+        title = tok.encode("Retry storm", add_special_tokens=False)
+        thought = tok.encode("thought\n", add_special_tokens=False)
+        fixed = 10 + len(name) + len(mid) + len(title) + len(thought)
+        desc = prose(tok, n - len(reasoning) - len(content) - fixed, 3)
+        args = [*name, q, *title, q, *mid, q, *desc, q, *tok.encode("}", add_special_tokens=False)]
+        return [channel, *thought, *reasoning, end_channel, *content, call, *args, end_call, eos]
+    if family == "deepseek_v32":
+        head = tok.encode(
+            '\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="create_ticket">\n'
+            '<｜DSML｜parameter name="title" string="true">Retry storm</｜DSML｜parameter>\n'
+            '<｜DSML｜parameter name="description" string="true">',
+            add_special_tokens=False,
+        )
+        tail = tok.encode(
+            "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>", add_special_tokens=False
+        )
+        think, end_think = vocab["<think>"], vocab["</think>"]
+        desc = prose(tok, n - len(reasoning) - len(content) - len(head) - len(tail) - 3, 3)
+        ids = [think, *reasoning, end_think, *content, *head, *desc, *tail]
+        return [*ids, vocab[ds_fixture.EOS]]
     if family == "kimi":
         marks = ["<think>", "</think>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>"]
         think, end_think, sec, call = (vocab[m] for m in marks)
@@ -235,17 +271,18 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for family in args.family:
             cfg = FAMILIES[family]
-            folder = "kimi" if family == "kimi" else "deepseek"
+            folder = cfg.get("folder") or ("kimi" if family == "kimi" else "deepseek")
             model_dir = (args.models or Path(tmp)) / folder
             if not (model_dir / "tokenizer.json").exists():
                 cfg["builder"](model_dir)
             tok = AutoTokenizer.from_pretrained(str(model_dir))
-            eos = tok.convert_tokens_to_ids("<|im_end|>" if family == "kimi" else ds_fixture.EOS)
+            eos_token = {"kimi": "<|im_end|>", "gemma4": "<turn|>"}.get(family, ds_fixture.EOS)
+            eos = tok.convert_tokens_to_ids(eos_token)
             req = {
                 "model": "m",
                 "messages": [{"role": "user", "content": "file a ticket"}],
-                "tools": TOOLS,
-                "chat_template_kwargs": {"thinking": True},
+                "tools": cfg.get("tools", TOOLS),
+                "chat_template_kwargs": {"thinking": True, "enable_thinking": True},
             }
             prompt = tok.encode("file a ticket", add_special_tokens=False)
             for n in [int(s) for s in args.sizes.split(",")]:

@@ -235,6 +235,22 @@ def json_schema_format(schema: Any) -> dict[str, Any]:
     }
 
 
+def tool_schema_tags(
+    tools: list[dict[str, Any]], strict: list[bool], begin: Callable[[str], str], end: str, style: str
+) -> list[dict[str, Any]]:
+    """One xgrammar `TagFormat` per tool (begin from the tool's name), its arguments a JSON
+    schema in `style`: the tool's parameters when strict (`True` when it has none), else `True`
+    (xgrammar's `_get_function_parameters`)."""
+    tags = []
+    for tool, is_strict in zip(tools, strict, strict=True):
+        function = tool["function"]
+        parameters = function.get("parameters")
+        schema = (parameters if parameters is not None else True) if is_strict else True
+        content = {"type": "json_schema", "json_schema": schema, "style": style}
+        tags.append({"type": "tag", "begin": begin(function["name"]), "content": content, "end": end})
+    return tags
+
+
 def partial_tag_overlap(text: str, tag: str) -> int:
     """vLLM's `partial_tag_overlap` (used by tests and batch helpers)."""
     for k in range(min(len(tag) - 1, len(text)), 0, -1):

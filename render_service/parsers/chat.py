@@ -156,6 +156,8 @@ class ChatParser:
             st.prompt_checked = True
             if self.reasoning is None or self.reasoning.prompt_ends_reasoning(prompt_token_ids):
                 st.reasoning_ended = True
+            else:
+                self.reasoning.adjust_state_from_prompt(st.reasoning, prompt_token_ids)
         return st
 
     def load_state(self, obj: Any) -> StreamState:

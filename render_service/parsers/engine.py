@@ -73,6 +73,7 @@ class ValueExt(msgspec.Struct, array_like=True):
     started: bool = False
     held: str = ""
     raw_len: int = 0  # length of the open value's raw text when the extender started
+    count: int = 0  # a family's running counter (Gemma 4: ")" minus "(" in the call's arguments)
 
 
 ArgConverter = Callable[[str, bool], str]
@@ -1053,7 +1054,7 @@ class Engine:
         elif config.arg_structural_chars is not None and config.arg_structural_chars.isdisjoint(raw_delta):
             return None
         try:
-            current = converter(slot.args, True)
+            current = self.convert_args(slot, True, tools)
         except (ValueError, TypeError):
             return None
         if not current:
@@ -1124,6 +1125,13 @@ class Engine:
             slot.unelided = 0
         return raw_delta
 
+    def convert_args(self, slot: Slot, partial: bool, tools: Any) -> str:
+        """The config's argument converter on the call's raw text (a family whose converter
+        also reads the call's name or the request's tools overrides this)."""
+        converter = self.config.arg_converter
+        assert converter is not None
+        return converter(slot.args, partial)
+
     def _elide(self, slot: Slot) -> None:
         """Keep a long streaming value out of the state.
 
@@ -1156,15 +1164,22 @@ class Engine:
         streamed = slot.streamed
         if not streamed.endswith(kept_json) or len(streamed) - len(kept_json) < slot.string_start:
             return
-        slot.args = args[:head] + ELIDED + kept
-        slot.streamed = streamed[: slot.string_start] + ELIDED + kept_json
+        marker = self.elision_marker(args[head:end])
+        slot.args = args[:head] + marker + kept
+        slot.streamed = streamed[: slot.string_start] + marker + kept_json
+
+    def elision_marker(self, elided: str) -> str:
+        """What stands for the elided raw text `elided` in both strings: `ELIDED`, plus, for
+        families whose converter counts characters over the whole arguments, those characters
+        (JSON-neutral ones only; see `gemma4.py`)."""
+        return ELIDED
 
     def _flush_args(self, slot: Slot, tools: Any) -> str | None:
         converter = self.config.arg_converter
         if converter is None:
             return None
         try:
-            final = converter(slot.args, False)
+            final = self.convert_args(slot, False, tools)
         except (ValueError, TypeError):
             return None
         if final:
@@ -1209,7 +1224,7 @@ class Engine:
                 converter = self.config.arg_converter
                 if converter is not None:
                     try:
-                        args_json = converter(raw, False)
+                        args_json = self.convert_args(slot, False, tools)
                     except (ValueError, TypeError):
                         args_json = self._extract_args_json(raw)
                 else:
@@ -1398,9 +1413,11 @@ class EngineReasoningParser(ReasoningParser):
     engine_based_streaming = True
     reads_enable_thinking: ClassVar[bool] = False  # the Qwen3-grammar families do
 
+    engine_type: ClassVar[type[Engine]] = Engine  # a family's `Engine` subclass (vLLM's parser hooks)
+
     def __init__(self, tokenizer: TokenizerInfo, *, thinking_enabled: bool = True) -> None:
         super().__init__(tokenizer, thinking_enabled=thinking_enabled)
-        self.engine = Engine(self.config_for(thinking_enabled), tokenizer, skip_tool_parsing=True)
+        self.engine = self.engine_type(self.config_for(thinking_enabled), tokenizer, skip_tool_parsing=True)
 
     @staticmethod
     def config_for(thinking: bool) -> EngineConfig:
@@ -1472,6 +1489,7 @@ class EngineToolParser(ToolParser):
 
     config: ClassVar[EngineConfig]
     engine_based_streaming = True
+    engine_type: ClassVar[type[Engine]] = Engine  # a family's `Engine` subclass (vLLM's parser hooks)
 
     def __init__(self, tokenizer: TokenizerInfo) -> None:
         super().__init__(tokenizer)
@@ -1487,7 +1505,7 @@ class EngineToolParser(ToolParser):
         key = (not self.reasoning_configured, self.thinking_enabled)
         engine = self._engines.get(key)
         if engine is None:
-            engine = Engine(self.config_for(key[1]), self.info, skip_reasoning_parsing=key[0])
+            engine = self.engine_type(self.config_for(key[1]), self.info, skip_reasoning_parsing=key[0])
             self._engines[key] = engine
         return engine
 

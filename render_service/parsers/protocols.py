@@ -104,6 +104,11 @@ class ReasoningParser(ABC):
         """`is_reasoning_end(prompt)`: the rendered prompt already closes reasoning (None when
         the family leaves vLLM's method unimplemented; render then sends null)."""
 
+    def adjust_state_from_prompt(self, st: Any, prompt_token_ids: Sequence[int]) -> None:
+        """`adjust_initial_state_from_prompt`: a prompt that leaves reasoning open may set the
+        stream's starting state (called once, only when `prompt_ends_reasoning` said no)."""
+        return None
+
     @abstractmethod
     def stream(self, st: Any, delta_text: str, delta_ids: Sequence[int]) -> tuple[Delta | None, bool]:
         """`extract_reasoning_streaming` for one chunk, and whether reasoning ended in it."""

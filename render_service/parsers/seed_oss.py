@@ -5,15 +5,16 @@ differ: `<seed:think>`/`</seed:think>`, `<seed:tool_call>`/`</seed:tool_call>`, 
 boundaries `<seed:bos>`/`<seed:eos>`. `enable_thinking=false` starts in content (and batch
 returns the text untouched), as for Qwen3.
 
-The `seed_oss` tool parser is not registered: vLLM gives it no structural tag model, so it
-takes vLLM's JSON paths for `tool_choice` required/named, which are not implemented here.
+The `seed_oss` tool parser (`SeedOssEngineToolParser`) is the same engine with tool parsing
+on. vLLM gives it no structural tag model, so `tool_choice` required/named take vLLM's JSON
+paths (a JSON schema on render, `forced.py` on derender).
 """
 
 from __future__ import annotations
 
-from render_service.parsers.engine import EngineConfig, EngineReasoningParser, EngineState
+from render_service.parsers.engine import EngineConfig, EngineReasoningParser, EngineState, EngineToolParser
 from render_service.parsers.qwen3_coder import qwen3_config
-from render_service.parsers.registry import register_reasoning_parser
+from render_service.parsers.registry import register_reasoning_parser, register_tool_parser
 
 THINK_START, THINK_END = "<seed:think>", "</seed:think>"
 TOOL_CALL_START, TOOL_CALL_END = "<seed:tool_call>", "</seed:tool_call>"
@@ -44,3 +45,13 @@ class SeedOssReasoningParser(EngineReasoningParser):
     @staticmethod
     def config_for(thinking: bool) -> EngineConfig:
         return seed_oss_config(thinking)
+
+
+class SeedOssToolState(EngineState, tag="seed_oss.tool/1"):
+    pass
+
+
+@register_tool_parser("seed_oss")
+class SeedOssToolParser(EngineToolParser):
+    state_type = SeedOssToolState
+    config = seed_oss_config(True)

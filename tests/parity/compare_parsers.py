@@ -231,6 +231,12 @@ def _minimax_output(rng: random.Random) -> list[Any]:
     return segs
 
 
+def _seed_call(rng: random.Random) -> list[Any]:
+    """A Qwen3 XML call in Seed-OSS's `<seed:tool_call>` wrapper."""
+    wrappers = {m: m.replace("tool_call>", "seed:tool_call>") for m in ("@<tool_call>", "@</tool_call>")}
+    return [wrappers.get(p, p) if isinstance(p, str) else p for p in _qwen3_xml_call(rng)]
+
+
 def _seed_output(rng: random.Random) -> list[Any]:
     segs: list[Any] = []
     if rng.random() < 0.7:
@@ -241,7 +247,7 @@ def _seed_output(rng: random.Random) -> list[Any]:
     for _ in range(rng.randrange(0, 4)):
         roll = rng.random()
         if roll < 0.3:
-            segs.extend(_qwen3_xml_call(rng))
+            segs.extend(_seed_call(rng) if rng.random() < 0.7 else _qwen3_xml_call(rng))
         elif roll < 0.45:
             segs.append(
                 rng.choice(["<seed:think>", "</seed:think>", "@<seed:tool_call>", "@</seed:tool_call>", "<seed:"])
@@ -337,7 +343,13 @@ FAMILIES: dict[str, Family] = {
     ),
     "seed_oss": Family(
         model="seed_oss",
-        configs=(("seed_oss", None), ("seed_oss", "qwen3_coder"), ("seed_oss", "hermes")),
+        configs=(
+            ("seed_oss", None),
+            ("seed_oss", "qwen3_coder"),
+            ("seed_oss", "hermes"),
+            ("seed_oss", "seed_oss"),
+            (None, "seed_oss"),
+        ),
         segments=_seed_output,
         prompts=_SEED_PROMPTS,
         requests=cases.REQ,
@@ -366,6 +378,15 @@ FAMILIES: dict[str, Family] = {
             (None, "hermes"),
             ("qwen3", "qwen3_json"),
         ),
+        segments=_qwen_output,
+        prompts=cases.PROMPTS,
+        requests=cases.REQ,
+        eos=(cases.EOS, cases.MODEL_EOS),
+    ),
+    # Step3 writes no opening marker: reasoning until `</think>` (Qwen3 folder: same marker ids).
+    "step3": Family(
+        model="qwen3",
+        configs=(("step3", None), ("step3", "hermes"), ("step3", "qwen3_coder")),
         segments=_qwen_output,
         prompts=cases.PROMPTS,
         requests=cases.REQ,
@@ -678,6 +699,7 @@ STRUCTURAL_TAG_PARSERS = {
     "qwen3_coder": "qwen_3_coder",
     "minimax_m2": "minimax",
     "glm45": "glm_4_7",
+    "deepseek_v32": "deepseek_v3_2",
 }
 STRUCTURAL_TAG_TOOLS = [
     {

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from render_service.model.example import build_example_model
 from tests.parsers.families import deepseek as ds_fixture
+from tests.parsers.families import gemma4 as gemma4_fixture
 from tests.parsers.families import kimi as kimi_fixture
 
 from .corpus import CONFIGS, ServerConfig
@@ -74,7 +76,29 @@ class ModelFamily:
 
 
 KIMI_IDS = kimi_fixture.IDS
+G_IDS = gemma4_fixture.IDS
+SEED_IDS = {"<seed:eos>": 151670, "<seed:think>": 151671, "</seed:think>": 151672, "<seed:tool_call>": 151673}
+SEED_IDS["</seed:tool_call>"] = 151674
 MODEL_FAMILIES: dict[str, ModelFamily] = {
+    "seed_oss": ModelFamily(
+        "seed_oss",
+        lambda path: build_example_model(path, "seed_oss"),
+        "tinyseed",
+        Family(
+            "tinyseed", eos=SEED_IDS["<seed:eos>"], think=SEED_IDS["<seed:think>"], end_think=SEED_IDS["</seed:think>"]
+        ),
+    ),
+    "gemma4": ModelFamily(
+        "gemma4",
+        gemma4_fixture.build,
+        gemma4_fixture.SERVED_NAME,
+        Family(
+            gemma4_fixture.SERVED_NAME,
+            eos=G_IDS["<turn|>"],
+            think=G_IDS["<|channel>"],
+            end_think=G_IDS["<channel|>"],
+        ),
+    ),
     "dsv3": ModelFamily(
         "dsv3",
         ds_fixture.build,
@@ -111,6 +135,44 @@ FAMILY_CONFIGS: dict[str, ServerConfig] = {
             served_model_name=ds_fixture.SERVED_NAME,
             reasoning_parser="deepseek_v3",
             tool_call_parser="deepseek_v31",
+            enable_auto_tool_choice=True,
+        ),
+        ServerConfig(
+            "gemma4_tools",
+            family="gemma4",
+            served_model_name=gemma4_fixture.SERVED_NAME,
+            reasoning_parser="gemma4",
+            tool_call_parser="gemma4",
+            enable_auto_tool_choice=True,
+        ),
+        ServerConfig(
+            "gemma4_tools_only",
+            family="gemma4",
+            served_model_name=gemma4_fixture.SERVED_NAME,
+            tool_call_parser="gemma4",
+            enable_auto_tool_choice=True,
+        ),
+        ServerConfig(
+            "dsv32_tools",
+            family="dsv3",
+            served_model_name=ds_fixture.SERVED_NAME,
+            reasoning_parser="deepseek_v3",
+            tool_call_parser="deepseek_v32",
+            enable_auto_tool_choice=True,
+        ),
+        ServerConfig(
+            "seed_tools",
+            family="seed_oss",
+            served_model_name="tinyseed",
+            reasoning_parser="seed_oss",
+            tool_call_parser="seed_oss",
+            enable_auto_tool_choice=True,
+        ),
+        ServerConfig(
+            "seed_tools_only",
+            family="seed_oss",
+            served_model_name="tinyseed",
+            tool_call_parser="seed_oss",
             enable_auto_tool_choice=True,
         ),
         ServerConfig(
@@ -165,6 +227,40 @@ class FamilyCorpus(CorpusBuilder):
         assert all(r.name != name for r in self.renders), name
         self.renders.append(RenderCase(name, config, body))
 
+    def tool_choice_cases(
+        self,
+        tag: str,
+        config: str,
+        req: dict[str, Any],
+        *,
+        calls: tuple[Seg, ...],
+        named: tuple[Seg, ...],
+        reasoning: tuple[Seg, ...],
+        noreason: dict[str, Any],
+    ) -> None:
+        """Renders and outputs (batch and one token per chunk) of one family under each
+        `tool_choice`, without tools, with strict tools, `parallel_tool_calls=false` and
+        `include_reasoning=false` (`calls`: the output's calls up to the end of the turn; `named`:
+        one get_weather call; `noreason`: the request that reasons)."""
+        model, user = req["model"], req["messages"]
+        named_choice = {"type": "function", "function": {"name": "get_weather"}}
+        self.render(f"{tag}_render_auto", config, req)
+        self.render(f"{tag}_render_required", config, {**req, "tool_choice": "required"})
+        self.render(
+            f"{tag}_render_named", config, {**req, "tool_choice": {"type": "function", "function": {"name": "search"}}}
+        )
+        self.render(f"{tag}_render_none", config, {**req, "tool_choice": "none"})
+        self.render(f"{tag}_render_notools", config, chat(user, model))
+        self.render(f"{tag}_render_strict", config, chat(user, model, tools=[STRICT_WEATHER, SEARCH]))
+        self.chat_all(f"{tag}_none", config, {**req, "tool_choice": "none"}, [Out((*reasoning, "ok ", *calls))], "b1")
+        self.chat_all(f"{tag}_notools", config, chat(user, model), [Out((*reasoning, "ok ", *calls))], "b1")
+        self.chat_all(f"{tag}_required", config, {**req, "tool_choice": "required"}, [Out(calls)], "b1")
+        self.chat_all(f"{tag}_named", config, {**req, "tool_choice": named_choice}, [Out(named)], "b1")
+        self.chat_all(f"{tag}_noparallel", config, {**req, "parallel_tool_calls": False}, [Out(calls)], "b1")
+        self.chat_all(
+            f"{tag}_noreason", config, {**noreason, "include_reasoning": False}, [Out((*reasoning, *calls))], "b1"
+        )
+
 
 # -- DeepSeek V3 / V3.1 ------------------------------------------------------------------------------------
 
@@ -178,24 +274,20 @@ def ds_call(name: str, args: str, v31: bool) -> tuple[Seg, ...]:
     return (B, "function", SEP, name + "\n```json\n" + args + "\n```", E)
 
 
+def weather_history(user: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`user`, then one get_weather call (id `call_1`) and its result."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    return [
+        *user,
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21C"},
+    ]
+
+
 def _deepseek_cases(b: FamilyCorpus) -> None:
     model = ds_fixture.SERVED_NAME
     user = [{"role": "user", "content": "What's the weather in Paris and Tokyo?"}]
-    history = [
-        *user,
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21C"},
-    ]
+    history = weather_history(user)
     think_on = {"chat_template_kwargs": {"thinking": True}}
     for cfg, v31 in (("dsv3_tools", False), ("dsv31_tools", True)):
         tag = "v31" if v31 else "v3"
@@ -311,15 +403,10 @@ def _kimi_cases(b: FamilyCorpus) -> None:
     nothink = {"chat_template_kwargs": {"thinking": False}}
     for cfg, tag in (("kimi_tools", "kimi"), ("kimi_tools_only", "kimit")):
         req = chat(user, model, tools=TOOLS)
-        b.render(f"{tag}_render_auto", cfg, req)
-        b.render(f"{tag}_render_nothink", cfg, {**req, **nothink})
-        b.render(f"{tag}_render_required", cfg, {**req, "tool_choice": "required"})
-        b.render(
-            f"{tag}_render_named", cfg, {**req, "tool_choice": {"type": "function", "function": {"name": "search"}}}
+        b.tool_choice_cases(
+            tag, cfg, req, calls=calls, named=(sec, *paris, sec_end, eos), reasoning=reasoning, noreason=req
         )
-        b.render(f"{tag}_render_none", cfg, {**req, "tool_choice": "none"})
-        b.render(f"{tag}_render_notools", cfg, chat(user, model))
-        b.render(f"{tag}_render_strict", cfg, chat(user, model, tools=[STRICT_WEATHER, SEARCH]))
+        b.render(f"{tag}_render_nothink", cfg, {**req, **nothink})
         b.render(f"{tag}_render_history", cfg, chat(history, model, tools=TOOLS))
         b.chat_all(f"{tag}_calls", cfg, req, [Out((*reasoning, *calls))])
         b.chat_all(f"{tag}_content", cfg, req, [Out((*reasoning, "Sunny in Paris — 晴れ ☀️.", eos))])
@@ -353,18 +440,6 @@ def _kimi_cases(b: FamilyCorpus) -> None:
             req,
             [Out((*reasoning, sec, *kcall("functions.get_weather:0", '{"city": "Paris", "un', close=False)), "length")],
         )
-        b.chat_all(f"{tag}_none", cfg, {**req, "tool_choice": "none"}, [Out((*reasoning, "ok ", *calls))], "b1")
-        b.chat_all(f"{tag}_notools", cfg, chat(user, model), [Out((*reasoning, "ok ", *calls))], "b1")
-        b.chat_all(f"{tag}_required", cfg, {**req, "tool_choice": "required"}, [Out(calls)], "b1")
-        b.chat_all(
-            f"{tag}_named",
-            cfg,
-            {**req, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
-            [Out((sec, *paris, sec_end, eos))],
-            "b1",
-        )
-        b.chat_all(f"{tag}_noparallel", cfg, {**req, "parallel_tool_calls": False}, [Out(calls)], "b1")
-        b.chat_all(f"{tag}_noreason", cfg, {**req, "include_reasoning": False}, [Out((*reasoning, *calls))], "b1")
         b.chat_all(
             f"{tag}_split",
             cfg,
@@ -391,6 +466,242 @@ def _kimi_cases(b: FamilyCorpus) -> None:
         )
 
 
+def _gemma4_cases(b: FamilyCorpus) -> None:
+    g = G_IDS
+    model = gemma4_fixture.SERVED_NAME
+    channel, end_channel, eos = g["<|channel>"], g["<channel|>"], g["<turn|>"]
+    call, end_call, q = g["<|tool_call>"], g["<tool_call|>"], g['<|"|>']
+    user = [{"role": "user", "content": "What's the weather in Paris and Tokyo?"}]
+    history = weather_history(user)
+
+    def gcall(name: str, *body: Seg, close: bool = True) -> tuple[Seg, ...]:
+        return (call, f"call:{name}{{", *body, *(("}", end_call) if close else ()))
+
+    paris = gcall("get_weather", "city:", q, "Paris", q, ",unit:", q, "celsius", q)
+    tokyo = gcall("get_weather", "city:", q, "東京 (Tōkyō), Japan", q)
+    search = gcall("search", "q:", q, "weather 🎉 {x}", q, ",n:3")
+    calls = (paris, tokyo, search)
+    flat_calls = tuple(seg for c in calls for seg in c)
+    reasoning = (channel, "thought\nThe user wants two cities. I'll call get_weather twice.", end_channel)
+    think_on = {"chat_template_kwargs": {"enable_thinking": True}}
+    for cfg, tag in (("gemma4_tools", "g4"), ("gemma4_tools_only", "g4t")):
+        req = chat(user, model, tools=TOOLS)
+        b.tool_choice_cases(
+            tag,
+            cfg,
+            req,
+            calls=(*flat_calls, eos),
+            named=(*paris, eos),
+            reasoning=reasoning,
+            noreason={**req, **think_on},
+        )
+        b.render(f"{tag}_render_think", cfg, {**req, **think_on})
+        b.render(f"{tag}_render_history", cfg, chat(history, model, tools=TOOLS, **think_on))
+        b.chat_all(f"{tag}_calls_think", cfg, {**req, **think_on}, [Out((*reasoning, *flat_calls, eos))])
+        b.chat_all(f"{tag}_calls", cfg, req, [Out(("Let me check. ", *flat_calls, eos))])
+        b.chat_all(f"{tag}_content", cfg, req, [Out(("The weather is sunny in Paris — 晴れ ☀️.", eos))])
+        b.chat_all(f"{tag}_think_content", cfg, {**req, **think_on}, [Out((*reasoning, "Sunny.", eos))])
+        b.chat_all(f"{tag}_content_after", cfg, req, [Out((*paris, " Done, anything else?", eos))])
+        b.chat_all(
+            f"{tag}_nested",
+            cfg,
+            req,
+            [Out((*gcall("search", "q:", q, "a", q, ",deep:{a:[1,2.5,", q, "x", q, "],b:true}"), eos))],
+            "b1",
+        )
+        b.chat_all(f"{tag}_malformed", cfg, req, [Out((*gcall("get_weather", "city:", q, "Par", ",n:"), eos))], "b1")
+        b.chat_all(f"{tag}_truncated", cfg, req, [Out((call, "call:get_weather{city:", q), "length")], "b1")
+        b.chat_all(
+            f"{tag}_length_in_call",
+            cfg,
+            {**req, **think_on},
+            [
+                Out(
+                    (*reasoning, *gcall("get_weather", "city:", q, "Paris", q, ",unit:", q, "cel", close=False)),
+                    "length",
+                )
+            ],
+        )
+        b.chat_all(
+            f"{tag}_history",
+            cfg,
+            {**chat(history, model, tools=TOOLS), **think_on},
+            [Out(("thought\nThe tool answered.", end_channel, "Sunny, 21C.", eos))],
+            "b1r",
+        )
+        b.chat_all(
+            f"{tag}_split",
+            cfg,
+            {**req, **think_on},
+            [
+                Out(
+                    (
+                        channel,
+                        ("tho", "ught", "\n é"),
+                        end_channel,
+                        "  ",
+                        call,
+                        ("ca", "ll:", "get_", "weather{"),
+                        ("ci", "ty:"),
+                        q,
+                        ("東", "京 ("),
+                        q,
+                        ("}",),
+                        end_call,
+                        ("<|tool", "_call>"),
+                        eos,
+                    )
+                )
+            ],
+            "1r",
+        )
+
+
+def _dsv32_cases(b: FamilyCorpus) -> None:
+    """DeepSeek V3.2's DSML tool calls (no single-token markers: the tokenizer spells them)."""
+    model, cfg = ds_fixture.SERVED_NAME, "dsv32_tools"
+    user = [{"role": "user", "content": "What's the weather in Paris and Tokyo?"}]
+    block, block_end = "\n\n<｜DSML｜function_calls>\n", "</｜DSML｜function_calls>"
+
+    def invoke(name: str, *params: tuple[str, str, bool], close: bool = True) -> str:
+        body = "".join(
+            f'<｜DSML｜parameter name="{k}" string="{"true" if is_str else "false"}">{v}</｜DSML｜parameter>\n'
+            for k, v, is_str in params
+        )
+        return f'<｜DSML｜invoke name="{name}">\n{body}' + ("</｜DSML｜invoke>\n" if close else "")
+
+    paris = invoke("get_weather", ("city", "Paris", True), ("unit", "celsius", True))
+    tokyo = invoke("get_weather", ("city", "東京 > 😀", True))
+    search = invoke("search", ("q", "weather", True), ("n", "3", False))
+    calls = (block, paris, tokyo, search, block_end, EOS)
+    reasoning = (THINK, "The user wants two cities. I'll call get_weather twice.", END_THINK)
+    think_on = {"chat_template_kwargs": {"thinking": True}}
+    req = chat(user, model, tools=TOOLS)
+    b.tool_choice_cases(
+        "v32",
+        cfg,
+        req,
+        calls=calls,
+        named=(block, paris, block_end, EOS),
+        reasoning=reasoning,
+        noreason={**req, **think_on},
+    )
+    b.render("v32_render_think", cfg, {**req, **think_on})
+    b.chat_all("v32_calls_think", cfg, {**req, **think_on}, [Out((*reasoning, *calls))])
+    b.chat_all("v32_calls", cfg, req, [Out(("Let me check.", *calls))])
+    b.chat_all("v32_content", cfg, req, [Out(("The weather is sunny in Paris — 晴れ ☀️.", EOS))])
+    b.chat_all("v32_content_after", cfg, req, [Out((block, paris, block_end, " Done, anything else?", EOS))], "b1")
+    b.chat_all(
+        "v32_wrapper",
+        cfg,
+        req,
+        [Out((block, invoke("get_weather", ("arguments", '{"city": "Oslo"}', False)), block_end, EOS))],
+        "b1",
+    )
+    b.chat_all(
+        "v32_malformed",
+        cfg,
+        req,
+        [Out((block, invoke("search", ("n", "not json {", False), ("q", "x", True)), block_end, EOS))],
+        "b1",
+    )
+    b.chat_all("v32_truncated", cfg, req, [Out((block, '<｜DSML｜invoke name="get_wea'), "length")], "b1")
+    b.chat_all(
+        "v32_length_in_call",
+        cfg,
+        {**req, **think_on},
+        [
+            Out(
+                (
+                    *reasoning,
+                    block,
+                    invoke("get_weather", ("city", "Paris", True), close=False),
+                    "<｜DSML｜parameter name=",
+                ),
+                "length",
+            )
+        ],
+    )
+    b.chat_all(
+        "v32_split",
+        cfg,
+        req,
+        [
+            Out(
+                (
+                    ("\n\n<｜DS", "ML｜function_", "calls>\n"),
+                    ("<｜DSML｜in", 'voke name="get_', 'weather">\n'),
+                    tokyo.split("\n", 1)[1],
+                    block_end,
+                )
+            )
+        ],
+        "1r",
+    )
+
+
+def _seed_cases(b: FamilyCorpus) -> None:
+    """Seed-OSS: Qwen3 XML calls in `<seed:tool_call>`; required/named take vLLM's JSON paths."""
+    ids = SEED_IDS
+    think, end_think, eos = ids["<seed:think>"], ids["</seed:think>"], ids["<seed:eos>"]
+    call, end_call = ids["<seed:tool_call>"], ids["</seed:tool_call>"]
+    user = [{"role": "user", "content": "What's the weather in Paris and Tokyo?"}]
+
+    def xml_call(name: str, **params: str) -> tuple[Seg, ...]:
+        body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params.items())
+        return (call, f"\n<function={name}>\n{body}</function>\n", end_call)
+
+    paris = xml_call("get_weather", city="Paris", unit="celsius")
+    calls = (*paris, *xml_call("get_weather", city="東京"), *xml_call("search", q="weather 🎉", n="3"), eos)
+    reasoning = (think, "The user wants two cities. I'll call get_weather twice.", end_think)
+    required_json = '[{"name": "get_weather", "parameters": {"city": "Paris"}}, {"name": "search", "parameters": {}}]'
+    for cfg, tag in (("seed_tools", "seed"), ("seed_tools_only", "seedt")):
+        req = chat(user, "tinyseed", tools=TOOLS)
+        b.tool_choice_cases(tag, cfg, req, calls=calls, named=(*paris, eos), reasoning=reasoning, noreason=req)
+        b.chat_all(f"{tag}_calls", cfg, req, [Out((*reasoning, "Checking.", *calls))])
+        b.chat_all(f"{tag}_content", cfg, req, [Out((*reasoning, "Sunny in Paris — 晴れ ☀️.", eos))])
+        b.chat_all(
+            f"{tag}_nothink",
+            cfg,
+            {**req, "chat_template_kwargs": {"enable_thinking": False}},
+            [Out(("Checking.", *calls))],
+            "b1",
+        )
+        b.chat_all(f"{tag}_required_json", cfg, {**req, "tool_choice": "required"}, [Out((required_json, eos))])
+        b.chat_all(
+            f"{tag}_named_json",
+            cfg,
+            {**req, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+            [Out(('{"city": "Paris"}', eos))],
+        )
+        b.chat_all(
+            f"{tag}_length_in_call",
+            cfg,
+            req,
+            [Out((*reasoning, call, "\n<function=get_weather>\n<parameter=city>\nPar"), "length")],
+        )
+        b.chat_all(
+            f"{tag}_split",
+            cfg,
+            req,
+            [
+                Out(
+                    (
+                        think,
+                        ("pl", "an é"),
+                        end_think,
+                        call,
+                        ("\n<func", "tion=search>\n<para", "meter=q>\nx"),
+                        ("\n</par", "ameter>\n</function>\n"),
+                        end_call,
+                        eos,
+                    )
+                )
+            ],
+            "1r",
+        )
+
+
 def history_req(messages: list[dict[str, Any]], model: str) -> dict[str, Any]:
     return chat(messages, model, tools=TOOLS)
 
@@ -399,6 +710,9 @@ def build_corpus(encoders: Mapping[str, Encoder]) -> FamilyCorpus:
     b = FamilyCorpus(encoders)
     _deepseek_cases(b)
     _kimi_cases(b)
+    _gemma4_cases(b)
+    _dsv32_cases(b)
+    _seed_cases(b)
     return b
 
 

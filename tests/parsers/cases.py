@@ -151,6 +151,21 @@ def run_batch(
     }
 
 
+def stream_sizes(parser: Any, prompt: list[int], ids: list[int], opts: Any) -> tuple[list[int], str]:
+    """Stream `ids` one token per chunk through `parsers.advance`, the state JSON round-tripped
+    after every chunk: the state's JSON size after each chunk, and the streamed arguments."""
+    state = new_parsed_stream(parser, prompt)
+    sizes, args = [], ""
+    for i, t in enumerate(ids):
+        last = i == len(ids) - 1
+        delta, _ = advance(parser, state, [] if last else [t], [t], "stop" if last else None, opts, tool_ids("r"))
+        state = load_parsed_stream(parser, json.loads(json.dumps(state.to_obj())))
+        sizes.append(len(json.dumps(state.to_obj(), ensure_ascii=False)))
+        for call in delta.tool_calls if delta is not None else []:
+            args += call.arguments or ""
+    return sizes, args
+
+
 def shown_id(tool_call_id: str) -> str:
     """Random-style ids (`chatcmpl-tool-...`) differ by design; a family's native ids must match."""
     return "ID" if tool_call_id.startswith("chatcmpl-tool-") else tool_call_id

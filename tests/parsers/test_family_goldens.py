@@ -12,6 +12,7 @@ resumes in another process answers the same.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,20 @@ import pytest
 from render_service import parsers
 from render_service.model.example import build_example_model
 from tests.parsers import cases
+from tests.parsers.families import deepseek, gemma4
 
 GOLDEN_DIR = Path(__file__).with_name("golden_families")
-MODELS = {"qwen3_coder": "qwen3", "minimax_m2": "minimax_m2", "seed_oss": "seed_oss", "glm": "glm"}
+MODELS = {
+    "qwen3_coder": "qwen3",
+    "minimax_m2": "minimax_m2",
+    "seed_oss": "seed_oss",
+    "glm": "glm",
+    "gemma4": "gemma4",
+    "deepseek_v32": "deepseek",
+    "step3": "qwen3",
+}
+# Fixture folders built by tests/parsers/families/ (the others by render_service.model.example).
+BUILDERS: dict[str, Callable[[Path], Path]] = {"gemma4": gemma4.build, "deepseek": deepseek.build}
 
 
 def _load(family: str) -> list[dict[str, Any]]:
@@ -36,7 +48,8 @@ def tokenizers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     out = {}
     for model in sorted(set(MODELS.values())):
-        folder = build_example_model(tmp_path_factory.mktemp(model), model)
+        target = tmp_path_factory.mktemp(model)
+        folder = BUILDERS[model](target) if model in BUILDERS else build_example_model(target, model)
         out[model] = AutoTokenizer.from_pretrained(str(folder))
     return out
 
@@ -93,17 +106,7 @@ def test_engine_state_stays_bounded_while_a_long_argument_streams(tokenizers: di
     parser = parsers.get_parser(tok, "qwen3", "qwen3_coder", enable_auto_tools=True)
     assert parser is not None
     opts = parsers.RequestOptions.from_request(cases.REQ["auto"])
-    state = parsers.new_parsed_stream(parser, prompt)
-    sizes, args = [], ""
-    for i, t in enumerate(ids):
-        last = i == len(ids) - 1
-        delta, _ = parsers.advance(
-            parser, state, [] if last else [t], [t], "stop" if last else None, opts, parsers.tool_ids("r")
-        )
-        state = parsers.load_parsed_stream(parser, json.loads(json.dumps(state.to_obj())))
-        sizes.append(len(json.dumps(state.to_obj(), ensure_ascii=False)))
-        for call in delta.tool_calls if delta is not None else []:
-            args += call.arguments or ""
+    sizes, args = cases.stream_sizes(parser, prompt, ids, opts)
     assert len(ids) > 3000
     assert max(sizes) < 1000, max(sizes)
     batch = cases.run_batch(tok, parser, cases.REQ["auto"], prompt, ids, "stop")
@@ -117,7 +120,7 @@ def test_structural_tags_match_vllm() -> None:
     from render_service.api import structured
 
     recorded = json.loads((GOLDEN_DIR / "structural_tags.json").read_text(encoding="utf-8"))
-    assert len(recorded) == 36
+    assert len(recorded) == 45
     for case in recorded:
         parser = parsers.tool_parser_class(case["parser"])
         ours = structured._tools_structural_tag(

@@ -11,7 +11,7 @@ import random
 from typing import Any
 
 from tests.parsers.cases import TOOLS
-from tests.parsers.families import deepseek, kimi
+from tests.parsers.families import deepseek, gemma4, kimi
 
 WORDS = ["the", " quick", " é", " 😀", " 中文", " <", " >", " {", " }", "\n", " data", " a<b", "  ", "\n\n", '"}']
 ARGS = [
@@ -227,4 +227,170 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "eos": (kimi.IDS["<|im_end|>"], frozenset({kimi.IDS["<|im_end|>"]})),
         "builder": kimi.build,
     },
+}
+
+
+# -- Gemma 4 ---------------------------------------------------------------------------------------------
+
+G_DELIM = '@<|"|>'
+G_TEXT_MARKERS = ["<|channel>", "<channel|>", "<|tool_call>", "call:", '<|"|>', "thought\n", "{", ")", ":"]
+G_STRINGS = ["Paris", "東京 😀", "a, b: {c}", "x (y) z)", " spaced \n", "", "it's }", "<|", "1.5"]
+
+
+def _g_string(rng: random.Random) -> list[Any]:
+    value = rng.choice(G_STRINGS)
+    if rng.random() < 0.3:
+        value = "".join(
+            rng.choice(["word ", "(", ")", "}", ",", "é😀", "\n", "<", "|", '"']) for _ in range(rng.choice([20, 80]))
+        )
+    close = [G_DELIM] if rng.random() < 0.92 else []
+    return [G_DELIM, value, *close]
+
+
+def _g_value(rng: random.Random, depth: int = 0) -> list[Any]:
+    roll = rng.random()
+    if roll < 0.5:
+        return _g_string(rng)
+    if roll < 0.7:
+        return [rng.choice(["3", "2.5", "true", "false", "null", "-1", "1e3", "108."])]
+    if roll < 0.85 and depth < 2:
+        out: list[Any] = ["{"]
+        for i in range(rng.randrange(0, 3)):
+            out += ([","] if i else []) + [rng.choice(["a", "b", "city"]), ":", *_g_value(rng, depth + 1)]
+        return out + (["}"] if rng.random() < 0.9 else [])
+    if depth < 2:
+        out = ["["]
+        for i in range(rng.randrange(0, 3)):
+            out += ([","] if i else []) + _g_value(rng, depth + 1)
+        return out + (["]"] if rng.random() < 0.9 else [])
+    return _g_string(rng)
+
+
+def _g_call(rng: random.Random) -> list[Any]:
+    name = rng.choice(["get_weather", "get_weather", "search", "unknown_tool"])
+    paren = rng.random() < 0.15
+    out: list[Any] = ["@<|tool_call>" if rng.random() < 0.95 else "<|tool_call>"]
+    out.append(rng.choice(["call:", "call:", "call:", ":", ""]) + name)
+    out.append("(" if paren else "{")
+    keys = rng.sample(["city", "n", "q", "deep"], rng.randrange(0, 4))
+    for i, key in enumerate(keys):
+        out += ([","] if i else []) + [key + rng.choice([":", ":", ": "])]
+        out += ["3"] if key == "n" and rng.random() < 0.7 else _g_value(rng)
+    if rng.random() < 0.9:
+        out.append(")" if paren else "}")
+    if rng.random() < 0.9:
+        out.append("@<tool_call|>")
+    if rng.random() < 0.05:
+        out = out[: rng.randrange(1, len(out) + 1)]
+    return out
+
+
+def gemma4_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    roll = rng.random()
+    if roll < 0.5:
+        segs.append("@<|channel>")
+    if roll < 0.75:
+        segs.append(rng.choice(["thought\n", ("chars", "thought\n"), "thought", "thou", ""]))
+        segs.extend(rng.choice(WORDS) for _ in range(rng.randrange(0, 5)))
+        if rng.random() < 0.8:
+            segs.append("@<channel|>")
+    segs.extend(rng.choice(WORDS) for _ in range(rng.randrange(0, 3)))
+    for _ in range(rng.randrange(0, 4)):
+        roll = rng.random()
+        if roll < 0.5:
+            segs.extend(_g_call(rng))
+        elif roll < 0.65:
+            marker = rng.choice(G_TEXT_MARKERS)
+            segs.append(rng.choice([marker, ("chars", marker), "@<|channel>", "@<channel|>", "@<tool_call|>"]))
+        else:
+            segs.extend(rng.choice(WORDS) for _ in range(rng.randrange(1, 4)))
+    if rng.random() < 0.6:
+        segs.append(rng.choice(["@<turn|>", "@<eos>"]))
+    return segs
+
+
+G_REQ: dict[str, dict[str, Any]] = {
+    **{k: v for k, v in KIMI_REQ.items() if k not in ("nothink", "enable_thinking_off")},
+    "thinking": {"tools": TOOLS, "chat_template_kwargs": {"enable_thinking": True}},
+}
+G_PROMPTS: dict[str, list[Any]] = {
+    "open": ["@<bos>", "@<|turn>", "user\nhi", "@<turn|>", "\n", "@<|turn>", "model\n"],
+    "channel": ["@<|turn>", "model\n", "@<|channel>", "thought\n"],
+    "closed": ["@<|turn>", "model\n", "@<|channel>", "x", "@<channel|>"],
+    "tool_response": ["@<|tool_call>", "call:f{}", "@<tool_call|>", "@<|tool_response>", "r", "@<tool_response|>"],
+}
+FAMILIES["gemma4"] = {
+    "model": "gemma4",
+    "configs": (("gemma4", "gemma4"), (None, "gemma4"), ("gemma4", None), ("gemma4", "hermes")),
+    "segments": gemma4_output,
+    "prompts": G_PROMPTS,
+    "requests": G_REQ,
+    "eos": (gemma4.IDS["<turn|>"], frozenset({gemma4.IDS["<turn|>"], gemma4.IDS["<eos>"]})),
+    "builder": gemma4.build,
+}
+
+
+# -- DeepSeek V3.2 (DSML) --------------------------------------------------------------------------------
+
+DSML_BLOCK, DSML_BLOCK_END = "<｜DSML｜function_calls>", "</｜DSML｜function_calls>"
+DSML_TEXT_MARKERS = [DSML_BLOCK, "<｜DSML｜invoke", "</｜DSML｜parameter>", '">', "<｜DSML｜", "<think>"]
+
+
+def _dsml_param(rng: random.Random) -> str:
+    key = rng.choice(["city", "n", "q", "deep", "arguments"])
+    value: Any = rng.choice([*ARGS, "Paris", "東京 > 😀", 3, 2.5, True, None, "not json {", '{"city": "Rome"}'])
+    if key == "arguments" and rng.random() < 0.6:
+        value = rng.choice([{"city": "Oslo", "n": 2}, '{"city": "Oslo"}', {"other": 1}])
+    is_string = isinstance(value, str)
+    text = value if is_string else json.dumps(value, ensure_ascii=False)
+    attr = rng.choice([f' string="{"true" if is_string else "false"}"', "", ' string="true"', ' string="false"'])
+    close = "</｜DSML｜parameter>" if rng.random() < 0.9 else ""
+    return f'<｜DSML｜parameter name="{key}"{attr}>{text}{close}\n'
+
+
+def _dsml_invoke(rng: random.Random) -> list[Any]:
+    name = rng.choice(["get_weather", "get_weather", "search", "unknown_tool"])
+    body = "".join(_dsml_param(rng) for _ in range(rng.randrange(0, 4)))
+    invoke = f'<｜DSML｜invoke name="{name}">\n{body}' + ("</｜DSML｜invoke>\n" if rng.random() < 0.9 else "")
+    cut = rng.random()
+    if cut < 0.1:
+        invoke = invoke[: rng.randrange(1, len(invoke) + 1)]
+    if cut < 0.3:  # spelled one character per token: markers split everywhere
+        return [("chars", invoke)]
+    pieces = [invoke[i : i + 7] for i in range(0, len(invoke), 7)]
+    return pieces if rng.random() < 0.5 else [invoke]
+
+
+def dsml_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    if rng.random() < 0.4:
+        segs += ["@<think>", *(rng.choice(WORDS) for _ in range(rng.randrange(0, 5)))]
+        if rng.random() < 0.8:
+            segs.append("@</think>")
+    segs.extend(rng.choice(WORDS) for _ in range(rng.randrange(0, 4)))
+    for _ in range(rng.randrange(0, 3)):
+        roll = rng.random()
+        if roll < 0.6:
+            segs.append(rng.choice(["\n\n", "", " "]) + DSML_BLOCK + "\n")
+            for _ in range(rng.randrange(1, 4)):
+                segs.extend(_dsml_invoke(rng))
+            if rng.random() < 0.85:
+                segs.append(DSML_BLOCK_END)
+        elif roll < 0.75:
+            segs.extend(_dsml_invoke(rng))  # an invoke without the block
+        else:
+            marker = rng.choice(DSML_TEXT_MARKERS)
+            segs.append(rng.choice([marker, ("chars", marker), rng.choice(WORDS)]))
+    if rng.random() < 0.3:
+        segs.append(rng.choice(WORDS))
+    if rng.random() < 0.5:
+        segs.append("@<｜end▁of▁sentence｜>")
+    return segs
+
+
+FAMILIES["deepseek_v32"] = {
+    **FAMILIES["deepseek"],
+    "configs": (("deepseek_v3", "deepseek_v32"), (None, "deepseek_v32"), ("deepseek_r1", "deepseek_v32")),
+    "segments": dsml_output,
 }

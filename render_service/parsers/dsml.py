@@ -1,0 +1,83 @@
+"""DeepSeek's DSML tool-call markup, parser side (V3.2, V4, V4.1; the render side's pieces are
+`render/renderers/dsml.py`):
+
+    <｜DSML｜invoke name="get_weather">
+    <｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>
+    <｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>
+    </｜DSML｜invoke>
+
+vLLM 0.33's `_dsml_arg_converter` and `_unwrap_wrapper_args` (`parser/deepseek_v4.py`): a
+`string="true"` value is kept as text, any other (or a missing `string`) is read as JSON when it
+parses and kept as text otherwise; a still-open last parameter counts only when it is a string
+or already valid JSON. Arguments that are one `arguments`/`input` wrapper object around the
+tool's real parameters are unwrapped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from render_service.parsers.engine import find_tool_properties
+from render_service.parsers.xml_args import ws_pattern
+from render_service.render.renderers.dsml import DSML
+
+INVOKE_PREFIX = f'<{DSML}invoke name="'
+INVOKE_NAME_END = '">'
+INVOKE_END = f"</{DSML}invoke>"
+PARAM_START = f"<{DSML}parameter"
+PARAM_CLOSE = f"</{DSML}parameter>"
+
+_START, _CLOSE = re.escape(PARAM_START), re.escape(PARAM_CLOSE)
+# The `string` attribute is optional (a parameter without it is read like string="false").
+_HEAD = _START + r'\s+name="([^"]+)"(?:\s+string="([^"]*)")?\s*>'
+_PARAM_RE = re.compile(ws_pattern(_HEAD + r"(.*?)(?:" + _CLOSE + r"|(?=" + _START + r"\s+name=))"), re.DOTALL)
+_OPEN_PARAM_RE = re.compile(ws_pattern(_HEAD + r"(.*)$"), re.DOTALL)
+_NOT_JSON = object()
+
+
+def _json_or(value: str, default: Any) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return default
+
+
+def dsml_arg_converter(raw_args: str, partial: bool) -> str:
+    params: dict[str, Any] = {}
+    end = 0
+    for match in _PARAM_RE.finditer(raw_args):
+        name, is_string, value = match.groups()
+        params[name] = value if is_string == "true" else _json_or(value, value)
+        end = match.end()
+    if partial:
+        open_param = _OPEN_PARAM_RE.search(raw_args, end)
+        if open_param:
+            name, is_string, value = open_param.groups()
+            parsed = value if is_string == "true" else _json_or(value, _NOT_JSON)
+            if parsed is not _NOT_JSON:
+                params[name] = parsed
+    return json.dumps(params, ensure_ascii=False)
+
+
+def unwrap_wrapper_args(args_json: str, tools: Any, name: str | None) -> str:
+    """`{"arguments": {...}}` / `{"input": {...}}` (or their JSON text) -> the inner object,
+    when the tool has no parameter of that name and the inner keys are all its parameters."""
+    args = _json_or(args_json, None) if tools and name else None
+    properties = find_tool_properties(tools, name) if isinstance(args, dict) and name else None
+    if not properties:
+        return args_json
+    assert isinstance(args, dict)
+    allowed = set(properties)
+    for wrapper in ("arguments", "input"):
+        if set(args) != {wrapper} or wrapper in allowed:
+            continue
+        inner = args[wrapper]
+        if isinstance(inner, str):
+            inner = _json_or(inner, _NOT_JSON)
+            if inner is _NOT_JSON:
+                return args_json
+        if isinstance(inner, dict) and set(inner) <= allowed:
+            return json.dumps(inner, ensure_ascii=False)
+    return args_json

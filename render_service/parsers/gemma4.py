@@ -1,0 +1,413 @@
+"""Gemma 4 (`gemma4` tools and reasoning): vLLM 0.33's `Gemma4Parser` (`parser/gemma4.py`).
+
+    <|channel>thought
+    ...reasoning...<channel|>
+    <|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3}<tool_call|>
+
+One engine config for both adapters: `<|channel>`/`<channel|>` and `<|tool_call>`/`<tool_call|>`
+by token id, `call:` (or a bare `:`) then the name up to `{` or `(`, arguments in Gemma's own
+`key:value` syntax (strings between `<|"|>` delimiters, bare numbers/booleans, nested `{}` and
+`[]`) converted to a JSON object of strings and coerced to the tool schema. On top of the engine,
+as vLLM's subclass does:
+
+- the first chunk gets `<|channel>` put in front when it holds `<channel|>` or starts with
+  `thought\\n` (the template opened the channel in the prompt); `thought\\n` at the head of the
+  reasoning is dropped (a chunk that is still only a prefix of it is withheld whole, content and
+  tool calls included, as vLLM does);
+- a prompt ending inside an open `<|channel>` block starts the stream in reasoning;
+- `enable_thinking` (default off) only decides whether a silent tail waits for reasoning;
+- no structural tag: `tool_choice` required/named are parsed like auto, and every request gets
+  `skip_special_tokens=False`.
+
+The open string value streams through an extender that holds back what the converter would
+drop (a trailing `}` or unbalanced `)`, trailing whitespace, a partial `<|"|>`); the number of
+unbalanced `)` is the one counter it needs (`ValueExt.count`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from functools import cache
+from typing import Any
+
+from render_service.parsers.base import Delta
+from render_service.parsers.engine import (
+    CONTENT,
+    ELIDED,
+    EV_REASONING_END,
+    EV_REASONING_START,
+    EV_TOOL_END,
+    EV_TOOL_START,
+    REASONING,
+    TOOL_ARGS,
+    TOOL_NAME,
+    TOOL_PREAMBLE,
+    Engine,
+    EngineConfig,
+    EngineReasoningParser,
+    EngineState,
+    EngineToolParser,
+    Event,
+    Transition,
+    ValueExt,
+)
+from render_service.parsers.registry import register_reasoning_parser, register_tool_parser
+
+CHANNEL_START, CHANNEL_END = "<|channel>", "<channel|>"
+TOOL_CALL_START, TOOL_CALL_END = "<|tool_call>", "<tool_call|>"
+STRING_DELIM = '<|"|>'
+THOUGHT_PREFIX = "thought\n"
+TURN_BOUNDARIES = frozenset(("<|turn>", "<|tool_response>"))
+
+_DELIM_PREFIXES = tuple(STRING_DELIM[:k] for k in range(len(STRING_DELIM), 0, -1))
+_KEY_GAP = " ,\n\t"  # skipped before a key (and between array items)
+_VALUE_GAP = " \n\t"  # skipped between ":" and a value
+
+
+# -- Gemma's key:value argument syntax -----------------------------------------------------------------
+
+
+def strip_partial_delim(value: str) -> str:
+    """`value` without a trailing piece of `<|"|>` that may still be completed."""
+    for piece in _DELIM_PREFIXES:
+        if value.endswith(piece):
+            return value[: -len(piece)]
+    return value
+
+
+def _group_end(text: str, start: int, opener: str, closer: str) -> tuple[int, bool]:
+    """From just after `opener` at `start`, the index after the matching `closer` (or the end)
+    and whether it was found; delimited strings are skipped whole."""
+    depth, i, n = 1, start, len(text)
+    while i < n and depth:
+        if text.startswith(STRING_DELIM, i):
+            close = text.find(STRING_DELIM, i + len(STRING_DELIM))
+            i = n if close < 0 else close + len(STRING_DELIM)
+            continue
+        ch = text[i]
+        if ch == opener:
+            depth += 1
+        elif ch == closer:
+            depth -= 1
+        i += 1
+    return i, depth == 0
+
+
+def _nested(text: str, i: int) -> tuple[Any, int]:
+    """The `{...}` or `[...]` value at `i` (an unclosed one is read as partial)."""
+    opener = text[i]
+    closer = "}" if opener == "{" else "]"
+    end, closed = _group_end(text, i + 1, opener, closer)
+    inner = text[i + 1 : end - 1] if closed else text[i + 1 : end]
+    value = parse_fields(inner, partial=not closed)[0] if opener == "{" else parse_items(inner, partial=not closed)
+    return value, end
+
+
+def _bare(text: str, i: int, stops: str, partial: bool) -> tuple[str | None, int]:
+    """A bare value from `i` up to one of `stops`; None when it may be incomplete (streaming)
+    or is empty (malformed input ends the parse)."""
+    n, start = len(text), i
+    while i < n and text[i] not in stops:
+        i += 1
+    if (partial and i >= n) or i == start:
+        return None, i
+    raw = text[start:i].strip()
+    if partial and raw.endswith("."):  # more digits may follow
+        return None, i
+    return raw, i
+
+
+def parse_fields(text: str, *, partial: bool = False) -> tuple[dict[str, Any], str | None]:
+    """`key:value,...` -> a dict of strings / dicts / lists, and the key whose top-level
+    delimited string is still open at the end (if any). `partial` withholds a trailing bare
+    value and a trailing piece of the delimiter."""
+    out: dict[str, Any] = {}
+    if not text.strip():
+        return out, None
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i] in _KEY_GAP:
+            i += 1
+        colon = text.find(":", i)
+        if i >= n or colon < 0:
+            break
+        key = text[i:colon].strip()
+        if key.startswith(STRING_DELIM) and key.endswith(STRING_DELIM):
+            key = key[len(STRING_DELIM) : -len(STRING_DELIM)]
+        i = colon + 1
+        while i < n and text[i] in _VALUE_GAP:
+            i += 1
+        if i >= n:
+            if not partial:
+                out[key] = ""
+            break
+        if text.startswith(STRING_DELIM, i):
+            i += len(STRING_DELIM)
+            close = text.find(STRING_DELIM, i)
+            if close < 0:
+                out[key] = strip_partial_delim(text[i:]) if partial else text[i:]
+                return out, key
+            out[key] = text[i:close]
+            i = close + len(STRING_DELIM)
+        elif text[i] in "{[":
+            out[key], i = _nested(text, i)
+        else:
+            value, i = _bare(text, i, ",}]", partial)
+            if value is None:
+                break
+            out[key] = value
+    return out, None
+
+
+def parse_items(text: str, *, partial: bool = False) -> list[Any]:
+    """The items of a `[...]` body (an open delimited string runs to the end)."""
+    items: list[Any] = []
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i] in _KEY_GAP:
+            i += 1
+        if i >= n:
+            break
+        if text.startswith(STRING_DELIM, i):
+            i += len(STRING_DELIM)
+            close = text.find(STRING_DELIM, i)
+            if close < 0:
+                items.append(text[i:])
+                break
+            items.append(text[i:close])
+            i = close + len(STRING_DELIM)
+        elif text[i] in "{[":
+            value, i = _nested(text, i)
+            items.append(value)
+        else:
+            bare, i = _bare(text, i, ",]", partial)
+            if bare is None:
+                break
+            items.append(bare)
+    return items
+
+
+def _without_closer(text: str, paren_excess: bool) -> str:
+    """The call body's closer is not part of the arguments: a trailing `}`, or a trailing `)`
+    when `)` outnumber `(`."""
+    if text.endswith("}") or (paren_excess and text.endswith(")")):
+        return text[:-1]
+    return text
+
+
+def gemma4_arg_converter(raw_args: str, partial: bool) -> str:
+    text = raw_args.strip()
+    body = _without_closer(text, text.count(")") > text.count("("))
+    return json.dumps(parse_fields(body, partial=partial)[0], ensure_ascii=False)
+
+
+def gemma4_extender_start(raw_args: str) -> ValueExt | None:
+    """The open top-level string value, when it is the last argument: `held` is the raw tail
+    the converter would not show yet (it doubles as the window that finds the closing
+    delimiter), `count` the call's `)` minus `(`."""
+    text = raw_args.strip()
+    excess = text.count(")") - text.count("(")
+    body = _without_closer(text, excess > 0)
+    params, open_key = parse_fields(body, partial=True)
+    if open_key is None or next(reversed(params)) != open_key:
+        return None
+    held_len = len(raw_args) - len(raw_args.rstrip()) + len(text) - len(strip_partial_delim(body))
+    return ValueExt(
+        held=raw_args[len(raw_args) - held_len :] if held_len else "",
+        raw_len=len(raw_args) - raw_args.rfind(STRING_DELIM) - len(STRING_DELIM),
+        count=excess,
+    )
+
+
+def gemma4_extender_step(ext: ValueExt, delta: str) -> str | None:
+    text = ext.held + delta
+    if STRING_DELIM in text:
+        return None
+    ext.count += delta.count(")") - delta.count("(")
+    visible = strip_partial_delim(_without_closer(text.rstrip(), ext.count > 0))
+    ext.held = text[len(visible) :]
+    return json.dumps(visible, ensure_ascii=False)[1:-1]
+
+
+@cache
+def gemma4_config(thinking: bool = False) -> EngineConfig:
+    """vLLM's `gemma4_config`."""
+    tool_end = Transition(CONTENT, (EV_TOOL_END,))
+    return EngineConfig(
+        name="gemma4",
+        initial_state=CONTENT,
+        # With thinking off the templates write no marker: a silent tail is content.
+        wait_for_reasoning=thinking,
+        turn_boundary_tokens=TURN_BOUNDARIES,
+        terminals={
+            "THINK_START": CHANNEL_START,
+            "THINK_END": CHANNEL_END,
+            "TOOL_START": TOOL_CALL_START,
+            "TOOL_END": TOOL_CALL_END,
+            "CALL_PREFIX": "call:",
+            "COLON": ":",
+            "OPEN_BRACE": "{",
+            "OPEN_PAREN": "(",
+        },
+        token_id_terminals={
+            "THINK_START": CHANNEL_START,
+            "THINK_END": CHANNEL_END,
+            "TOOL_START": TOOL_CALL_START,
+            "TOOL_END": TOOL_CALL_END,
+        },
+        transitions={
+            (CONTENT, "THINK_START"): Transition(REASONING, (EV_REASONING_START,)),
+            (REASONING, "THINK_START"): Transition(REASONING),  # the prompt opened it already
+            (REASONING, "THINK_END"): Transition(CONTENT, (EV_REASONING_END,)),
+            (REASONING, "TOOL_START"): Transition(TOOL_PREAMBLE, (EV_REASONING_END, EV_TOOL_START)),
+            (CONTENT, "TOOL_START"): Transition(TOOL_PREAMBLE, (EV_REASONING_END, EV_TOOL_START)),
+            (TOOL_PREAMBLE, "TOOL_END"): tool_end,
+            (TOOL_PREAMBLE, "CALL_PREFIX"): Transition(TOOL_NAME),
+            (TOOL_PREAMBLE, "COLON"): Transition(TOOL_NAME),  # "<|tool_call>:name{...}"
+            (TOOL_NAME, "OPEN_BRACE"): Transition(TOOL_ARGS),
+            (TOOL_NAME, "OPEN_PAREN"): Transition(TOOL_ARGS),
+            (TOOL_NAME, "TOOL_END"): tool_end,
+            (TOOL_ARGS, "TOOL_END"): tool_end,
+            (CONTENT, "TOOL_END"): Transition(CONTENT),
+            (CONTENT, "THINK_END"): Transition(CONTENT),
+        },
+        arg_converter=gemma4_arg_converter,
+        extender_start=gemma4_extender_start,
+        extender_step=gemma4_extender_step,
+        tool_args_json=False,
+        arg_structural_chars=frozenset(",:{}[]<"),
+        preserve_tokens=frozenset((STRING_DELIM,)),
+    )
+
+
+# -- the engine with Gemma4Parser's hooks --------------------------------------------------------------
+
+
+class Gemma4State(EngineState):
+    """`EngineState` plus `Gemma4Parser`'s three fields (all bounded by `thought\\n`)."""
+
+    fed: bool = False  # the first chunk went through `_preprocess_feed`
+    thought_head: str = ""  # reasoning seen while it is still a prefix of "thought\n"
+    thought_done: bool = False  # the prefix was stripped (or ruled out)
+
+
+class Gemma4Engine(Engine):
+    def feed(self, st: Any, text: str, ids: Sequence[int]) -> list[Event]:
+        if not st.fed:
+            st.fed = True
+            if (
+                text
+                and st.state == CONTENT
+                and self.start_id is not None
+                and self.end_id is not None
+                and CHANNEL_START not in text
+                and (CHANNEL_END in text or text.startswith(THOUGHT_PREFIX) or text == THOUGHT_PREFIX[:-1])
+            ):
+                text = CHANNEL_START + text
+                if ids:
+                    ids = [self.start_id, *ids]
+        return super().feed(st, text, ids)
+
+    def to_delta(self, st: Any, events: list[Event], *, finished: bool, **kwargs: Any) -> Delta | None:
+        delta = super().to_delta(st, events, finished=finished, **kwargs)
+        if delta is None or delta.reasoning is None or st.thought_done:
+            return delta
+        seen = len(st.thought_head)
+        head = st.thought_head + delta.reasoning
+        if head.startswith(THOUGHT_PREFIX):
+            st.thought_done = True
+            st.thought_head = ""
+            rest = delta.reasoning[len(THOUGHT_PREFIX) - seen :]
+            delta.reasoning = rest or None
+            if rest or delta.content is not None or delta.tool_calls:
+                return delta
+            return None
+        if THOUGHT_PREFIX.startswith(head):
+            st.thought_head = head
+            if finished:
+                st.thought_done = True
+            return None  # vLLM drops the whole delta while undecided
+        st.thought_done = True
+        st.thought_head = ""
+        delta.reasoning = head
+        return delta
+
+    def elision_marker(self, elided: str) -> str:
+        # The converter compares ")" and "(" counts over the whole arguments: keep the
+        # difference of the elided text (before the marker, so the text never ends in ")").
+        excess = elided.count(")") - elided.count("(")
+        return (")" * excess if excess > 0 else "(" * -excess) + ELIDED
+
+
+def _prompt_opens_channel(engine: Engine, prompt_token_ids: Sequence[int]) -> bool:
+    """Does the prompt end inside an open `<|channel>` block?"""
+    if engine.start_id is None:
+        return False
+    info = engine.info
+    closers = {engine.end_id, *(info.token_to_id(t) for t in (TOOL_CALL_START, *TURN_BOUNDARIES))} - {None}
+    for tid in reversed(prompt_token_ids):
+        if tid == engine.start_id:
+            return True
+        if tid in closers:
+            return False
+    return False
+
+
+def _enable_thinking(template_kwargs: Mapping[str, Any]) -> bool:
+    return bool(template_kwargs.get("enable_thinking", False))
+
+
+class Gemma4ReasoningState(Gemma4State, tag="gemma4.reasoning/1"):
+    pass
+
+
+@register_reasoning_parser("gemma4")
+class Gemma4ReasoningParser(EngineReasoningParser):
+    state_type = Gemma4ReasoningState
+    engine_type = Gemma4Engine
+
+    @classmethod
+    def thinking_enabled_for(cls, template_kwargs: Mapping[str, Any]) -> bool:
+        return _enable_thinking(template_kwargs)
+
+    @staticmethod
+    def config_for(thinking: bool) -> EngineConfig:
+        return gemma4_config(thinking)
+
+    def adjust_state_from_prompt(self, st: Any, prompt_token_ids: Sequence[int]) -> None:
+        if _prompt_opens_channel(self.engine, prompt_token_ids):
+            st.state = REASONING
+
+    def extract(
+        self, model_output: str, prompt_token_ids: Sequence[int] | None = None
+    ) -> tuple[str | None, str | None]:
+        reasoning, content = super().extract(model_output, prompt_token_ids)
+        if reasoning is not None:
+            if reasoning.startswith(THOUGHT_PREFIX):
+                reasoning = reasoning[len(THOUGHT_PREFIX) :] or None
+            elif reasoning == THOUGHT_PREFIX.rstrip():
+                reasoning = None
+        return reasoning, content
+
+
+class Gemma4ToolState(Gemma4State, tag="gemma4.tool/1"):
+    pass
+
+
+@register_tool_parser("gemma4")
+class Gemma4ToolParser(EngineToolParser):
+    state_type = Gemma4ToolState
+    engine_type = Gemma4Engine
+    # No structural tag model, yet vLLM's `Gemma4EngineToolParser` opts out of the JSON paths:
+    # required/named are parsed like auto and leave the request unconstrained.
+    supports_required_and_named = False
+    config = gemma4_config(False)
+
+    @classmethod
+    def config_for(cls, thinking: bool) -> EngineConfig:
+        return gemma4_config(thinking)
+
+    @classmethod
+    def tool_thinking_enabled_for(cls, template_kwargs: Mapping[str, Any]) -> bool:
+        return _enable_thinking(template_kwargs)
