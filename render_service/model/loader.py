@@ -158,7 +158,13 @@ def load_model(settings: Settings) -> Model:
         tokenizer_files=files,
     )
     model.renderer_mode = _renderer_mode(settings, config, tokenizer_path)
-    model.renderer = renderers.create_renderer(model.renderer_mode, hf_tokenizer, model.encode)
+    if model.renderer_mode == "harmony" and settings.reasoning_parser is None:
+        # vLLM's GptOssForCausalLM config default (`verify_and_update_config`).
+        settings.reasoning_parser = "openai_gptoss"
+    try:
+        model.renderer = renderers.create_renderer(model.renderer_mode, hf_tokenizer, model.encode)
+    except RuntimeError as exc:  # e.g. the Harmony library or its vocabulary is missing
+        raise ModelLoadError(str(exc)) from exc
     logger.info("renderer: %s", model.renderer_mode)
     release_freed_memory()
     return model

@@ -508,7 +508,9 @@ def render_chat(
     settings = ctx.settings
     tool_choice = body.get("tool_choice", "none")
     tools = body.get("tools")
-    if not ctx.has_tool_parser and tool_choice not in (None, "none"):
+    harmony = ctx.model.renderer_mode == "harmony"
+    # vLLM checks tool_choice against the parser flags only for HF templates (`render_chat`).
+    if not harmony and not ctx.has_tool_parser and tool_choice not in (None, "none"):
         if tool_choice == "auto" and not settings.enable_auto_tool_choice:
             raise BadRequestError(
                 '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
@@ -585,7 +587,8 @@ def render_chat(
         "tool_choice": _tool_choice_wire(tool_choice),
         "parallel_tool_calls": body.get("parallel_tool_calls", True),
         "include_reasoning": body.get("include_reasoning", True),
-        "chat_template_kwargs": template_kwargs,
+        # Harmony output is parsed without template kwargs (vLLM's `_build_parse_context`).
+        "chat_template_kwargs": {} if harmony else template_kwargs,
         "history_tool_call_cnt": _history_tool_calls(body["messages"]),
     }
     return generate_request(
@@ -678,9 +681,10 @@ def _render_chat_tokens(
             chat_template=chat_template,
             tool_choice=body.get("tool_choice") if body.get("tools") else None,
             response_format=body.get("response_format"),
+            reasoning_effort=body.get("reasoning_effort"),
         )
     )
-    if rendered.token_ids is not None:  # tokenized by the renderer (Kimi K3)
+    if rendered.token_ids is not None:  # tokenized by the renderer (Kimi K3, Harmony)
         return rendered.token_ids, None, None
     prompt = rendered.text or ""
     add_special = bool(body.get("add_special_tokens", False))
