@@ -110,7 +110,9 @@ class HarmonyState(ParserState, tag="harmony/1"):
     channel: str | None = None
     recipient: str | None = None  # normalised as vLLM reads it
     content_type: str | None = None
-    undecoded: list[int] = msgspec.field(default_factory=list)  # content not yet valid UTF-8
+    # Content bytes held back (an incomplete UTF-8 sequence, or what followed an invalid one), as
+    # latin-1 text so the state stays plain JSON.
+    pending: str = ""
     # vLLM's `_current_message_tokens` outside content (what it decodes if EOS comes mid-header).
     recovery: list[int] = msgspec.field(default_factory=list)
     next_tool_index: int = 0
@@ -267,7 +269,8 @@ def segment_type(channel: str | None, recipient: str | None) -> str:
 
 
 class Completed(msgspec.Struct):
-    """A message the parser finished (its text only when the caller collects it)."""
+    """A message the parser finished; `text` is its held-back tail until a `Collector` prepends
+    the deltas it collected (streaming keeps no text)."""
 
     role: str
     channel: str | None
@@ -298,18 +301,36 @@ def process(vocab: Vocabulary, st: HarmonyState, token: int) -> tuple[str | None
         st.recipient = normalize_recipient(recipient)
         st.first = False
         st.phase = CONTENT
-        st.undecoded = []
+        st.pending = ""
         return None, None
     if token in vocab.stops:
-        done = Completed(st.role or "assistant", st.channel, st.recipient, st.content_type)
-        st.phase, st.undecoded = EXPECT_START, []
-        st.role = st.channel = st.recipient = st.content_type = None
-        return None, done
-    st.undecoded.append(token)
-    delta = vocab.decode_utf8(st.undecoded)
-    if delta is not None:
-        st.undecoded = []
-    return delta, None
+        return None, _finish(st)
+    return _decode_content(st, vocab.bytes_of(token)), None
+
+
+def _decode_content(st: HarmonyState, data: bytes) -> str | None:
+    """oss-harmony's incremental content decoding: emit the valid UTF-8 prefix; an invalid
+    sequence becomes U+FFFD and what follows it waits for the next token; an incomplete tail
+    waits. None when nothing is emitted."""
+    raw = st.pending.encode("latin-1") + data
+    try:
+        delta, rest = raw.decode("utf-8"), b""
+    except UnicodeDecodeError as exc:
+        if exc.reason == "unexpected end of data" and exc.end == len(raw):
+            delta, rest = raw[: exc.start].decode("utf-8"), raw[exc.start :]
+        else:
+            delta, rest = raw[: exc.start].decode("utf-8") + "\ufffd", raw[exc.end :]
+    st.pending = rest.decode("latin-1")
+    return delta or None
+
+
+def _finish(st: HarmonyState) -> Completed:
+    """The message in CONTENT is complete; its text ends with the held-back bytes (lossy)."""
+    tail = st.pending.encode("latin-1").decode("utf-8", "replace")
+    done = Completed(st.role or "assistant", st.channel, st.recipient, st.content_type, tail)
+    st.phase, st.pending = EXPECT_START, ""
+    st.role = st.channel = st.recipient = st.content_type = None
+    return done
 
 
 def process_eos(st: HarmonyState) -> Completed | None:
@@ -317,10 +338,7 @@ def process_eos(st: HarmonyState) -> Completed | None:
     if st.phase == HEADER:
         raise HarmonyError("Unexpected EOS while waiting for message header to complete")
     if st.phase == CONTENT:
-        done = Completed(st.role or "assistant", st.channel, st.recipient, st.content_type)
-        st.phase, st.undecoded = EXPECT_START, []
-        st.role = st.channel = st.recipient = st.content_type = None
-        return done
+        return _finish(st)
     return None
 
 
@@ -342,7 +360,7 @@ class Collector:
         self.pending: list[str] = []  # the open message's content deltas
 
     def finish(self, done: Completed) -> None:
-        done.text = "".join(self.pending)
+        done.text = "".join(self.pending) + done.text
         self.pending = []
         self.messages.append(done)
 
@@ -395,7 +413,7 @@ def flush(vocab: Vocabulary, st: HarmonyState, batch: Collector | None) -> list[
 
 
 def _reset(st: HarmonyState) -> None:
-    st.phase, st.first, st.header, st.recovery, st.undecoded = HEADER, True, [], [], []
+    st.phase, st.first, st.header, st.recovery, st.pending = HEADER, True, [], [], ""
     st.role = st.channel = st.recipient = st.content_type = None
 
 

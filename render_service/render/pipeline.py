@@ -34,6 +34,7 @@ from render_service.multimodal import media
 from render_service.multimodal import qwen3_vl as multimodal
 from render_service.render import content_parts, renderers, templating
 from render_service.render import token_ids as token_id_checks
+from render_service.render.renderers.harmony import check_chat_effort
 from render_service.settings import Settings
 
 # Ours (vLLM has none): far above real conversations and tool lists (OpenAI accepts 128 tools), they
@@ -556,6 +557,8 @@ def render_chat(
     else:
         if not converted:
             content_parts.check_messages(body["messages"])
+        if harmony:
+            check_chat_effort(body.get("reasoning_effort"))
         token_ids, offsets, features = render_conversation(
             ctx, body, chat_template, rendered_tools, template_kwargs, max_output, output_param, truncate, fetched
         )

@@ -72,7 +72,9 @@ class RenderCase:
     config: str = "gptoss"
 
     def request(self) -> dict[str, Any]:
-        return {"method": "POST", "path": self.path, "headers": {"X-Request-Id": self.name}, "json": self.body}
+        # vLLM's Responses render ignores X-Request-Id (its ids are random: the comparison masks them).
+        headers = {} if self.path == RESP else {"X-Request-Id": self.name}
+        return {"method": "POST", "path": self.path, "headers": headers, "json": self.body}
 
 
 # A derender output: Harmony text (special tokens written out; the tokenizer maps them to ids).
@@ -131,8 +133,16 @@ TOOL_HISTORY = [
 
 RENDER_CASES: list[RenderCase] = [
     RenderCase("chat_user", CHAT, chat(U("Hello!"))),
-    RenderCase("chat_system_effort_high", CHAT, chat({"role": "system", "content": "Be brief."}, U("Hi"), reasoning_effort="high")),
-    RenderCase("chat_developer_effort_low", CHAT, chat({"role": "developer", "content": "Answer in French."}, U("Hi"), reasoning_effort="low")),
+    RenderCase(
+        "chat_system_effort_high",
+        CHAT,
+        chat({"role": "system", "content": "Be brief."}, U("Hi"), reasoning_effort="high"),
+    ),
+    RenderCase(
+        "chat_developer_effort_low",
+        CHAT,
+        chat({"role": "developer", "content": "Answer in French."}, U("Hi"), reasoning_effort="low"),
+    ),
     RenderCase("chat_effort_none", CHAT, chat(U("Hi"), reasoning_effort="none")),
     RenderCase("chat_effort_minimal", CHAT, chat(U("Hi"), reasoning_effort="minimal")),
     RenderCase("chat_tools_auto", CHAT, chat(U("Weather in Rome?"), tools=[WEATHER, TIME, NO_PARAMS])),
@@ -157,7 +167,12 @@ RENDER_CASES: list[RenderCase] = [
             U("Plan a trip."),
             {"role": "assistant", "content": "Sure.", "reasoning": "Start planning."},
             U("To Rome."),
-            {"role": "assistant", "content": None, "reasoning": "Look up Rome.", "tool_calls": [call("r1", "get_weather", {"city": "Rome"})]},
+            {
+                "role": "assistant",
+                "content": None,
+                "reasoning": "Look up Rome.",
+                "tool_calls": [call("r1", "get_weather", {"city": "Rome"})],
+            },
             {"role": "tool", "tool_call_id": "r1", "content": "sunny"},
         ),
     ),
@@ -172,10 +187,17 @@ RENDER_CASES: list[RenderCase] = [
     RenderCase(
         "chat_mid_system",
         CHAT,
-        chat(U("Hi"), {"role": "assistant", "content": "Hello!"}, {"role": "system", "content": "Now speak German."}, U("Wie geht's?")),
+        chat(
+            U("Hi"),
+            {"role": "assistant", "content": "Hello!"},
+            {"role": "system", "content": "Now speak German."},
+            U("Wie geht's?"),
+        ),
     ),
     RenderCase("chat_unicode", CHAT, chat(U("こんにちは 👋🏽 naïve café — ∑"))),
-    RenderCase("chat_no_generation_prompt", CHAT, chat(U("Hi"), add_generation_prompt=False, chat_template_kwargs={"x": 1})),
+    RenderCase(
+        "chat_no_generation_prompt", CHAT, chat(U("Hi"), add_generation_prompt=False, chat_template_kwargs={"x": 1})
+    ),
     RenderCase("chat_long_9k", CHAT, chat(U(LONG))),
     RenderCase("chat_tools_noauto", CHAT, chat(U("Weather?"), tools=[WEATHER], tool_choice="auto"), "gptoss_noauto"),
     RenderCase("chat_user_noauto", CHAT, chat(U("Hello!")), "gptoss_noauto"),
@@ -191,7 +213,11 @@ RENDER_CASES: list[RenderCase] = [
             "model": MODEL,
             "max_tokens": 64,
             "tools": [
-                {"name": "get_weather", "description": "Weather.", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+                {
+                    "name": "get_weather",
+                    "description": "Weather.",
+                    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+                }
             ],
             "messages": [
                 {"role": "user", "content": "Weather in Oslo?"},
@@ -225,7 +251,14 @@ RENDER_CASES: list[RenderCase] = [
             "instructions": "Be brief.",
             "input": "Weather in Rome?",
             "reasoning": {"effort": "high"},
-            "tools": [{"type": "function", "name": "get_weather", "description": "Weather.", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+            "tools": [
+                {
+                    "type": "function",
+                    "name": "get_weather",
+                    "description": "Weather.",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                }
+            ],
         },
     ),
     RenderCase(
@@ -236,11 +269,22 @@ RENDER_CASES: list[RenderCase] = [
             "input": [
                 {"role": "developer", "content": "Use tools."},
                 {"role": "user", "content": "Weather in Rome?"},
-                {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "Need the tool."}]},
-                {"type": "function_call", "call_id": "fc1", "name": "get_weather", "arguments": "{\"city\": \"Rome\"}"},
+                {
+                    "type": "reasoning",
+                    "id": "rs_1",
+                    "summary": [],
+                    "content": [{"type": "reasoning_text", "text": "Need the tool."}],
+                },
+                {"type": "function_call", "call_id": "fc1", "name": "get_weather", "arguments": '{"city": "Rome"}'},
                 {"type": "function_call_output", "call_id": "fc1", "output": "sunny"},
             ],
-            "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+            "tools": [
+                {
+                    "type": "function",
+                    "name": "get_weather",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                }
+            ],
         },
     ),
     RenderCase("resp_effort_none", RESP, {"model": MODEL, "input": "Hi", "reasoning": {"effort": "none"}}),
@@ -256,19 +300,19 @@ TOOL_CALL = (
 )
 LEGACY_TOOL_CALL = (
     "<|channel|>analysis<|message|>Use the tool.<|end|>"
-    "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\":\"Oslo\"}<|call|>"
+    '<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city":"Oslo"}<|call|>'
 )
 TWO_CALLS = (
     "<|channel|>commentary<|message|>Checking both.<|end|>"
-    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Rome\"}<|call|>"
+    '<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Rome"}<|call|>'
     "<|start|>assistant<|channel|>commentary to=functions.get_time<|message|>{}<|call|>"
 )
 UNICODE_FINAL = "<|channel|>analysis<|message|>Grüße 👋🏽 日本語<|end|><|start|>assistant<|channel|>final<|message|>こんにちは！🎉 naïve ☕<|return|>"
 NON_JSON_ARGS = "<|channel|>commentary to=functions.get_weather <|constrain|>text<|message|>city=Paris<|call|>"
-BAD_JSON_ARGS = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": <|call|>"
+BAD_JSON_ARGS = '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": <|call|>'
 CUT_IN_HEADER = "<|channel|>analysis<|message|>Thinking.<|end|><|start|>assistant<|channel|>fin"
 CUT_IN_CONTENT = "<|channel|>analysis<|message|>Thinking a lot about"
-BUILTIN_RECIPIENT = "<|channel|>analysis<|message|>Browse.<|end|><|start|>assistant<|channel|>analysis to=browser.search<|message|>{\"q\": 1}<|call|>"
+BUILTIN_RECIPIENT = '<|channel|>analysis<|message|>Browse.<|end|><|start|>assistant<|channel|>analysis to=browser.search<|message|>{"q": 1}<|call|>'
 GARBAGE_THEN_FINAL = "Hello<|end|>stray<|start|>assistant<|channel|>final<|message|>Recovered.<|return|>"
 
 TOOLS_REQ = chat(U("Weather?"), tools=[WEATHER, TIME])

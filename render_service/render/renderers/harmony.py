@@ -81,6 +81,12 @@ def flatten_text(content: Any) -> str | None:
     return "".join(texts) if texts else None
 
 
+def check_chat_effort(effort: str | None) -> None:
+    """The chat path's own check (`_make_request_with_harmony`), before the system message's."""
+    if effort == "none":
+        raise handler_error(f"Harmony does not support reasoning_effort={effort!r}", "reasoning_effort")
+
+
 class HarmonyRenderer(NoFillInTheMiddle):
     mode = "harmony"
     content_format: str | None = "openai"
@@ -99,8 +105,6 @@ class HarmonyRenderer(NoFillInTheMiddle):
 
     def render(self, chat: ChatInput) -> RenderedPrompt:
         effort = chat.reasoning_effort
-        if effort == "none":
-            raise handler_error(f"Harmony does not support reasoning_effort={effort!r}", "reasoning_effort")
         messages = list(chat.messages)
         instructions = None
         if messages and messages[0].get("role") in ("system", "developer"):
