@@ -28,7 +28,15 @@ from typing import Any
 import msgspec
 
 from render_service.derender.detokenize import TokenizerInfo
-from render_service.parsers.base import REGEX_WS, Delta, FunctionCall, RequestOptions, ToolCallDelta, ToolIdFn
+from render_service.parsers.base import (
+    REGEX_WS,
+    Delta,
+    FunctionCall,
+    RequestOptions,
+    ToolCallDelta,
+    ToolIdFn,
+    json_schema_format,
+)
 from render_service.parsers.chat import ChatParser, StreamState
 from render_service.parsers.protocols import ParserState, ReasoningParser, ToolParser
 from render_service.parsers.registry import register_reasoning_parser, register_tool_parser
@@ -84,6 +92,35 @@ class GptOssToolParser(ToolParser):
     state_type = _NoToolState
     structural_tag_model = "harmony"
 
+    @classmethod
+    def structural_tag(cls, tools: list[dict[str, Any]], strict: list[bool], choice: str) -> dict[str, Any] | None:
+        """`get_harmony_structural_tag(...).format` dumped: optional analysis and commentary
+        preambles, then a call to one of the tools in any of Harmony's header spellings (for
+        auto, or a final answer)."""
+        tags: list[dict[str, Any]] = []
+        for tool, is_strict in zip(tools, strict, strict=True):
+            function = tool["function"]
+            parameters = function.get("parameters")
+            schema = (parameters if parameters is not None else True) if is_strict else True
+            for pattern in _FUNCTION_CALL_BEGINS:
+                for constrain in _JSON_CONSTRAINS:
+                    for channel in _TOOL_CALL_CHANNELS:
+                        begin = pattern.format(name=function["name"], channel=channel, constrain=constrain)
+                        tags.append(
+                            {"type": "tag", "begin": begin, "content": json_schema_format(schema), "end": _END_TAG}
+                        )
+        if choice == "auto":
+            tags.extend(
+                {
+                    "type": "tag",
+                    "begin": f"<|channel|>final{constrain}<|message|>",
+                    "content": _ANY_TEXT,
+                    "end": _END_TAG,
+                }
+                for constrain in (*_JSON_CONSTRAINS, "")
+            )
+        return {"type": "sequence", "elements": [*_PREAMBLES, {"type": "or", "elements": tags}]}
+
     def feed(self, st: Any, text: str, tool_id: ToolIdFn) -> Delta | None:
         raise NotImplementedError("the openai tool parser parses Harmony output only (gpt-oss models)")
 
@@ -95,6 +132,64 @@ class GptOssToolParser(ToolParser):
 
 
 HARMONY_ONLY_PARSERS = ("openai_gptoss", "openai")
+
+# vLLM's Harmony structural-tag pieces (parser/harmony.py). The empty end is a stop token
+# (<|call|>, <|return|>), which xgrammar may not require under a constraint.
+_END_TAG = ["<|end|>", ""]
+_JSON_CONSTRAINS = (" json", " <|constrain|>json")
+_TOOL_CALL_CHANNELS = ("<|channel|>commentary", "<|channel|>analysis", "<|channel|>final")
+_FUNCTION_CALL_BEGINS = (
+    " to=functions.{name}{channel}{constrain}<|message|>",
+    "{channel} to=functions.{name}{constrain}<|message|>",
+)
+_ANY_TEXT: dict[str, Any] = {"type": "any_text"}
+_PREAMBLES = [
+    {
+        "type": "optional",
+        "content": {
+            "type": "sequence",
+            "elements": [
+                {"type": "tag", "begin": f"<|channel|>{channel}<|message|>", "content": _ANY_TEXT, "end": "<|end|>"},
+                {"type": "const_string", "value": "<|start|>assistant"},
+            ],
+        },
+    }
+    for channel in ("analysis", "commentary")
+]
+
+
+def adjust_output_format(body: dict[str, Any]) -> dict[str, Any]:
+    """`HarmonyParser.adjust_request`'s `_adjust_output_format`: the request's structured output
+    (response_format or structured_outputs) becomes a structural tag that lets the model reason
+    first and constrains only its `final` message. Returns the body to resolve structured
+    outputs from (the same body when it has none)."""
+    from render_service.api import structured
+
+    params = structured._from_response_format(body)
+    if params is None:
+        return body
+    final = structured._output_format(params)
+    if final is None:
+        return body
+    content: dict[str, Any]
+    if final["type"] == "json_schema":
+        content = {
+            "type": "or",
+            "elements": [
+                {"type": "tag", "begin": f"<|channel|>final{c}<|message|>", "content": final, "end": _END_TAG}
+                for c in _JSON_CONSTRAINS
+            ],
+        }
+    else:
+        content = {"type": "tag", "begin": "<|channel|>final<|message|>", "content": final, "end": _END_TAG}
+    tag = {
+        "type": "structural_tag",
+        "format": structured._normalize_format({"type": "sequence", "elements": [_PREAMBLES[0], content]}),
+    }
+    cleared = dict.fromkeys(("json", "regex", "choice", "grammar", "json_object"))
+    rewritten = {name: params[name] for name in structured.SO_FIELDS} | cleared | {"structural_tag": json.dumps(tag)}
+    return {**body, "response_format": None, "structured_outputs": rewritten}
+
 
 # -- the state machine --------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from render_service.model.loader import Model
 from render_service.model.lora import AdapterRegistry
 from render_service.multimodal import media
 from render_service.multimodal import qwen3_vl as multimodal
+from render_service.parsers import harmony as harmony_parser
 from render_service.render import content_parts, renderers, templating
 from render_service.render import token_ids as token_id_checks
 from render_service.render.renderers.harmony import check_chat_effort
@@ -248,6 +249,8 @@ def _sampling_values(
     ctx: RenderContext, body: dict[str, Any], max_tokens: int, *, chat: bool, skip_special_tokens: bool | None
 ) -> dict[str, Any]:
     settings = ctx.settings
+    if chat and ctx.model.renderer_mode == "harmony":
+        body = harmony_parser.adjust_output_format(body)
     structured_outputs = structured.structured_outputs_wire(
         body,
         chat=chat,

@@ -147,6 +147,29 @@ RENDER_CASES: list[RenderCase] = [
     RenderCase("chat_effort_minimal", CHAT, chat(U("Hi"), reasoning_effort="minimal")),
     RenderCase("chat_tools_auto", CHAT, chat(U("Weather in Rome?"), tools=[WEATHER, TIME, NO_PARAMS])),
     RenderCase("chat_tools_choice_none", CHAT, chat(U("Weather in Rome?"), tools=[WEATHER], tool_choice="none")),
+    RenderCase("chat_tools_required", CHAT, chat(U("Weather in Rome?"), tools=[WEATHER, TIME], tool_choice="required")),
+    RenderCase(
+        "chat_tools_named",
+        CHAT,
+        chat(U("Weather?"), tools=[WEATHER, TIME], tool_choice={"type": "function", "function": {"name": "get_weather"}}),
+    ),
+    RenderCase(
+        "chat_tools_strict_auto_no_parallel",
+        CHAT,
+        chat(U("Weather?"), tools=[{**WEATHER, "function": {**WEATHER["function"], "strict": True}}, NO_PARAMS], parallel_tool_calls=False),
+    ),
+    RenderCase(
+        "chat_response_format_json_schema",
+        CHAT,
+        chat(U("JSON please"), response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}),
+    ),
+    RenderCase("chat_response_format_json_object", CHAT, chat(U("JSON please"), response_format={"type": "json_object"})),
+    RenderCase("chat_structured_choice", CHAT, chat(U("Pick one"), structured_outputs={"choice": ["yes", "no"]})),
+    RenderCase(
+        "chat_structured_regex_strict_tool",
+        CHAT,
+        chat(U("Pick"), structured_outputs={"regex": "[a-z]+"}, tools=[{**WEATHER, "function": {**WEATHER["function"], "strict": True}}]),
+    ),
     RenderCase("chat_tools_empty", CHAT, chat({"role": "system", "content": ""}, U("Hi"), tools=[])),
     RenderCase("chat_tool_history", CHAT, chat(*TOOL_HISTORY, tools=[WEATHER, TIME])),
     RenderCase(
@@ -237,7 +260,7 @@ RENDER_CASES: list[RenderCase] = [
         MSG,
         {
             "model": MODEL,
-            "max_tokens": 64,
+            "max_tokens": 4096,
             "thinking": {"type": "enabled", "budget_tokens": 1024},
             "messages": [{"role": "user", "content": "Think about it."}],
         },
