@@ -26,7 +26,14 @@ from pathlib import Path
 
 import orjson
 
-from benchmarks._common import DEFAULT_ORACLE_PYTHON, fmt, format_table, free_port, start_render_service, start_vllm_render
+from benchmarks._common import (
+    DEFAULT_ORACLE_PYTHON,
+    fmt,
+    format_table,
+    free_port,
+    start_render_service,
+    start_vllm_render,
+)
 from benchmarks.renderer_bench import MODEL_NAME, measure, payload
 from tests.render.gpt_oss_model import build_gpt_oss_model
 
@@ -73,7 +80,15 @@ def main(argv: list[str] | None = None) -> int:
         fmt(result["p50_ms"]["ours"]),
         fmt(result["p50_ms"]["vLLM"]),
     ]
-    headers = ["renderer", "prompt tokens", "ours CPU ms/req", "vLLM CPU ms/req", "vLLM/ours", "ours p50 ms", "vLLM p50 ms"]
+    headers = [
+        "renderer",
+        "prompt tokens",
+        "ours CPU ms/req",
+        "vLLM CPU ms/req",
+        "vLLM/ours",
+        "ours p50 ms",
+        "vLLM p50 ms",
+    ]
     print(format_table(headers, [row], title="~9k-token chat render, sequential, server CPU per request"))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")

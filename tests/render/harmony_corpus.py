@@ -151,24 +151,42 @@ RENDER_CASES: list[RenderCase] = [
     RenderCase(
         "chat_tools_named",
         CHAT,
-        chat(U("Weather?"), tools=[WEATHER, TIME], tool_choice={"type": "function", "function": {"name": "get_weather"}}),
+        chat(
+            U("Weather?"), tools=[WEATHER, TIME], tool_choice={"type": "function", "function": {"name": "get_weather"}}
+        ),
     ),
     RenderCase(
         "chat_tools_strict_auto_no_parallel",
         CHAT,
-        chat(U("Weather?"), tools=[{**WEATHER, "function": {**WEATHER["function"], "strict": True}}, NO_PARAMS], parallel_tool_calls=False),
+        chat(
+            U("Weather?"),
+            tools=[{**WEATHER, "function": {**WEATHER["function"], "strict": True}}, NO_PARAMS],
+            parallel_tool_calls=False,
+        ),
     ),
     RenderCase(
         "chat_response_format_json_schema",
         CHAT,
-        chat(U("JSON please"), response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}),
+        chat(
+            U("JSON please"),
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+            },
+        ),
     ),
-    RenderCase("chat_response_format_json_object", CHAT, chat(U("JSON please"), response_format={"type": "json_object"})),
+    RenderCase(
+        "chat_response_format_json_object", CHAT, chat(U("JSON please"), response_format={"type": "json_object"})
+    ),
     RenderCase("chat_structured_choice", CHAT, chat(U("Pick one"), structured_outputs={"choice": ["yes", "no"]})),
     RenderCase(
         "chat_structured_regex_strict_tool",
         CHAT,
-        chat(U("Pick"), structured_outputs={"regex": "[a-z]+"}, tools=[{**WEATHER, "function": {**WEATHER["function"], "strict": True}}]),
+        chat(
+            U("Pick"),
+            structured_outputs={"regex": "[a-z]+"},
+            tools=[{**WEATHER, "function": {**WEATHER["function"], "strict": True}}],
+        ),
     ),
     RenderCase("chat_tools_empty", CHAT, chat({"role": "system", "content": ""}, U("Hi"), tools=[])),
     RenderCase("chat_tool_history", CHAT, chat(*TOOL_HISTORY, tools=[WEATHER, TIME])),

@@ -4,9 +4,10 @@ checked against Harmony's own `StreamableParser` (the parser vLLM runs)."""
 from __future__ import annotations
 
 import base64
+import functools
+import importlib.util
 import json
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +31,16 @@ def test_gpt_oss_model_type_selects_harmony(requested: str) -> None:
     assert renderers.detect_mode("auto", {"model_type": "qwen3"}, [])[0] == "hf"
 
 
+def _fetch_script() -> Any:
+    spec = importlib.util.spec_from_file_location("fetch_o200k", ROOT / "scripts" / "fetch_o200k.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_o200k_rebuild_expands_js_tiktoken_ranks() -> None:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import fetch_o200k
-    finally:
-        sys.path.pop(0)
+    fetch_o200k = _fetch_script()
     a, b, c = (base64.b64encode(x).decode() for x in (b"a", b"b", b" the"))
     module = 'export default {"pat_str":"x","bpe_ranks":"! 0 ' + f"{a} {b}\\n! 7 {c}" + '"};\n'
     assert fetch_o200k.ranks_from_js_module(module) == f"{a} 0\n{b} 1\n{c} 7\n".encode()
@@ -44,11 +49,7 @@ def test_o200k_rebuild_expands_js_tiktoken_ranks() -> None:
 def test_o200k_file_has_the_pinned_hash(o200k_dir: Path) -> None:
     import hashlib
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import fetch_o200k
-    finally:
-        sys.path.pop(0)
+    fetch_o200k = _fetch_script()
     digest = hashlib.sha256((o200k_dir / "o200k_base.tiktoken").read_bytes()).hexdigest()
     assert digest == fetch_o200k.EXPECTED_SHA256
 
@@ -137,9 +138,14 @@ def _well_formed(rng: random.Random, tok: Any) -> list[int]:
     return tok.encode(text[: rng.randint(len(text) // 2, len(text))], add_special_tokens=False)
 
 
+@functools.cache
+def _encoding(lib: Any) -> Any:
+    return lib.load_harmony_encoding(lib.HarmonyEncodingName.HARMONY_GPT_OSS)
+
+
 def _reference(lib: Any, ids: list[int]) -> list[Any]:
     """What vLLM's HarmonyParser sees per token, from Harmony itself, then at EOS."""
-    encoding = lib.load_harmony_encoding(lib.HarmonyEncodingName.HARMONY_GPT_OSS)
+    encoding = _encoding(lib)
     parser = lib.StreamableParser(encoding, role=lib.Role.ASSISTANT)
     out: list[Any] = []
     seen = 0

@@ -4,7 +4,9 @@ A model is rendered by one renderer kind, named by its tokenizer mode. `--tokeni
 (the default) picks it from the model: first from the architecture in `config.json`
 (`ModelConfig`'s defaults), then a Mistral-format folder (`consolidated*.safetensors` with
 `tekken.json` or `tokenizer.model.v*`) means `mistral`, and anything else is `hf` (the
-model's Jinja chat template).
+model's Jinja chat template). A gpt-oss model (`model_type: gpt_oss`) is rendered through
+Harmony (`harmony`) whether the mode is `auto` or `hf`, as vLLM's `OnlineRenderer.use_harmony`
+decides it.
 
 Modes vLLM 0.33 has but this service does not implement natively fail at start, naming the
 mode, instead of rendering a prompt vLLM would not.

@@ -63,6 +63,15 @@ def encoding() -> HarmonyEncoding:
         ) from exc
 
 
+def _library_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("oss-harmony")
+    except PackageNotFoundError:
+        return None
+
+
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "0").strip().lower() in ("1", "true")
 
@@ -102,6 +111,12 @@ class HarmonyRenderer(NoFillInTheMiddle):
         self.channel_id = ids["<|channel|>"]
         self.constrain_id = ids["<|constrain|>"]
         self.message_id = ids["<|message|>"]
+        # For the config fingerprint: what the prompts depend on besides the request.
+        self.fingerprint = {
+            "oss_harmony": _library_version(),
+            "system_instructions": self.system_instructions,
+            "start_date": self.start_date,
+        }
 
     def render(self, chat: ChatInput) -> RenderedPrompt:
         effort = chat.reasoning_effort
