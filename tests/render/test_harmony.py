@@ -281,3 +281,23 @@ def test_stream_state_does_not_grow_with_the_output(tokenizer: Any) -> None:
         parser.step(state, "", word, None, opts, tool_ids("r"))
         sizes.append(len(msgspec.json.encode(state.to_obj())))
     assert max(sizes) == min(sizes) < 200
+
+
+def test_harmony_parsers_refused_for_other_models(qwen3_model_dir: Path) -> None:
+    from render_service.model.loader import ModelLoadError, load_model
+    from render_service.settings import Settings
+
+    settings = Settings(model=str(qwen3_model_dir), reasoning_parser="openai_gptoss").validate()
+    with pytest.raises(ModelLoadError, match="openai_gptoss"):
+        load_model(settings)
+
+
+def test_gpt_oss_folder_loads_the_harmony_renderer(gpt_oss_model_dir: Path) -> None:
+    from render_service.model.loader import load_model
+    from render_service.settings import Settings
+
+    settings = Settings(model=str(gpt_oss_model_dir)).validate()
+    model = load_model(settings)
+    assert model.renderer_mode == "harmony"
+    assert settings.reasoning_parser == "openai_gptoss"  # vLLM's default for GptOssForCausalLM
+    assert model.renderer.fingerprint["oss_harmony"] == "0.0.11"
