@@ -621,6 +621,7 @@ def render_responses(
         # What vLLM's ChatParams carries for renderers that show it to the model (Kimi K3).
         "tools": tools,
         "tool_choice": tool_choice,
+        "reasoning_effort": (body.get("reasoning") or {}).get("effort"),  # Harmony's system message
     }
     # Decode-side reuse, as for chat: forwarded prompt ids skip templating (vLLM's preprocess_chat).
     reused = reused_prompt_ids(ctx, {"kv_transfer_params": body.get("kv_transfer_params"), "messages": messages})

@@ -51,7 +51,9 @@ def components(settings: Settings, model: Model, adapters: dict[str, Any] | None
         "chat_template": _digest((model.chat_template or "").encode()),
         # Which renderer turns a conversation into a prompt (vLLM's resolved tokenizer mode):
         # the same template and files give other prompts under another renderer.
-        "renderer": {"mode": model.renderer_mode, "implementation_version": RENDERER_IMPLEMENTATION_VERSION},
+        "renderer": {"mode": model.renderer_mode, "implementation_version": RENDERER_IMPLEMENTATION_VERSION}
+        # What else a renderer's prompts depend on (Harmony: its library version and settings).
+        | ({"details": model.renderer.fingerprint} if getattr(model.renderer, "fingerprint", None) else {}),
         "chat_template_content_format": settings.chat_template_content_format,
         "default_chat_template_kwargs": settings.default_template_kwargs,
         "parsers": {

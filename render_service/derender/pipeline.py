@@ -32,6 +32,7 @@ from render_service.derender.detokenize import (
 )
 from render_service.derender.snapshots import SnapshotStore, snapshot_key
 from render_service.exceptions import BadRequestError, ConflictError
+from render_service.parsers import harmony
 from render_service.render.pipeline import RenderContext, check_model, effective_template_kwargs
 from render_service.server.metrics import Metrics
 
@@ -234,15 +235,24 @@ def _model_name(ctx: DerenderContext, body: dict[str, Any]) -> str:
 
 def _parser_for(ctx: DerenderContext, request: dict[str, Any]) -> tuple[parsers.ChatParser | None, dict[str, Any]]:
     settings = ctx.render.settings
+    if ctx.render.model.renderer_mode == "harmony":  # Harmony output is parsed without template kwargs
+        return _configured_parser(ctx, True), {}
     kwargs = effective_template_kwargs(ctx.render, request)
-    parser = parsers.get_parser(
+    thinking = parsers.thinking_enabled(settings.reasoning_parser, kwargs, settings.tool_call_parser)
+    return _configured_parser(ctx, thinking), kwargs
+
+
+def _configured_parser(ctx: DerenderContext, thinking: bool) -> parsers.ChatParser | None:
+    """The server's parser; for gpt-oss, vLLM's HarmonyParser replaces the composition."""
+    settings = ctx.render.settings
+    get = harmony.get_parser if ctx.render.model.renderer_mode == "harmony" else parsers.get_parser
+    return get(
         ctx.render.model.hf_tokenizer,
         settings.reasoning_parser,
         settings.tool_call_parser,
         enable_auto_tools=settings.enable_auto_tool_choice,
-        thinking_enabled=parsers.thinking_enabled(settings.reasoning_parser, kwargs, settings.tool_call_parser),
+        thinking_enabled=thinking,
     )
-    return parser, kwargs
 
 
 def _tool_call_wire(call_id: str, call: parsers.FunctionCall) -> dict[str, Any]:
@@ -321,7 +331,7 @@ def derender_chat(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
             spaces_between_special_tokens=spaces,
         )
         if parser is not None:
-            reasoning, content, calls = parser.parse(text, opts, gen.get("prompt_token_ids"))
+            reasoning, content, calls = parser.parse(text, opts, gen.get("prompt_token_ids"), token_ids)
             reasoning, content, id_calls = parser.assemble(
                 reasoning, content, calls, opts, parsers.tool_ids(request_id, choice["index"])
             )
@@ -732,13 +742,7 @@ async def _parsed_stream(
 
     if snapshot is not None:
         req = _StreamRequest.from_obj(snapshot["req"])
-        parser = parsers.get_parser(
-            ctx.render.model.hf_tokenizer,
-            ctx.render.settings.reasoning_parser,
-            ctx.render.settings.tool_call_parser,
-            enable_auto_tools=ctx.render.settings.enable_auto_tool_choice,
-            thinking_enabled=req.thinking,
-        )
+        parser = _configured_parser(ctx, req.thinking)
         assert parser is not None  # the parser path runs only with a configured parser
         parsed = parsers.load_parsed_stream(parser, snapshot["ps"])
         carried = snapshot["carry"]

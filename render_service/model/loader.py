@@ -158,7 +158,21 @@ def load_model(settings: Settings) -> Model:
         tokenizer_files=files,
     )
     model.renderer_mode = _renderer_mode(settings, config, tokenizer_path)
-    model.renderer = renderers.create_renderer(model.renderer_mode, hf_tokenizer, model.encode)
+    harmony_only = [
+        name
+        for name in (settings.reasoning_parser, settings.tool_call_parser if settings.enable_auto_tool_choice else None)
+        if name in ("openai_gptoss", "openai")
+    ]
+    if harmony_only and model.renderer_mode != "harmony":
+        # vLLM accepts them and fails on the first derender (the classes only mark Harmony parsing).
+        raise ModelLoadError(f"the {', '.join(harmony_only)} parser(s) parse gpt-oss (Harmony) output only")
+    if model.renderer_mode == "harmony" and settings.reasoning_parser is None:
+        # vLLM's GptOssForCausalLM config default (`verify_and_update_config`).
+        settings.reasoning_parser = "openai_gptoss"
+    try:
+        model.renderer = renderers.create_renderer(model.renderer_mode, hf_tokenizer, model.encode)
+    except RuntimeError as exc:  # e.g. the Harmony library or its vocabulary is missing
+        raise ModelLoadError(str(exc)) from exc
     logger.info("renderer: %s", model.renderer_mode)
     release_freed_memory()
     return model

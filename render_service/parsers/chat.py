@@ -326,13 +326,18 @@ class ChatParser:
     # -- batch --------------------------------------------------------------------------------------
 
     def parse(
-        self, model_output: str, opts: RequestOptions, prompt_token_ids: Sequence[int] | None = None
+        self,
+        model_output: str,
+        opts: RequestOptions,
+        prompt_token_ids: Sequence[int] | None = None,
+        output_token_ids: Sequence[int] = (),
     ) -> tuple[str | None, str | None, list[FunctionCall] | None]:
         """`DelegatingParser.parse`: (reasoning, content, tool_calls).
 
         `model_output` is the decoded text with special tokens kept. `prompt_token_ids` is what
         vLLM passes to `set_prompt_token_ids` (batch derender: `generate_response.prompt_token_ids`,
         possibly None); only `qwen3` reads it, to start in content when the prompt closes reasoning.
+        `output_token_ids` are the choice's ids (`model_output_token_ids`: Harmony parses those).
         """
         if self.reasoning is not None:
             reasoning, content = self.reasoning.extract(model_output, prompt_token_ids)

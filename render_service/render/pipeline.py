@@ -35,8 +35,10 @@ from render_service.model.loader import Model
 from render_service.model.lora import AdapterRegistry
 from render_service.multimodal import media
 from render_service.multimodal import qwen3_vl as multimodal
+from render_service.parsers import harmony as harmony_parser
 from render_service.render import content_parts, prefix, renderers, segments, templating
 from render_service.render import token_ids as token_id_checks
+from render_service.render.renderers.harmony import check_chat_effort
 from render_service.settings import Settings
 
 logger = logging.getLogger("render_service.render.pipeline")
@@ -262,6 +264,8 @@ def _sampling_values(
     ctx: RenderContext, body: dict[str, Any], max_tokens: int, *, chat: bool, skip_special_tokens: bool | None
 ) -> dict[str, Any]:
     settings = ctx.settings
+    if chat and ctx.model.renderer_mode == "harmony":
+        body = harmony_parser.adjust_output_format(body)
     structured_outputs = structured.structured_outputs_wire(
         body,
         chat=chat,
@@ -529,7 +533,9 @@ def render_chat(
     settings = ctx.settings
     tool_choice = body.get("tool_choice", "none")
     tools = body.get("tools")
-    if not ctx.has_tool_parser and tool_choice not in (None, "none"):
+    harmony = ctx.model.renderer_mode == "harmony"
+    # vLLM checks tool_choice against the parser flags only for HF templates (`render_chat`).
+    if not harmony and not ctx.has_tool_parser and tool_choice not in (None, "none"):
         if tool_choice == "auto" and not settings.enable_auto_tool_choice:
             raise BadRequestError(
                 '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
@@ -575,6 +581,8 @@ def render_chat(
     else:
         if not converted:
             content_parts.check_messages(body["messages"])
+        if harmony:
+            check_chat_effort(body.get("reasoning_effort"))
         turn = _begin_turn(ctx, body, chat_template, rendered_tools, template_kwargs)
         token_ids, offsets, features = render_conversation(
             ctx,
@@ -618,7 +626,8 @@ def render_chat(
         "tool_choice": _tool_choice_wire(tool_choice),
         "parallel_tool_calls": body.get("parallel_tool_calls", True),
         "include_reasoning": body.get("include_reasoning", True),
-        "chat_template_kwargs": template_kwargs,
+        # Harmony output is parsed without template kwargs (vLLM's `_build_parse_context`).
+        "chat_template_kwargs": {} if harmony else template_kwargs,
         "history_tool_call_cnt": _history_tool_calls(body["messages"]),
     }
     return generate_request(
@@ -715,9 +724,10 @@ def _render_chat_tokens(
             chat_template=chat_template,
             tool_choice=body.get("tool_choice") if body.get("tools") else None,
             response_format=body.get("response_format"),
+            reasoning_effort=body.get("reasoning_effort"),
         )
     )
-    if rendered.token_ids is not None:  # tokenized by the renderer (Kimi K3)
+    if rendered.token_ids is not None:  # tokenized by the renderer (Kimi K3, Harmony)
         _skip_turn(ctx, turn)
         return rendered.token_ids, None, None
     prompt = rendered.text or ""

@@ -4,7 +4,9 @@ A model is rendered by one renderer kind, named by its tokenizer mode. `--tokeni
 (the default) picks it from the model: first from the architecture in `config.json`
 (`ModelConfig`'s defaults), then a Mistral-format folder (`consolidated*.safetensors` with
 `tekken.json` or `tokenizer.model.v*`) means `mistral`, and anything else is `hf` (the
-model's Jinja chat template).
+model's Jinja chat template). A gpt-oss model (`model_type: gpt_oss`) is rendered through
+Harmony (`harmony`) whether the mode is `auto` or `hf`, as vLLM's `OnlineRenderer.use_harmony`
+decides it.
 
 Modes vLLM 0.33 has but this service does not implement natively fail at start, naming the
 mode, instead of rendering a prompt vLLM would not.
@@ -44,7 +46,10 @@ TOKENIZER_MODES = (
     "mistral",
     "terratorch",
 )
-NATIVE_MODES = ("hf", "deepseek_v32", "deepseek_v4", "deepseek_v41", "kimi_k3")
+NATIVE_MODES = ("hf", "deepseek_v32", "deepseek_v4", "deepseek_v41", "kimi_k3", "harmony")
+# Renderer kinds vLLM picks from the model, not from --tokenizer-mode: gpt-oss (`model_type`
+# gpt_oss) renders through Harmony whatever the tokenizer mode (`OnlineRenderer.use_harmony`).
+MODEL_TYPE_RENDERERS = {"gpt_oss": "harmony"}
 
 # `ModelConfig`: the tokenizer mode an architecture implies when the mode is "auto".
 ARCHITECTURE_MODES = {
@@ -93,6 +98,9 @@ def is_mistral_folder(files: Iterable[str]) -> bool:
 def detect_mode(requested: str, config: dict[str, Any], tokenizer_files: Iterable[str]) -> tuple[str, str]:
     """(mode, why): the renderer vLLM 0.33 uses for this model and the reason, as it decides it."""
     mode = requested.lower()
+    model_type = config.get("model_type")
+    if model_type in MODEL_TYPE_RENDERERS and mode in ("auto", "hf"):
+        return MODEL_TYPE_RENDERERS[model_type], f"model_type {model_type}"
     if mode != "auto":
         return mode, f"--tokenizer-mode {mode}"
     architectures = config.get("architectures") or []
@@ -125,4 +133,8 @@ def create_renderer(mode: str, hf_tokenizer: Any, encode: Callable[[str, bool], 
         from render_service.render.renderers.kimi_k3 import KimiK3Renderer
 
         return KimiK3Renderer(hf_tokenizer, encode)
+    if mode == "harmony":
+        from render_service.render.renderers.harmony import HarmonyRenderer
+
+        return HarmonyRenderer()
     raise UnsupportedRendererError(mode, f"--tokenizer-mode {mode}")

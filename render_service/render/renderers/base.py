@@ -30,6 +30,8 @@ class ChatInput:
     # The request's `tool_choice` when it has tools (vLLM collapses it to None otherwise).
     tool_choice: Any = None
     response_format: Any = None
+    # The request's `reasoning_effort` as sent (Harmony reads it, not the template kwargs).
+    reasoning_effort: str | None = None
 
 
 @dataclass(frozen=True)
