@@ -281,7 +281,7 @@ def test_adapter_parser_matches_vllms_render_tier(
                 tool_call_parser=tool,
                 enable_auto_tool_choice=tool is not None,
             )
-            with pytest.raises(Exception):  # noqa: B017, PT011 (vLLM raises TypeError or its cause)
+            with pytest.raises(Exception):  # noqa: B017 (vLLM raises TypeError or its cause)
                 with TestClient(create_app(settings.validate())):
                     pass
             last = exc
