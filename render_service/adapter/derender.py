@@ -6,15 +6,13 @@ the pipeline's own. Streaming follows `OnlineDerenderer._derender_chat_stream_pa
 step, except that the parser is not rebuilt and replayed on every chunk: the live
 `ChatStreamProcessor` of the stream waits in the worker's `LiveStreamCache`, keyed by the
 stream id the service adds to the state (`rs_sid`) and checked against the client-carried
-output (position and digest). On a miss (first chunk after a restart, another worker, an
+output (the same token ids). On a miss (first chunk after a restart, another worker, an
 eviction, a stream started by a vLLM replica) the carried output is replayed once, exactly as
 vLLM replays it, and the miss is counted in /metrics.
 """
 
 from __future__ import annotations
 
-import array
-import hashlib
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -46,10 +44,6 @@ def compact_refused(runtime: AdapterRuntime) -> BadRequestError:
         "default) to stream with it.",
         param="stream_state",
     )
-
-
-def _digest(ids: list[int]) -> str:
-    return hashlib.blake2b(array.array("q", ids).tobytes(), digest_size=16).hexdigest()
 
 
 # -- batch --------------------------------------------------------------------------------------------
@@ -122,11 +116,10 @@ def stream_chunk(
     _, spaces = decode_params(None, chat_request.get("spaces_between_special_tokens", True), preserve_special=True)
     output_ids: list[int] = state["output_token_ids"]
     position = len(output_ids)
-    digest = _digest(output_ids)
     sid = state.get("rs_sid")
     live = None
     if isinstance(sid, str) and len(sid) <= 64:
-        live = cache.take(sid, position, digest)
+        live = cache.take(sid, output_ids)
         # The request travels with every chunk: a changed one is parsed as vLLM would parse it.
         if live is not None and live.chat_request != chat_request:
             live = None
@@ -147,7 +140,7 @@ def stream_chunk(
             sid = secrets.token_hex(16)
         # vLLM: "Replay rebuilds the same flag. The carried one stays authoritative."
         processor.tools_streamed = state["tools_streamed"]
-        choices, new_state, chars = _step(ctx, processor, detok, chunk, state, chat_request, prompt_ids, spaces)
+        choices, new_state, chars = _step(ctx, info, processor, detok, chunk, state, chat_request, prompt_ids, spaces)
     except BadRequestError:
         raise
     except Exception:  # vLLM: any failure of the parser on client-carried state is this 400
@@ -161,8 +154,7 @@ def stream_chunk(
         cache.put(
             sid,
             LiveStream(
-                new_position,
-                _digest(new_state["output_token_ids"]) if new_position != position else digest,
+                new_state["output_token_ids"],  # the list the response carries (never mutated)
                 processor,
                 detok,
                 chat_request,
@@ -178,6 +170,7 @@ def stream_chunk(
 
 def _step(
     ctx: DerenderContext,
+    info: TokenizerInfo,
     processor: Any,
     detok: DetokState,
     chunk: dict[str, Any],
@@ -191,7 +184,6 @@ def _step(
     from render_service.derender.pipeline import _stop_params
 
     model = ctx.render.model
-    info = TokenizerInfo.of(model.hf_tokenizer)
     output_ids = list(state["output_token_ids"])
     chunk_lens = list(state["output_chunk_lens"])
     role_sent = state["role_sent"]

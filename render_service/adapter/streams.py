@@ -3,7 +3,7 @@
 vLLM's parser objects cannot be serialized, so a stream whose parser comes from vLLM keeps the
 object itself between chunks, here, in the worker that served the previous chunk (a keep-alive
 client stays on its worker). An entry is found by the stream id the service hands out
-(`rs_sid`) and must match the client-carried output exactly (position and digest): anything
+(`rs_sid`) and must match the client-carried output exactly (the same token ids): anything
 else is a miss, and the caller rebuilds the parser by replaying the carried output once, as
 vLLM does on every chunk. Nothing here is pickled or leaves the process.
 
@@ -22,10 +22,10 @@ from typing import Any
 
 @dataclass
 class LiveStream:
-    """One stream's live state after `position` output tokens whose digest is `digest`."""
+    """One stream's live state after the output tokens `output_ids` (kept to check the client's:
+    comparing two lists costs less than hashing one, and cannot collide)."""
 
-    position: int
-    digest: str
+    output_ids: list[int]
     processor: Any  # vLLM's ChatStreamProcessor (it owns the parser object)
     detok: Any  # our DetokState: the detokenizer window with special tokens kept
     chat_request: dict[str, Any]  # the request it parses for (a changed request is a miss)
@@ -55,16 +55,15 @@ class LiveStreamCache:
     def nbytes(self) -> int:
         return self._bytes
 
-    def take(self, sid: str, position: int, digest: str) -> LiveStream | None:
-        """The stream's live state if it is exactly after `position` tokens with `digest`; a stale
-        entry (another position or history: the client went back, or another worker moved on) is
-        dropped."""
+    def take(self, sid: str, output_ids: list[int]) -> LiveStream | None:
+        """The stream's live state if it is exactly after `output_ids`; a stale entry (another
+        history: the client went back, or another worker moved on) is dropped."""
         with self._lock:
             entry = self._entries.pop(sid, None)
             if entry is None:
                 return None
             self._bytes -= entry.nbytes
-            if entry.position != position or entry.digest != digest:
+            if len(entry.output_ids) != len(output_ids) or entry.output_ids != output_ids:
                 return None
             return entry
 

@@ -23,24 +23,28 @@ from render_service.exceptions import BadRequestError
 from render_service.settings import Settings, SettingsError
 
 
-def _entry(position: int, digest: str = "d", nbytes: int = 10) -> LiveStream:
-    return LiveStream(position, digest, object(), object(), {"messages": []}, 0, nbytes)
+def _ids(position: int, last: int = 7) -> list[int]:
+    return [*range(position - 1), last] if position else []
+
+
+def _entry(position: int, last: int = 7, nbytes: int = 10) -> LiveStream:
+    return LiveStream(_ids(position, last), object(), object(), {"messages": []}, 0, nbytes)
 
 
 # -- the LRU ----------------------------------------------------------------------------------------
 
 
-def test_take_returns_the_entry_only_at_its_position_and_digest() -> None:
+def test_take_returns_the_entry_only_after_the_same_output() -> None:
     cache = LiveStreamCache(max_entries=8, max_bytes=1000)
-    entry = _entry(5, "abc")
+    entry = _entry(5)
     cache.put("s", entry)
-    assert cache.take("s", 5, "abc") is entry
-    assert cache.take("s", 5, "abc") is None  # taken: a concurrent chunk of the stream misses
-    cache.put("s", _entry(5, "abc"))
-    assert cache.take("s", 6, "abc") is None  # another position: stale, and dropped
+    assert cache.take("s", _ids(5)) is entry
+    assert cache.take("s", _ids(5)) is None  # taken: a concurrent chunk of the stream misses
+    cache.put("s", _entry(5))
+    assert cache.take("s", _ids(6)) is None  # another position: stale, and dropped
     assert len(cache) == 0 and cache.nbytes == 0
-    cache.put("s", _entry(5, "abc"))
-    assert cache.take("s", 5, "other history") is None
+    cache.put("s", _entry(5))
+    assert cache.take("s", _ids(5, last=8)) is None  # same length, another history
     assert len(cache) == 0 and cache.nbytes == 0
 
 
@@ -48,11 +52,11 @@ def test_bounded_by_entries_least_recently_used_first() -> None:
     cache = LiveStreamCache(max_entries=2, max_bytes=1 << 20)
     cache.put("a", _entry(1))
     cache.put("b", _entry(1))
-    assert cache.take("a", 1, "d") is not None
+    assert cache.take("a", _ids(1)) is not None
     cache.put("a", _entry(2))  # "a" is now the most recent
     cache.put("c", _entry(1))
-    assert cache.take("b", 1, "d") is None  # evicted
-    assert cache.take("a", 2, "d") is not None and cache.take("c", 1, "d") is not None
+    assert cache.take("b", _ids(1)) is None  # evicted
+    assert cache.take("a", _ids(2)) is not None and cache.take("c", _ids(1)) is not None
     assert cache.evictions == 1
 
 
@@ -61,12 +65,12 @@ def test_bounded_by_bytes() -> None:
     for name in "abcd":
         cache.put(name, _entry(1, nbytes=30))
     assert len(cache) == 3 and cache.nbytes == 90
-    assert cache.take("a", 1, "d") is None
+    assert cache.take("a", _ids(1)) is None
     cache.put("huge", _entry(1, nbytes=101))  # larger than the whole bound: not kept
-    assert cache.take("huge", 1, "d") is None
+    assert cache.take("huge", _ids(1)) is None
     assert cache.nbytes == 90
     cache.put("b", _entry(2, nbytes=60))  # replacing an entry frees its bytes first
-    assert cache.nbytes <= 100 and cache.take("b", 2, "d") is not None
+    assert cache.nbytes <= 100 and cache.take("b", _ids(2)) is not None
 
 
 def test_zero_entries_keeps_nothing_and_bounds_must_be_non_negative() -> None:
