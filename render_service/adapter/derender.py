@@ -13,6 +13,7 @@ vLLM replays it, and the miss is counted in /metrics.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,8 @@ from render_service.exceptions import BadRequestError
 if TYPE_CHECKING:
     from render_service.adapter import AdapterRuntime
     from render_service.derender.pipeline import DerenderContext
+
+logger = logging.getLogger(__name__)
 
 # vLLM answers any failure of a replayed parser with this 400 (ServingDerender).
 STREAM_FAILED = "invalid stream_state: derender failed"
@@ -143,7 +146,8 @@ def stream_chunk(
         choices, new_state, chars = _step(ctx, info, processor, detok, chunk, state, chat_request, prompt_ids, spaces)
     except BadRequestError:
         raise
-    except Exception:  # vLLM: any failure of the parser on client-carried state is this 400
+    except Exception as exc:  # vLLM: any failure of the parser on client-carried state is this 400
+        logger.debug("adapter stream failed: %s: %s", type(exc).__name__, exc, exc_info=True)
         cache.discard(sid or "")
         raise BadRequestError(STREAM_FAILED) from None
     detok = new_state.pop("_detok")

@@ -76,6 +76,7 @@ class RenderEffects:
     structured_outputs: dict[str, Any] | None
     structured_outputs_changed: bool
     reasoning_ended: bool | None
+    reasoning_parser_kwargs: dict[str, Any] | None
 
 
 class AdapterParsers:
@@ -150,9 +151,14 @@ class AdapterParsers:
             params = request.extract_structured_outputs()
             if params is not None:
                 constraint = {f.name: getattr(params, f.name) for f in fields(params) if not f.name.startswith("_")}
-        reasoning_parser = (
-            self.new_parser(request, template_kwargs) if parser_cls.reasoning_parser_cls is not None else None
-        )
+        # vLLM hands the reasoning parser the very dict it sends as `reasoning_parser_kwargs`, and
+        # some parsers add their defaults to it (e.g. `thinking`): keep that dict.
+        reasoning_kwargs = dict(template_kwargs)
+        reasoning_parser = None
+        if parser_cls.reasoning_parser_cls is not None:
+            reasoning_parser = parser_cls(
+                self.tokenizer, request.tools, chat_template_kwargs=reasoning_kwargs, model_config=self.model_config
+            )
         return RenderEffects(
             skip_special_tokens=request.skip_special_tokens
             if request.skip_special_tokens != before_skip
@@ -160,6 +166,7 @@ class AdapterParsers:
             structured_outputs=constraint,
             structured_outputs_changed=request.structured_outputs is not before_so,
             reasoning_ended=request.resolve_reasoning_ended(reasoning_parser, prompt_token_ids),
+            reasoning_parser_kwargs=None if reasoning_parser is None else {"chat_template_kwargs": reasoning_kwargs},
         )
 
     # -- batch ----------------------------------------------------------------------------------------

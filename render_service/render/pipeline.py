@@ -588,6 +588,8 @@ def render_chat(
     kv_params, ec_params = _hoist_transfer_params(sampling)
 
     reasoning_parser_kwargs = {"chat_template_kwargs": template_kwargs} if ctx.has_reasoning_parser else None
+    if vllm_effects is not None:
+        reasoning_parser_kwargs = vllm_effects.reasoning_parser_kwargs
     if not body.get("include_reasoning", True):
         reasoning_ended: bool | None = True
     elif vllm_effects is not None:

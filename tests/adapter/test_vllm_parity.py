@@ -167,18 +167,21 @@ def tiers(models: dict[str, Path]) -> Iterator[dict[str, VllmRenderTier]]:
 
 
 def _normalize(value: Any, ids: dict[str, str]) -> Any:
-    """Drop what differs by design (timestamps, our `rs_*` keys) and number random tool-call ids."""
+    """Drop what differs by design (timestamps, our `rs_*` keys) and number the tool-call ids by
+    order of first appearance (vLLM makes most of them at random, with family-specific prefixes)."""
+
+    def number(call_id: Any) -> Any:
+        return ids.setdefault(call_id, f"<tool-id-{len(ids)}>") if isinstance(call_id, str) else call_id
+
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
             if key == "created" or key.startswith("rs_"):
                 continue
-            if key == "id" and isinstance(item, str) and item.startswith("chatcmpl-tool-"):
-                item = ids.setdefault(item, f"<tool-id-{len(ids)}>")
-            if key == "last_tool_call_ids":
-                item = [
-                    ids.setdefault(i, f"<tool-id-{len(ids)}>") if i.startswith("chatcmpl-tool") else i for i in item
-                ]
+            if key == "tool_calls" and isinstance(item, list):
+                item = [{**call, "id": number(call.get("id"))} if isinstance(call, dict) else call for call in item]
+            if key == "last_tool_call_ids" and isinstance(item, list):
+                item = [number(call_id) for call_id in item]
             out[key] = _normalize(item, ids)
         return out
     if isinstance(value, list):
@@ -198,7 +201,9 @@ def _configs() -> list[tuple[str | None, str | None]]:
 
 def _stream(
     post: Any, base: dict[str, Any], ids: list[int], lens: list[int], drop_sid_at: int | None = None
-) -> list[dict[str, Any]]:
+) -> list[tuple[int, dict[str, Any]]]:
+    """(status, body) per chunk, up to the first error (a parser that fails on a chunk, e.g. one
+    that only accepts one token per chunk, fails every later chunk too)."""
     state = None
     responses = []
     start = 0
@@ -208,9 +213,10 @@ def _stream(
         if drop_sid_at == index and state is not None:
             state = {k: v for k, v in state.items() if not k.startswith("rs_")}
         response = post(chunk_body(base, chunk, "stop" if start >= len(ids) else None, state))
-        assert response.status_code == 200, response.text
-        responses.append(response.json())
-        state = responses[-1]["stream_state"]
+        responses.append((response.status_code, response.json()))
+        if response.status_code != 200:
+            break
+        state = responses[-1][1]["stream_state"]
     return responses
 
 
@@ -254,8 +260,14 @@ def _compare(
                 )
                 theirs_ids: dict[str, str] = {}
                 mine_ids: dict[str, str] = {}
+                assert len(mine_stream) == len(theirs_stream), (where, drop, mine_stream[-1], theirs_stream[-1])
                 for i, (a, b) in enumerate(zip(mine_stream, theirs_stream, strict=True)):
-                    assert _normalize(a, mine_ids) == _normalize(b, theirs_ids), (where, "chunk", i, drop)
+                    assert a[0] == b[0] and _normalize(a[1], mine_ids) == _normalize(b[1], theirs_ids), (
+                        where,
+                        "chunk",
+                        i,
+                        drop,
+                    )
             compared += 1
     return compared
 
