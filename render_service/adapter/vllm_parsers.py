@@ -73,6 +73,7 @@ class RenderEffects:
     `structured_outputs` holds `StructuredOutputsParams` fields when the parser set a constraint."""
 
     skip_special_tokens: bool | None
+    spaces_between_special_tokens: bool | None  # None: left as the request has it
     structured_outputs: dict[str, Any] | None
     structured_outputs_changed: bool
     reasoning_ended: bool | None
@@ -137,6 +138,7 @@ class AdapterParsers:
         `resolve_reasoning_ended` on the adjusted request."""
         request = self.request(body)
         before_skip, before_so = request.skip_special_tokens, request.structured_outputs
+        before_spaces = request.spaces_between_special_tokens
         parser_cls = self.parser_cls
         if (
             parser_cls.always_adjust_request
@@ -163,6 +165,9 @@ class AdapterParsers:
             skip_special_tokens=request.skip_special_tokens
             if request.skip_special_tokens != before_skip
             else body.get("skip_special_tokens"),
+            spaces_between_special_tokens=request.spaces_between_special_tokens
+            if request.spaces_between_special_tokens != before_spaces
+            else None,
             structured_outputs=constraint,
             structured_outputs_changed=request.structured_outputs is not before_so,
             reasoning_ended=request.resolve_reasoning_ended(reasoning_parser, prompt_token_ids),

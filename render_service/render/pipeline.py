@@ -325,7 +325,9 @@ def _sampling_values(
         max_tokens=max_tokens,
         min_tokens=body.get("min_tokens", 0),
         skip_special_tokens=skip_special_tokens,
-        spaces_between_special_tokens=body.get("spaces_between_special_tokens", True),
+        spaces_between_special_tokens=vllm_effects.spaces_between_special_tokens
+        if vllm_effects is not None and vllm_effects.spaces_between_special_tokens is not None
+        else body.get("spaces_between_special_tokens", True),
         include_stop_str_in_output=body.get("include_stop_str_in_output", False),
         output_kind=OUTPUT_KIND_DELTA if body.get("stream") else OUTPUT_KIND_FINAL_ONLY,
         stream_interval=body.get("stream_interval"),
