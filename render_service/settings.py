@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from render_service.model.lora import LoRAModuleError, LoRAModulePath, parse_lora_modules, runtime_updating_allowed
-from render_service.parsers.registry import reasoning_parser_names, tool_parser_names
 
 CONTENT_FORMATS = ("auto", "string", "openai")
 STREAM_STATE_MODES = ("full", "compact")
@@ -38,6 +37,9 @@ class Settings:
     trust_request_chat_template: bool = False
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
+    # vLLM's plugin files (they need the vLLM extra: render_service/adapter).
+    tool_parser_plugin: str = ""
+    reasoning_parser_plugin: str = ""
     enable_auto_tool_choice: bool = False
     exclude_tools_when_tool_choice_none: bool = False
     max_model_len: int | None = None
@@ -91,6 +93,9 @@ class Settings:
     # LoRA adapters (vLLM's --lora-modules; `name=path` strings are parsed by `validate`).
     lora_modules: list[LoRAModulePath | str] = field(default_factory=list)
     allow_runtime_lora_updating: bool = False  # VLLM_ALLOW_RUNTIME_LORA_UPDATING (vLLM has no flag)
+    # The vLLM adapter's live parser streams, per worker (render_service/adapter/streams.py).
+    adapter_stream_cache_entries: int = 4096
+    adapter_stream_cache_bytes: int = 256 << 20
 
     @property
     def served_names(self) -> list[str]:
@@ -146,16 +151,15 @@ class Settings:
                 f"No tokenizer registered for tokenizer_mode={self.tokenizer_mode!r} (--tokenizer-mode: "
                 f"one of {', '.join(TOKENIZER_MODES)})"
             )
-        reasoning_names, tool_names = reasoning_parser_names(), tool_parser_names()
-        if self.reasoning_parser is not None and self.reasoning_parser not in reasoning_names:
-            raise SettingsError(
-                f"--reasoning-parser {self.reasoning_parser!r} is not supported; "
-                f"choose one of {', '.join(reasoning_names)}"
-            )
-        if self.tool_call_parser is not None and self.tool_call_parser not in tool_names:
-            raise SettingsError(
-                f"--tool-call-parser {self.tool_call_parser!r} is not supported; choose one of {', '.join(tool_names)}"
-            )
+        # Names without a native parser (and plugin files) need vLLM's parsers: render_service/adapter.
+        from render_service import adapter
+
+        try:
+            adapter.check_settings(self)
+        except adapter.AdapterUnavailable as exc:
+            raise SettingsError(str(exc)) from None
+        if self.adapter_stream_cache_entries < 0 or self.adapter_stream_cache_bytes < 0:
+            raise SettingsError("--adapter-stream-cache-entries and --adapter-stream-cache-bytes must be non-negative")
         if self.enable_auto_tool_choice and self.tool_call_parser is None:
             raise SettingsError("--enable-auto-tool-choice requires --tool-call-parser")
         if self.chat_template_content_format not in CONTENT_FORMATS:
@@ -308,6 +312,16 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-request-chat-template", action="store_true")
     parser.add_argument("--reasoning-parser")
     parser.add_argument("--tool-call-parser")
+    parser.add_argument(
+        "--tool-parser-plugin",
+        default="",
+        help="a Python file registering vLLM tool parsers (needs the render-service[vllm] extra)",
+    )
+    parser.add_argument(
+        "--reasoning-parser-plugin",
+        default="",
+        help="a Python file registering vLLM reasoning parsers (needs the render-service[vllm] extra)",
+    )
     parser.add_argument("--enable-auto-tool-choice", action="store_true")
     parser.add_argument("--exclude-tools-when-tool-choice-none", action="store_true")
     parser.add_argument("--max-model-len", type=_max_model_len)
@@ -388,6 +402,18 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--snapshot-key", default=None, help="HMAC key for snapshots (or RENDER_SNAPSHOT_KEY)")
     parser.add_argument("--stream-state-mode", default="full", choices=STREAM_STATE_MODES)
     parser.add_argument("--snapshot-ttl-seconds", type=int, default=600)
+    parser.add_argument(
+        "--adapter-stream-cache-entries",
+        type=int,
+        default=4096,
+        help="streams whose vLLM-adapter parser objects each worker keeps live between chunks",
+    )
+    parser.add_argument(
+        "--adapter-stream-cache-bytes",
+        type=int,
+        default=256 << 20,
+        help="estimated bytes those live parser objects may hold per worker (least recently used go first)",
+    )
     parser.add_argument("--log-level", default="info")
     # HTTPS: vLLM's flags, with its types and defaults (uvicorn applies them in every worker).
     parser.add_argument("--ssl-keyfile", default=None, help="the file path to the SSL key file")

@@ -12,6 +12,7 @@ import json
 from functools import cache
 from typing import Any
 
+from render_service import adapter
 from render_service.api import generated, requests, structured
 from render_service.api.protocol import (
     OUTPUT_KIND_DELTA,
@@ -594,6 +595,12 @@ def render_responses(
             error_type="invalid_request_error",
         )
     settings = ctx.settings
+    if adapter.uses_adapter(settings):
+        raise BadRequestError(
+            "the Responses API cannot render yet with a parser that comes from vLLM "
+            f"({', '.join(f'{flag} {name}' for flag, name in adapter.non_native(settings).items())}); "
+            "use /v1/chat/completions/render."
+        )
     if (
         not settings.trust_request_chat_template
         and (body.get("chat_template_kwargs") or {}).get("chat_template") is not None

@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Any
 
-from render_service import __version__
+from render_service import __version__, adapter
 from render_service.exceptions import ConflictError
 from render_service.model.loader import Model
 from render_service.parsers import parser_versions
@@ -62,7 +62,11 @@ def components(settings: Settings, model: Model, adapters: dict[str, Any] | None
             "enable_auto_tool_choice": settings.enable_auto_tool_choice,
             "exclude_tools_when_tool_choice_none": settings.exclude_tools_when_tool_choice_none,
             "implementation_version": PARSER_IMPLEMENTATION_VERSION,
-            "parser_versions": parser_versions(settings.reasoning_parser, settings.tool_call_parser),
+            # Native versions; an adapter configuration names vLLM's version instead (below).
+            "parser_versions": {}
+            if adapter.uses_adapter(settings)
+            else parser_versions(settings.reasoning_parser, settings.tool_call_parser),
+            **adapter.fingerprint_parts(settings),
         },
         "max_model_len": model.max_model_len,
         "max_logprobs": settings.max_logprobs,

@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from render_service import parsers
+from render_service import adapter, parsers
+from render_service.adapter import derender as adapter_derender
 from render_service.api.derender import stream_state
 from render_service.derender import logprobs as lp
 from render_service.derender.detokenize import (
@@ -294,16 +295,22 @@ def derender_chat(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
 
     model = ctx.render.model
     tokenizer = model.hf_tokenizer
-    parser, _ = _parser_for(ctx, chat_request) if (ctx.has_parser and chat_request is not None) else (None, {})
+    # Parsers with no native implementation run through vLLM's (render_service/adapter).
+    vllm_parsers = adapter.runtime(ctx.render) if ctx.has_parser and chat_request is not None else None
+    parser, _ = (
+        _parser_for(ctx, chat_request)
+        if (ctx.has_parser and chat_request is not None and vllm_parsers is None)
+        else (None, {})
+    )
     opts = parsers.RequestOptions.from_request(chat_request)
     skip_special, spaces = decode_params(
         None if chat_request is None else chat_request.get("skip_special_tokens"),
         True if chat_request is None else chat_request.get("spaces_between_special_tokens", True),
-        preserve_special=parser is not None,
+        preserve_special=parser is not None or vllm_parsers is not None,
     )
     seed_ids = prompt_ids if prompt_ids is not None else gen.get("prompt_token_ids")
     seed = seed_state(tokenizer, seed_ids, skip_special_tokens=skip_special)
-    hide_metadata = parser is not None and not opts.include_reasoning
+    hide_metadata = (parser is not None or vllm_parsers is not None) and not opts.include_reasoning
     return_token_ids = bool(chat_request and chat_request.get("return_token_ids")) and not hide_metadata
     top_limit = lp.chat_top_limit(chat_request)
     stop = _stop_params(chat_request)
@@ -330,7 +337,18 @@ def derender_chat(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
             skip_special_tokens=skip_special,
             spaces_between_special_tokens=spaces,
         )
-        if parser is not None:
+        if vllm_parsers is not None and chat_request is not None:
+            fields, finish_reason = adapter_derender.batch_message(
+                vllm_parsers,
+                chat_request,
+                effective_template_kwargs(ctx.render, chat_request),
+                text,
+                token_ids,
+                gen.get("prompt_token_ids"),
+                choice.get("finish_reason"),
+            )
+            message = _message(fields["content"], fields["reasoning"], fields["tool_calls"])
+        elif parser is not None:
             reasoning, content, calls = parser.parse(text, opts, gen.get("prompt_token_ids"), token_ids)
             reasoning, content, id_calls = parser.assemble(
                 reasoning, content, calls, opts, parsers.tool_ids(request_id, choice["index"])
@@ -346,7 +364,9 @@ def derender_chat(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
                 "index": choice["index"],
                 "message": message,
                 "logprobs": resolved,
-                "finish_reason": parsers.resolve_finish_reason(choice.get("finish_reason"), opts, made),
+                "finish_reason": finish_reason
+                if vllm_parsers is not None
+                else parsers.resolve_finish_reason(choice.get("finish_reason"), opts, made),
                 "stop_reason": stop_reason,
                 "token_ids": token_ids if return_token_ids else None,
                 "routed_experts": None,
@@ -720,6 +740,22 @@ async def _parsed_stream(
 ) -> dict[str, Any]:
     """The parser path: resume from a snapshot (O(delta)) or replay once from the carried state."""
     state = state if state is not None else (_stream_state({}) or {})
+    vllm_parsers = adapter.runtime(ctx.render)
+    if vllm_parsers is not None:  # live vLLM parsers in this worker (render_service/adapter)
+        if ctx.compact:
+            raise adapter_derender.compact_refused(vllm_parsers)
+        assert chat_request is not None
+        out_choices, adapter_state = adapter_derender.stream_chunk(
+            ctx,
+            vllm_parsers,
+            chunk,
+            state,
+            chat_request,
+            effective_template_kwargs(ctx.render, chat_request),
+            prompt_ids,
+        )
+        prompt_out = chunk.get("prompt_token_ids") if chat_request.get("return_token_ids") else None
+        return {"chunk": _chat_chunk(ctx, body, chunk, out_choices, prompt_out), "stream_state": adapter_state}
     metrics = ctx.metrics
     request_id = chunk.get("request_id") or ""
     sid = state.get("rs_sid")

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from render_service import parsers
+from render_service import adapter, parsers
 from render_service.api import requests, structured
 from render_service.api.protocol import (
     DEFAULT_SAMPLING_FLOATS,
@@ -261,18 +261,29 @@ def get_max_tokens(ctx: RenderContext, requested: int | None, input_length: int,
 
 
 def _sampling_values(
-    ctx: RenderContext, body: dict[str, Any], max_tokens: int, *, chat: bool, skip_special_tokens: bool | None
+    ctx: RenderContext,
+    body: dict[str, Any],
+    max_tokens: int,
+    *,
+    chat: bool,
+    skip_special_tokens: bool | None,
+    vllm_effects: Any = None,
 ) -> dict[str, Any]:
     settings = ctx.settings
     if chat and ctx.model.renderer_mode == "harmony":
         body = harmony_parser.adjust_output_format(body)
-    structured_outputs = structured.structured_outputs_wire(
-        body,
-        chat=chat,
-        tool_parser=settings.tool_call_parser,
-        enable_auto_tool_choice=settings.enable_auto_tool_choice,
-        reasoning_parser=settings.reasoning_parser,
-    )
+    if vllm_effects is not None and vllm_effects.structured_outputs_changed:  # set by vLLM's parser
+        so = vllm_effects.structured_outputs
+        structured_outputs = structured.make_structured_outputs(**so) if so is not None else None
+    else:
+        structured_outputs = structured.structured_outputs_wire(
+            body,
+            chat=chat,
+            # A parser from vLLM (render_service/adapter) made its own constraint above, if any.
+            tool_parser=None if vllm_effects is not None else settings.tool_call_parser,
+            enable_auto_tool_choice=settings.enable_auto_tool_choice,
+            reasoning_parser=settings.reasoning_parser,
+        )
     defaults = ctx.model.default_sampling
     values: dict[str, Any] = {}
     for name, fallback in DEFAULT_SAMPLING_FLOATS.items():
@@ -333,7 +344,9 @@ def _sampling_values(
         max_tokens=max_tokens,
         min_tokens=body.get("min_tokens", 0),
         skip_special_tokens=skip_special_tokens,
-        spaces_between_special_tokens=body.get("spaces_between_special_tokens", True),
+        spaces_between_special_tokens=vllm_effects.spaces_between_special_tokens
+        if vllm_effects is not None and vllm_effects.spaces_between_special_tokens is not None
+        else body.get("spaces_between_special_tokens", True),
         include_stop_str_in_output=body.get("include_stop_str_in_output", False),
         output_kind=OUTPUT_KIND_DELTA if body.get("stream") else OUTPUT_KIND_FINAL_ONLY,
         stream_interval=body.get("stream_interval"),
@@ -600,19 +613,30 @@ def render_chat(
             prefix_checks.append(turn.check)
 
     skip_special_tokens = body.get("skip_special_tokens")
-    if settings.reasoning_parser is not None or tool_choice != "none":  # vLLM runs adjust_request
+    # Parsers with no native implementation: vLLM's adjust_request and prompt check (render_service/adapter).
+    vllm_parsers = adapter.runtime(ctx)
+    vllm_effects = vllm_parsers.parsers.render_effects(body, template_kwargs, token_ids) if vllm_parsers else None
+    if vllm_effects is not None:
+        skip_special_tokens = vllm_effects.skip_special_tokens
+    elif settings.reasoning_parser is not None or tool_choice != "none":  # vLLM runs adjust_request
         skip_special_tokens = parser_adjustments(ctx, bool(tools), tool_choice, skip_special_tokens)
     if not token_ids:
         raise BadRequestError("No token_ids rendered")
 
     max_tokens = get_max_tokens(ctx, max_output, len(token_ids), truncate)
-    values = _sampling_values(ctx, body, max_tokens, chat=True, skip_special_tokens=skip_special_tokens)
+    values = _sampling_values(
+        ctx, body, max_tokens, chat=True, skip_special_tokens=skip_special_tokens, vllm_effects=vllm_effects
+    )
     sampling = sampling_params_wire(values)
     kv_params, ec_params = _hoist_transfer_params(sampling)
 
     reasoning_parser_kwargs = {"chat_template_kwargs": template_kwargs} if ctx.has_reasoning_parser else None
+    if vllm_effects is not None:
+        reasoning_parser_kwargs = vllm_effects.reasoning_parser_kwargs
     if not body.get("include_reasoning", True):
         reasoning_ended: bool | None = True
+    elif vllm_effects is not None:
+        reasoning_ended = vllm_effects.reasoning_ended
     elif ctx.has_reasoning_parser:
         assert settings.reasoning_parser is not None
         reasoning_ended = parsers.prompt_ends_reasoning(

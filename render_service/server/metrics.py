@@ -75,6 +75,18 @@ class Metrics:
         self.snapshot_rejected = Counter("render_snapshot_rejected", "Snapshots rejected", ["reason"], registry=r)
         self.replays = Counter("render_stream_replays", "Streaming chunks served by replay", registry=r)
         self.replayed_tokens = Counter("render_stream_replayed_tokens", "Tokens replayed", registry=r)
+        # The vLLM adapter's live parser streams (render_service/adapter): a miss replays once.
+        self.adapter_stream_hits = Counter(
+            "render_adapter_stream_hits", "Adapter stream chunks served by a live parser of this worker", registry=r
+        )
+        self.adapter_stream_misses = Counter(
+            "render_adapter_stream_misses",
+            "Adapter stream chunks that rebuilt the vLLM parser (first chunk, or replay of the carried output)",
+            registry=r,
+        )
+        self.adapter_stream_cache_bytes = Gauge(
+            "render_adapter_stream_cache_bytes", "Estimated bytes of live adapter parser streams", registry=r
+        )
         self.snapshot_bytes = Histogram(
             "render_snapshot_bytes",
             "Encoded snapshot size",
