@@ -96,6 +96,7 @@ async def generate(pool: EnginePool, body: dict[str, Any]) -> dict[str, Any]:
             response = await pool.client.post(engine.url + GENERATE_PATH, content=orjson.dumps(body), headers=_JSON)
             if response.status_code == 200:
                 result: dict[str, Any] = orjson.loads(response.content)
+                pool.succeeded(engine)
                 return result
             if response.status_code < 500:
                 raise _answer(response, response.content)
@@ -200,6 +201,7 @@ async def open_stream(pool: EnginePool, body: dict[str, Any]) -> EngineStream:
                 if isinstance(first, dict) and "error" in first and "choices" not in first:
                     last = EngineFailure("stream_error", _error_message(first), EngineAnswerError(500, first))
                 else:
+                    pool.succeeded(engine)
                     stream = EngineStream(pool, engine, response, events)
                     stream._first = first
                     return stream

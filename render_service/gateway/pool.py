@@ -84,8 +84,8 @@ class EnginePool:
         healthy = [e for e in candidates if e.healthy]
         if healthy:
             engine = min(healthy, key=lambda e: (e.inflight, e.order))
-        else:  # all marked down: try the one that failed longest ago
-            engine = min(candidates, key=lambda e: (e.failed_at, e.inflight))
+        else:  # all marked down (a probe may not have run since): the least loaded, longest ago failed
+            engine = min(candidates, key=lambda e: (e.inflight, e.failed_at))
         engine.order = next(self._ticket)
         return engine
 
@@ -97,6 +97,12 @@ class EnginePool:
     def release(self, engine: Engine) -> None:
         engine.inflight -= 1
         self.metrics.engine_inflight.labels(engine.url).set(engine.inflight)
+
+    def succeeded(self, engine: Engine) -> None:
+        """An engine that answered is up, whatever the last probe said."""
+        if not engine.healthy:
+            engine.healthy = True
+            self.metrics.engine_healthy.labels(engine.url).set(1)
 
     def failed(self, engine: Engine, kind: str) -> None:
         """An attempt on `engine` failed (`kind`: connect, timeout, status, dropped, ...): mark it down."""
