@@ -68,6 +68,11 @@ class Settings:
     audit_gates_readiness: bool = False
     workers: int = 0  # 0: the CPUs this process may use (affinity and cgroup quota)
     max_inflight: int = 256  # per worker; above it requests get a fast 503 with Retry-After
+    # Gateway mode (render_service/gateway): --tokens-only engines behind /v1/chat/completions etc.
+    engine: list[str] = field(default_factory=list)
+    engine_timeout: float = 600.0  # seconds an engine may stay silent (connect, first token, between tokens)
+    engine_health_interval: float = 5.0  # seconds between GET /health probes of each engine
+    engine_max_inflight: int = 0  # requests in flight per engine per worker; 0: no limit
     # HTTPS, with vLLM's flags and meanings (uvicorn's options; ssl_cert_reqs as the ssl module's int).
     ssl_keyfile: str | None = None
     ssl_certfile: str | None = None
@@ -141,6 +146,16 @@ class Settings:
                 )
             seen.add(module.name)
 
+    def _validate_engines(self) -> None:
+        for url in self.engine:
+            if not url.startswith(("http://", "https://")):
+                raise SettingsError(f"--engine {url!r} must be an http:// or https:// base URL")
+        self.engine = [url.rstrip("/") for url in self.engine]
+        if self.engine_timeout <= 0 or self.engine_health_interval <= 0:
+            raise SettingsError("--engine-timeout and --engine-health-interval must be positive")
+        if self.engine_max_inflight < 0:
+            raise SettingsError("--engine-max-inflight must be 0 (no limit) or positive")
+
     def validate(self) -> Settings:
         self._validate_lora_modules()
         from render_service.render.renderers import TOKENIZER_MODES
@@ -170,6 +185,7 @@ class Settings:
             raise SettingsError("--max-logprobs must be -1 or non-negative")
         if self.max_model_len is not None and self.max_model_len < -1:
             raise SettingsError("--max-model-len must be positive, or -1 for the model's value")
+        self._validate_engines()
         if self.redis_enabled and not self.snapshot_key:
             raise SettingsError(
                 "--redis-url needs --snapshot-key (or RENDER_SNAPSHOT_KEY): replicas must share "
@@ -448,6 +464,29 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         help="audit this render replica continuously (repeatable)",
     )
     parser.add_argument("--audit-interval", type=float, default=60.0, help="seconds between audits")
+    parser.add_argument(
+        "--engine",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="gateway mode: a vLLM --tokens-only engine's base URL (repeatable); adds /v1/chat/completions "
+        "and /v1/completions, which render here, generate there and derender here",
+    )
+    parser.add_argument(
+        "--engine-timeout",
+        type=float,
+        default=600.0,
+        help="seconds an engine may stay silent (connecting, before the first token, between tokens)",
+    )
+    parser.add_argument(
+        "--engine-health-interval", type=float, default=5.0, help="seconds between GET /health probes of each engine"
+    )
+    parser.add_argument(
+        "--engine-max-inflight",
+        type=int,
+        default=0,
+        help="requests in flight per engine (per worker) above which it is not picked; 0: no limit",
+    )
     parser.add_argument(
         "--audit-gates-readiness", action="store_true", help="/health answers 503 while an audit mismatch persists"
     )

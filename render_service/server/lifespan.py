@@ -29,6 +29,12 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     await state.store.connect()  # a first Redis connection before serving (a TLS handshake is slow)
     state.metrics.worker_info.labels(os.environ.get("RENDER_WORKER_ID", "0")).set(1)
     lag_task = asyncio.get_running_loop().create_task(watch_loop_lag(state.metrics))
+    gateway = None
+    if settings.engine:
+        from render_service.gateway import Gateway  # gateway mode only
+
+        gateway = app.state.gateway = Gateway(settings, state.metrics)
+        gateway.start()
     if settings.audit_engine or settings.audit_render:
         from render_service.audit.audit import ContinuousAudit  # only when an audit is configured
 
@@ -49,6 +55,8 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     )
     yield
     lag_task.cancel()
+    if gateway is not None:
+        await gateway.close()
     if state.audit is not None:
         state.audit.stop()
     await state.store.close()

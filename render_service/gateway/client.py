@@ -1,0 +1,221 @@
+"""Calls to an engine's `POST /inference/v1/generate`, with fail-over before the first token.
+
+A request goes to the pool's pick; a connect failure, a timeout, a 5xx or a stream that ends or
+errors before its first token sends it to the next engine (each engine is tried once). An engine's
+4xx is the answer (the request itself is wrong) and is passed through in vLLM's error shape. Once
+a token has reached the client the request is not retried: the stream ends with an error event.
+
+Cancellation relies on vLLM's own: `/inference/v1/generate` is wrapped in `with_cancellation`, so
+when the connection to it closes (streaming or not) the engine aborts the request and frees its
+slot. Closing our side of the connection is therefore how a client's disconnect is passed on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+
+from render_service.exceptions import OverloadedError, RenderServiceError
+from render_service.gateway.pool import Engine, EnginePool, NoEngineError
+
+GENERATE_PATH = "/inference/v1/generate"
+
+
+class EngineFailure(Exception):
+    """An attempt that failed in a way another engine may not (`kind` labels the error metric)."""
+
+    def __init__(self, kind: str, message: str, answer: RenderServiceError | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.answer = answer  # the engine's own error, when it sent one
+
+
+class EngineAnswerError(RenderServiceError):
+    """An engine's error answer, passed to the client as the engine sent it (vLLM's shape)."""
+
+    def __init__(self, status_code: int, body: Any) -> None:
+        error = body.get("error") if isinstance(body, dict) else None
+        message = error.get("message") if isinstance(error, dict) else None
+        super().__init__(str(message or body))
+        self.status_code = status_code
+        self.raw = body if isinstance(error, dict) else None
+        if isinstance(error, dict):
+            self.error_type = str(error.get("type") or self.error_type)
+            self.param = error.get("param")
+            self.code = error.get("code", status_code)
+        else:
+            self.code = status_code
+
+    def body(self) -> dict[str, Any]:
+        return self.raw if self.raw is not None else super().body()
+
+
+def _answer(response: httpx.Response, raw: bytes) -> EngineAnswerError:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        body = {"error": {"message": raw.decode(errors="replace")[:500] or response.reason_phrase}}
+    return EngineAnswerError(response.status_code, body)
+
+
+def _transport_kind(exc: httpx.HTTPError) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return "timeout"
+    if isinstance(exc, httpx.ConnectError):
+        return "connect"
+    return "dropped"
+
+
+def _exhausted(last: EngineFailure | None) -> RenderServiceError:
+    """What the client gets when no engine could serve it: the last engine's own error if it sent
+    one, else a 503 naming the last failure."""
+    if last is not None and last.answer is not None:
+        return last.answer
+    reason = last.message if last is not None else "no engine is available"
+    return OverloadedError(f"No engine could serve the request: {reason}", retry_after=1)
+
+
+async def generate(pool: EnginePool, body: dict[str, Any]) -> dict[str, Any]:
+    """A non-streaming generate: the engine's `GenerateResponse`."""
+    tried: set[Engine] = set()
+    last: EngineFailure | None = None
+    while len(tried) < len(pool.engines):
+        try:
+            engine = pool.pick(tried)
+        except NoEngineError as exc:
+            raise _exhausted(last) if last is not None else OverloadedError(str(exc)) from None
+        if tried:
+            pool.metrics.retries.inc()
+        tried.add(engine)
+        pool.acquire(engine)
+        try:
+            response = await pool.client.post(engine.url + GENERATE_PATH, content=orjson.dumps(body), headers=_JSON)
+            if response.status_code == 200:
+                result: dict[str, Any] = orjson.loads(response.content)
+                pool.succeeded(engine)
+                return result
+            if response.status_code < 500:
+                raise _answer(response, response.content)
+            last = EngineFailure(
+                "status", f"engine answered {response.status_code}", _answer(response, response.content)
+            )
+        except httpx.HTTPError as exc:
+            last = EngineFailure(_transport_kind(exc), f"{type(exc).__name__} from {engine.url}")
+        except orjson.JSONDecodeError:
+            last = EngineFailure("malformed", f"engine {engine.url} sent a body that is not JSON")
+        finally:
+            pool.release(engine)
+        pool.failed(engine, last.kind)
+    raise _exhausted(last)
+
+
+_JSON = {"content-type": "application/json"}
+
+
+class EngineStream:
+    """An open streaming generate whose first chunk has arrived: iterate for the engine's chunks
+    (the first one included); `aclose()` closes the connection (the engine aborts if unfinished)."""
+
+    def __init__(self, pool: EnginePool, engine: Engine, response: httpx.Response, events: AsyncIterator[Any]) -> None:
+        self.pool = pool
+        self.engine = engine
+        self._response = response
+        self._events = events
+        self._first: dict[str, Any] = {}
+        self._closed = False
+
+    @property
+    def first(self) -> dict[str, Any]:
+        return self._first
+
+    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        yield self._first
+        try:
+            async for event in self._events:
+                if isinstance(event, dict) and "error" in event and "choices" not in event:
+                    self.pool.failed(self.engine, "stream_error")
+                    raise EngineFailure("stream_error", _error_message(event), EngineAnswerError(500, event))
+                yield event
+        except httpx.HTTPError as exc:
+            kind = _transport_kind(exc)
+            self.pool.failed(self.engine, kind)
+            raise EngineFailure(kind, f"the engine's stream broke ({type(exc).__name__})") from None
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._response.aclose()
+            self.pool.release(self.engine)
+
+
+def _error_message(event: dict[str, Any]) -> str:
+    error = event.get("error")
+    return str(error.get("message") if isinstance(error, dict) else error)
+
+
+async def _sse_events(response: httpx.Response) -> AsyncIterator[Any]:
+    """The JSON payloads of `data:` lines, up to `[DONE]`; a stream that ends without it is broken."""
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            return
+        try:
+            yield orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise httpx.RemoteProtocolError(f"malformed event from the engine: {payload[:80]!r}") from None
+    raise httpx.RemoteProtocolError("the engine's stream ended without [DONE]")
+
+
+async def open_stream(pool: EnginePool, body: dict[str, Any]) -> EngineStream:
+    """A streaming generate, failed over until an engine sends its first chunk."""
+    tried: set[Engine] = set()
+    last: EngineFailure | None = None
+    content = orjson.dumps(body)
+    while len(tried) < len(pool.engines):
+        try:
+            engine = pool.pick(tried)
+        except NoEngineError as exc:
+            raise _exhausted(last) if last is not None else OverloadedError(str(exc)) from None
+        if tried:
+            pool.metrics.retries.inc()
+        tried.add(engine)
+        pool.acquire(engine)
+        response: httpx.Response | None = None
+        try:
+            request = pool.client.build_request("POST", engine.url + GENERATE_PATH, content=content, headers=_JSON)
+            response = await pool.client.send(request, stream=True)
+            if response.status_code != 200:
+                raw = await response.aread()
+                if response.status_code < 500:
+                    raise _answer(response, raw)
+                last = EngineFailure("status", f"engine answered {response.status_code}", _answer(response, raw))
+            else:
+                events = _sse_events(response)
+                first = await events.__anext__()
+                if isinstance(first, dict) and "error" in first and "choices" not in first:
+                    last = EngineFailure("stream_error", _error_message(first), EngineAnswerError(500, first))
+                else:
+                    pool.succeeded(engine)
+                    stream = EngineStream(pool, engine, response, events)
+                    stream._first = first
+                    return stream
+        except httpx.HTTPError as exc:
+            last = EngineFailure(_transport_kind(exc), f"{type(exc).__name__} from {engine.url}")
+        except StopAsyncIteration:
+            last = EngineFailure("dropped", f"engine {engine.url} ended the stream before a token")
+        except BaseException:  # a 4xx answer, or the client went away while we waited: nothing to retry
+            if response is not None:
+                await response.aclose()
+            pool.release(engine)
+            raise
+        if response is not None:
+            await response.aclose()
+        pool.release(engine)
+        pool.failed(engine, last.kind)
+    raise _exhausted(last)

@@ -1,0 +1,55 @@
+"""The gateway's Prometheus series, registered on the worker's registry next to the render tier's."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# Token latencies: sub-millisecond (a busy stream) to tens of seconds (a long prefill, a queue).
+_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class GatewayMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.ttft = Histogram(
+            "render_gateway_time_to_first_token_seconds",
+            "From the request's arrival to its first generated token (render, queue and prefill)",
+            ["endpoint"],
+            buckets=_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.inter_token = Histogram(
+            "render_gateway_inter_token_seconds",
+            "Time between consecutive engine chunks of a stream, per token",
+            ["endpoint"],
+            buckets=_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.engine_inflight = Gauge(
+            "render_gateway_engine_inflight_requests",
+            "Requests in flight on each engine (this worker)",
+            ["engine"],
+            registry=r,
+        )
+        self.engine_requests = Counter(
+            "render_gateway_engine_requests", "Attempts sent to each engine", ["engine"], registry=r
+        )
+        self.engine_errors = Counter(
+            "render_gateway_engine_errors",
+            "Failed attempts per engine (connect, timeout, status, dropped, stream_error, health)",
+            ["engine", "kind"],
+            registry=r,
+        )
+        self.engine_healthy = Gauge(
+            "render_gateway_engine_healthy", "1 while the engine answers /health and requests", ["engine"], registry=r
+        )
+        self.retries = Counter(
+            "render_gateway_retries",
+            "Requests sent to another engine after a failure before the first token",
+            registry=r,
+        )
+        self.disconnects = Counter(
+            "render_gateway_client_disconnects",
+            "Requests whose client left before the answer (engine request closed)",
+            registry=r,
+        )

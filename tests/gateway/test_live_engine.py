@@ -1,0 +1,211 @@
+"""The gateway in front of a real vLLM CPU engine (tiny random-weight Qwen3, greedy). Opt-in (`-m live`,
+VLLM_ENGINE_PYTHON): one engine at a time, ~40 s to start and ~4 GB each.
+
+- against a `--tokens-only` engine: the gateway's tokens are the engine's own for the rendered
+  request, streaming equals non-streaming, and a client that leaves frees the engine's slot;
+- against `vllm serve --enable-scale-out` (the same engine with its tokenizer, so it answers
+  /v1/chat/completions itself): the gateway's answers equal vLLM's, field by field except ids and
+  timestamps (and the fingerprint), streams by merged content, chunk keys and usage.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from render_service.model.loader import Model
+from tests.gateway.conftest import gateway_app, gateway_settings, sse_events
+from tests.integration.engine_fixture import SERVED_NAME, build_weighted_model, engine_python, start_engine
+
+pytestmark = [
+    pytest.mark.live,
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(engine_python() is None, reason="no vLLM engine env (VLLM_ENGINE_PYTHON)"),
+]
+
+MAX_MODEL_LEN = 4096  # the gateway settings use the same (conftest.gateway_settings)
+CHAT = {
+    "model": SERVED_NAME,
+    "messages": [{"role": "user", "content": "Tell me a story about a fox."}],
+    "max_tokens": 12,
+    "temperature": 0,
+}
+COMPLETION = {"model": SERVED_NAME, "prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def weighted_model() -> Path:
+    return build_weighted_model()
+
+
+def _gateway(weighted_model: Path, loaded_model: Model, engine_url: str) -> Any:
+    settings = gateway_settings(weighted_model, [engine_url], engine_timeout=120.0)
+    settings.served_model_name = [SERVED_NAME]
+    return gateway_app(loaded_model, settings)
+
+
+@pytest.fixture(scope="module")
+def live_model(weighted_model: Path) -> Model:
+    from render_service.model.loader import load_model
+
+    settings = gateway_settings(weighted_model, [])
+    settings.served_model_name = [SERVED_NAME]
+    return load_model(settings)
+
+
+def _content(events: list[Any]) -> str:
+    return "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e.get("choices"))
+
+
+class TestTokensOnlyEngine:
+    @pytest.fixture(scope="class")
+    @classmethod
+    def urls(cls, weighted_model: Path, live_model: Model) -> Iterator[tuple[str, str]]:
+        engine = start_engine(weighted_model, max_model_len=MAX_MODEL_LEN)
+        try:
+            with _gateway(weighted_model, live_model, engine.url) as gateway:
+                yield gateway, engine.url
+        finally:
+            engine.stop()
+
+    def test_tokens_are_the_engines_own(self, urls: tuple[str, str]) -> None:
+        gateway, engine = urls
+        answer = httpx.post(f"{gateway}/v1/chat/completions", json={**CHAT, "return_token_ids": True}, timeout=120)
+        assert answer.status_code == 200, answer.text
+        rendered = httpx.post(f"{gateway}/v1/chat/completions/render", json=CHAT).json()
+        direct = httpx.post(f"{engine}/inference/v1/generate", json=rendered, timeout=120).json()
+        body = answer.json()
+        assert body["choices"][0]["token_ids"] == direct["choices"][0]["token_ids"]
+        assert body["prompt_token_ids"] == rendered["token_ids"]
+        assert body["usage"]["completion_tokens"] == len(direct["choices"][0]["token_ids"])
+
+    def test_streaming_equals_non_streaming(self, urls: tuple[str, str]) -> None:
+        gateway, _ = urls
+        batch = httpx.post(f"{gateway}/v1/chat/completions", json=CHAT, timeout=120).json()
+        stream = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+        events = sse_events(httpx.post(f"{gateway}/v1/chat/completions", json=stream, timeout=120))
+        assert events[-1] == "[DONE]" and events[-2]["usage"] == {
+            k: batch["usage"][k] for k in ("prompt_tokens", "total_tokens", "completion_tokens")
+        }
+        assert _content(events) == (batch["choices"][0]["message"]["content"] or "")
+        finish = [e for e in events[:-1] if e["choices"] and e["choices"][0].get("finish_reason")]
+        assert finish[-1]["choices"][0]["finish_reason"] == batch["choices"][0]["finish_reason"]
+
+        text = httpx.post(f"{gateway}/v1/completions", json=COMPLETION, timeout=120).json()["choices"][0]["text"]
+        events = sse_events(httpx.post(f"{gateway}/v1/completions", json={**COMPLETION, "stream": True}, timeout=120))
+        assert "".join(e["choices"][0]["text"] for e in events[:-1]) == text
+
+    def test_a_client_that_leaves_frees_the_engine_slot(self, urls: tuple[str, str]) -> None:
+        gateway, engine = urls
+        body = {**CHAT, "max_tokens": 3000, "ignore_eos": True, "stream": True}
+        with (
+            httpx.Client(timeout=120) as client,
+            client.stream("POST", f"{gateway}/v1/chat/completions", json=body) as response,
+        ):
+            lines = response.iter_lines()
+            for _ in range(6):  # the role chunk and a few tokens
+                next(lines)
+            assert _running(engine) == 1
+        deadline = time.monotonic() + 30
+        while _running(engine) != 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _running(engine) == 0
+
+
+def _running(engine: str) -> float:
+    for line in httpx.get(f"{engine}/metrics", timeout=10).text.splitlines():
+        if line.startswith("vllm:num_requests_running"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("the engine exports no vllm:num_requests_running")
+
+
+# Ids and timestamps differ by nature. `system_fingerprint` is vLLM's hash of the engine's whole
+# config, which the gateway cannot know (ours is null); `weight_versions` (choices) and
+# `kv_transfer_params` (stream chunks) are fields vLLM 0.33 emits and this 0.32 engine does not.
+VOLATILE = ("id", "created", "system_fingerprint", "weight_versions", "kv_transfer_params")
+
+
+def _strip(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def _merged(events: list[Any], text_key: str) -> dict[str, Any]:
+    """A stream's content: how the engine groups tokens into chunks depends on timing, so streams are
+    compared by their merged text and token ids, their first and finishing chunks, and their usage."""
+    chunks = [e for e in events if e != "[DONE]" and e.get("choices")]
+    choices = [c["choices"][0] for c in chunks]
+
+    def text(choice: dict[str, Any]) -> str:
+        return (choice["delta"].get("content") or "") if text_key == "delta" else choice["text"]
+
+    finish = [c for c in choices if c.get("finish_reason") is not None]
+    return {
+        "text": "".join(text(c) for c in choices),
+        "token_ids": [t for c in choices for t in (c.get("token_ids") or [])],
+        "first": _strip(chunks[0]),
+        "finish": {k: v for k, v in _strip(finish[-1]).items() if k not in ("delta", "text", "token_ids")},
+        "keys": sorted({tuple(_strip(c)) for c in chunks[1:]}),
+        "usage": [_strip(e) for e in events if e != "[DONE]" and not e.get("choices")],
+        "done": events[-1],
+    }
+
+
+class TestAgainstVllmServe:
+    """The same engine with its tokenizer answers /v1/chat/completions itself: the oracle."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def urls(cls, weighted_model: Path, live_model: Model) -> Iterator[tuple[str, str]]:
+        engine = start_engine(weighted_model, max_model_len=MAX_MODEL_LEN, tokens_only=False)
+        try:
+            with _gateway(weighted_model, live_model, engine.url) as gateway:
+                yield gateway, engine.url
+        finally:
+            engine.stop()
+
+    @pytest.mark.parametrize(
+        ("path", "body"),
+        [
+            ("/v1/chat/completions", CHAT),
+            ("/v1/chat/completions", {**CHAT, "logprobs": True, "top_logprobs": 2, "return_token_ids": True}),
+            ("/v1/completions", COMPLETION),
+            ("/v1/completions", {**COMPLETION, "prompt": ["one", "two"], "return_token_ids": True}),
+        ],
+    )
+    def test_non_streaming_answers_equal(self, urls: tuple[str, str], path: str, body: dict[str, Any]) -> None:
+        gateway, engine = urls
+        ours = httpx.post(f"{gateway}{path}", json=body, timeout=120)
+        theirs = httpx.post(f"{engine}{path}", json=body, timeout=120)
+        assert ours.status_code == theirs.status_code == 200, (ours.text, theirs.text)
+        assert _strip(ours.json()) == _strip(theirs.json())
+
+    @pytest.mark.parametrize(
+        ("path", "body"),
+        [
+            ("/v1/chat/completions", {**CHAT, "stream_options": {"include_usage": True}}),
+            ("/v1/chat/completions", {**CHAT, "return_token_ids": True}),
+            (
+                "/v1/completions",
+                {**COMPLETION, "stream_options": {"include_usage": True, "continuous_usage_stats": True}},
+            ),
+        ],
+    )
+    def test_streams_equal_chunk_by_chunk(self, urls: tuple[str, str], path: str, body: dict[str, Any]) -> None:
+        gateway, engine = urls
+        ours = sse_events(httpx.post(f"{gateway}{path}", json={**body, "stream": True}, timeout=120))
+        theirs = sse_events(httpx.post(f"{engine}{path}", json={**body, "stream": True}, timeout=120))
+        key = "delta" if path == "/v1/chat/completions" else "text"
+        merged_ours, merged_theirs = _merged(ours, key), _merged(theirs, key)
+        if body.get("stream_options", {}).get("continuous_usage_stats"):  # per chunk: grouping-dependent
+            merged_ours.pop("first"), merged_theirs.pop("first")
+            merged_ours.pop("finish"), merged_theirs.pop("finish")
+        assert merged_ours == merged_theirs
