@@ -234,7 +234,8 @@ def _model_name(ctx: DerenderContext, body: dict[str, Any]) -> str:
     return body.get("model") or ctx.render.settings.served_names[0]
 
 
-def _parser_for(ctx: DerenderContext, request: dict[str, Any]) -> tuple[parsers.ChatParser | None, dict[str, Any]]:
+def parser_for(ctx: DerenderContext, request: dict[str, Any]) -> tuple[parsers.ChatParser | None, dict[str, Any]]:
+    """The native parser for one chat request (Harmony's for gpt-oss), and the template kwargs it read."""
     settings = ctx.render.settings
     if ctx.render.model.renderer_mode == "harmony":  # Harmony output is parsed without template kwargs
         return _configured_parser(ctx, True), {}
@@ -298,7 +299,7 @@ def derender_chat(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
     # Parsers with no native implementation run through vLLM's (render_service/adapter).
     vllm_parsers = adapter.runtime(ctx.render) if ctx.has_parser and chat_request is not None else None
     parser, _ = (
-        _parser_for(ctx, chat_request)
+        parser_for(ctx, chat_request)
         if (ctx.has_parser and chat_request is not None and vllm_parsers is None)
         else (None, {})
     )
@@ -794,7 +795,7 @@ async def _parsed_stream(
             )
         assert chat_request is not None
         req = _stream_request(ctx, chat_request, request_id)
-        parser, _ = _parser_for(ctx, chat_request)
+        parser, _ = parser_for(ctx, chat_request)
         assert parser is not None
         parsed = parsers.new_parsed_stream(parser, prompt_ids)
         tool_id = parsers.tool_ids(request_id, 0)

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from render_service import adapter
 from render_service.derender import pipeline as derender
 from render_service.exceptions import BadRequestError, RenderServiceError
 from render_service.gateway import Gateway, client
@@ -102,6 +103,12 @@ def _refuse_unsupported(state: State, body: dict[str, Any]) -> None:
         raise BadRequestError(STOP_STRINGS_UNSUPPORTED, param="stop")
     if state.context.vision is not None and media.image_urls(body.get("messages"), include_data=True):
         raise BadRequestError("image inputs are not supported by the gateway yet; use /v1/chat/completions/render")
+    if body.get("stream") and adapter.runtime(state.context) is not None:
+        raise BadRequestError(
+            "streaming with parsers that run through vLLM (the adapter) is not supported by the gateway yet; "
+            "use stream=false, or /v1/chat/completions/render and /derender",
+            param="stream",
+        )
 
 
 def _model_name(state: State, body: dict[str, Any]) -> str:
@@ -181,8 +188,9 @@ async def chat_completions(state: State, request: Request, body: Any) -> Any:
     model = _model_name(state, body)
     try:
         if rendered["stream"]:
-            stream = await until_disconnect(request, client.open_stream(gateway.pool, rendered))
+            # Built before the engine stream opens: a converter that fails leaves nothing running.
             converter = ChatStream(state.derender, body, request_id, prompt_ids, model)
+            stream = await until_disconnect(request, client.open_stream(gateway.pool, rendered))
             return SSEResponse(
                 _sse_stream(gateway, "chat_completions", arrived, stream, converter.feed, converter.finish)
             )
@@ -225,8 +233,8 @@ async def completions(state: State, request: Request, body: Any) -> Any:
         if body.get("stream"):
             if len(rendered) != 1:
                 raise BadRequestError("streaming several prompts is not supported by the gateway yet", param="prompt")
-            stream = await until_disconnect(request, client.open_stream(gateway.pool, rendered[0]))
             converter = CompletionStream(state.derender, body, base_id, rendered[0]["token_ids"], model)
+            stream = await until_disconnect(request, client.open_stream(gateway.pool, rendered[0]))
 
             def finish() -> list[Any]:
                 if not converter.include_usage:

@@ -23,8 +23,7 @@ from render_service.derender.detokenize import (
     drop_stop_token,
     seed_state,
 )
-from render_service.derender.pipeline import DerenderContext
-from render_service.render.pipeline import effective_template_kwargs
+from render_service.derender.pipeline import DerenderContext, parser_for
 
 
 def stop_params(request: dict[str, Any]) -> StopParams:
@@ -83,17 +82,9 @@ class ChatStream:
         self.include_usage, self.continuous = usage_options(request)
         self.top_limit = lp.chat_top_limit(request)
         self.spaces = bool(request.get("spaces_between_special_tokens", True))
-        settings = ctx.render.settings
-        self.parser: parsers.ChatParser | None = None
-        if ctx.has_parser:
-            kwargs = effective_template_kwargs(ctx.render, request)
-            self.parser = parsers.get_parser(
-                ctx.render.model.hf_tokenizer,
-                settings.reasoning_parser,
-                settings.tool_call_parser,
-                enable_auto_tools=settings.enable_auto_tool_choice,
-                thinking_enabled=parsers.thinking_enabled(settings.reasoning_parser, kwargs, settings.tool_call_parser),
-            )
+        # The same choice as /derender's (Harmony's parser for gpt-oss); `ctx.has_parser` is False
+        # with no parser configured, and the handler refuses streams that need vLLM's parsers.
+        self.parser = parser_for(ctx, request)[0] if ctx.has_parser else None
         self.skip_special, _ = decode_params(
             request.get("skip_special_tokens"), self.spaces, preserve_special=self.parser is not None
         )

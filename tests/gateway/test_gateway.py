@@ -171,6 +171,30 @@ def test_reasoning_and_tool_calls_stream_like_the_batch_answer(parsing_gateway: 
     assert calls[0]["id"].startswith("chatcmpl-tool-")
 
 
+def test_gpt_oss_streams_through_harmony_like_the_batch_answer(gpt_oss_model_dir: Path, engines: Engines) -> None:
+    """gpt-oss output is parsed by the Harmony parser in both paths (the loader's default
+    `openai_gptoss`), as /derender does: analysis is reasoning, final is content."""
+    from render_service.model.loader import load_model
+
+    settings = gateway_settings(gpt_oss_model_dir, [engines[0].url])
+    with gateway_app(load_model(settings), settings) as url:
+        text = (
+            "<|channel|>analysis<|message|>The user says hi.<|end|>"
+            "<|start|>assistant<|channel|>final<|message|>Hello there!<|return|>"
+        )
+        response = httpx.post(f"{url}/tokenize", json={"model": MODEL, "prompt": text, "add_special_tokens": False})
+        ids = response.json()["tokens"]
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi!"}]}
+        engines[0].scripts += [Script(ids), Script(ids, chunk_size=2)]
+        message = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=10).json()["choices"][0]["message"]
+        assert (message["reasoning"], message["content"]) == ("The user says hi.", "Hello there!")
+
+        events = sse_events(httpx.post(f"{url}/v1/chat/completions", json={**body, "stream": True}, timeout=10))
+        deltas = [e["choices"][0]["delta"] for e in events if e != "[DONE]" and e["choices"]]
+        assert "".join(d.get("reasoning") or "" for d in deltas) == "The user says hi."
+        assert "".join(d.get("content") or "" for d in deltas) == "Hello there!"
+
+
 def test_completions_batch_and_stream(gateway: str, engines: Engines) -> None:
     ids = tokens(gateway, " jumps over the lazy dog")
     for engine in engines:
