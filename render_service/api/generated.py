@@ -227,8 +227,10 @@ def field_type(root: str) -> FieldType:
     return _Builder(payload["defs"]).build(payload["roots"][root])
 
 
+@cache
 def model_named(root: str, name: str) -> Model:
-    """The table of the model `name` somewhere inside the recorded field `root`."""
+    """The table of the model `name` somewhere inside the recorded field `root` (cached: Responses
+    input items look theirs up per item, and the walk covers the whole schema)."""
     seen: set[int] = set()
     stack: list[Any] = [field_type(root)]
     while stack:

@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any
 
-from render_service.api.schema import INVALID, ErrorList, Int, error, validation_error
+from render_service.api.schema import error, validation_error
 from render_service.exceptions import BadRequestError, RequestValidationError
 
 INT64_MIN = -(2**63)
@@ -118,28 +118,6 @@ def opt_dict(body: dict[str, Any], name: str, prefix: str = "body") -> dict[str,
         return None
     if not isinstance(value, dict):
         raise schema_error(f"{prefix}.{name}", "Input should be a valid dictionary", value)
-    return value
-
-
-def int_list(value: Any, param: str, *, non_negative: bool = False) -> list[int]:
-    """`list[int]` (`Field(ge=0)` items with `non_negative`), pydantic's lax ints written back;
-    the first error only (the derender checks that still call this report one)."""
-    if not isinstance(value, list):
-        raise schema_error(param, "Input should be a valid list", value)
-    item_type = Int(ge=0) if non_negative else Int()
-    loc = _loc(param)
-    for index, item in enumerate(value):
-        errors: ErrorList = []
-        result = item_type.check(item, (*loc, index), errors)
-        if result is INVALID:
-            raise validation_error(errors[:1])
-        value[index] = result
-    return value
-
-
-def str_list(value: Any, param: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise schema_error(param, "Input should be a valid list of strings", value)
     return value
 
 

@@ -539,11 +539,6 @@ def _chat_chunk(
     }
 
 
-def _all_ints(value: Any) -> bool:
-    """A list of plain ints (no bools, floats or strings), checked at C speed."""
-    return isinstance(value, list) and set(map(type, value)) <= {int}
-
-
 def _digest(ids: list[int]) -> str:
     return _hasher(ids).hexdigest()
 
