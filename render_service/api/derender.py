@@ -327,7 +327,7 @@ def _validate_union(batch: Model, stream: Model, body: Any) -> bool:
     if result is not INVALID:
         if result is not body:
             body.update(result)
-        _as_vllm_echoes(body)
+        _as_vllm_echoes(first, body)
         return wants_stream
     second_errors: ErrorList = []
     second.check(body, _member_loc(second), second_errors)
@@ -335,14 +335,15 @@ def _validate_union(batch: Model, stream: Model, body: Any) -> bool:
     raise AssertionError("unreachable: both members failed with errors")
 
 
-def _as_vllm_echoes(body: dict[str, Any]) -> None:
+def _as_vllm_echoes(member: Model, body: dict[str, Any]) -> None:
     """What vLLM echoes from the engine's response, as its models dump it: `metrics` with every
     field (extra keys after them); and a non-finite float (from "nan", "inf") refused the way
-    vLLM's JSON encoder refuses it when it writes the answer."""
-    if "generate_responses" in body:
+    vLLM's JSON encoder refuses it when it writes the answer. The engine output is read from the
+    fields of the `member` that matched: another member's field name may be an extra key here."""
+    if "generate_responses" in member.by_name:
         responses = body["generate_responses"]
     else:
-        responses = [body["generate_chunk" if "generate_chunk" in body else "generate_response"]]
+        responses = [body["generate_chunk" if "generate_chunk" in member.by_name else "generate_response"]]
     for gen in responses:
         if gen.get("metrics") is not None:
             gen["metrics"] = model_dump(PER_REQUEST_METRICS, gen["metrics"])

@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 
 from render_service.server.app import create_app
 from render_service.settings import Settings
-from tests.api.derender_corpus import GOLDEN, cases, request
+from tests.api.derender_corpus import GOLDEN, MEMBERS, cases, request
 from tests.parity.corpus import CONFIGS, VLLM_VERSION, compare_response, send
 
 # Ours only: vLLM has no check that the decode window's offsets lie inside it, and answers 200
@@ -66,3 +66,22 @@ def test_derender_validation_matches_vllm(client: TestClient) -> None:
         if diffs:
             failures.append(f"{case['path']} {json.dumps(case['body'])[:300]}:\n    " + "\n    ".join(diffs))
     assert not failures, f"{len(failures)} of {len(golden)} differ:\n" + "\n".join(failures[:12])
+
+
+@pytest.mark.parametrize(
+    ("member", "extra"),
+    [
+        ("chat", {"generate_chunk": None}),
+        ("chat", {"generate_chunk": {}}),
+        ("chat", {"generate_responses": None}),
+        ("completion", {"generate_chunk": None}),
+        ("completion", {"generate_response": {}}),
+    ],
+)
+def test_another_members_field_is_an_ignored_extra_key(client: TestClient, member: str, extra: dict[str, Any]) -> None:
+    """The engine output is read from the member that matched: the other member's field names are
+    extra keys, which vLLM's models ignore (they once crashed the echo step with a 500)."""
+    path, _, base = MEMBERS[member]
+    response = client.post(path, json={**base, **extra})
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["index"] == 0
