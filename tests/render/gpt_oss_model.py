@@ -11,9 +11,9 @@ in Harmony's own order and names.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -123,4 +123,7 @@ def build_gpt_oss_model(target: str | Path, encodings_dir: str | Path | None = N
 
 
 if __name__ == "__main__":
-    print(build_gpt_oss_model(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0] or None)
+    parser.add_argument("dir")
+    options = parser.parse_args()
+    print(build_gpt_oss_model(options.dir))

@@ -8,9 +8,9 @@ chat template written here (`thinking` / `enable_thinking` opens `<think>`).
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
-import sys
 from pathlib import Path
 
 from tests.parsers.families.vocab import template, tiny_config, write_json
@@ -45,4 +45,7 @@ def build(target: str | Path) -> Path:
 
 
 if __name__ == "__main__":
-    print(build(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0] or None)
+    parser.add_argument("dir")
+    options = parser.parse_args()
+    print(build(options.dir))

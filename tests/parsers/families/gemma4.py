@@ -9,8 +9,8 @@ is written here (`enable_thinking` puts `<|think|>` in the system turn).
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 from tests.parsers.families.vocab import (
@@ -69,4 +69,7 @@ def build(target: str | Path) -> Path:
 
 
 if __name__ == "__main__":
-    print(build(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0] or None)
+    parser.add_argument("dir")
+    options = parser.parse_args()
+    print(build(options.dir))

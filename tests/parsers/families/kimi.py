@@ -11,7 +11,7 @@ DeepSeek-V3-shaped body. The chat template is written here.
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 from tests.parsers.families.vocab import (
@@ -97,4 +97,7 @@ def build(target: str | Path) -> Path:
 
 
 if __name__ == "__main__":
-    print(build(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0] or None)
+    parser.add_argument("dir")
+    options = parser.parse_args()
+    print(build(options.dir))

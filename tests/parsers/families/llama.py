@@ -21,8 +21,8 @@ Families:
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 from render_service.model.example import build_qwen3
@@ -296,5 +296,9 @@ def _write_json(path: Path, data: object) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-if __name__ == "__main__":  # python -m tests.parsers.families.llama DIR FAMILY
-    print(build_family(sys.argv[1], sys.argv[2]))
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0] or None)
+    parser.add_argument("dir")
+    parser.add_argument("family")
+    options = parser.parse_args()
+    print(build_family(options.dir, options.family))
