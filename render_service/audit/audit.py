@@ -1268,21 +1268,43 @@ def _compare_engines(out: _Collector, probes: dict[str, _EngineProbe]) -> None:
 # -- the audit -----------------------------------------------------------------------------------
 
 
-def _check_template_history(out: _Collector, settings: Settings, model: Model) -> None:
-    """Whether the chat template re-renders history as it was generated (prefix caching and
-    bidirectional KV reuse depend on it): a note per probe turn where it does not."""
+# The probe's verdict depends only on the configuration, and the continuous audit runs every
+# interval: building a render context each time cost ~0.7 s per minute with a large tokenizer.
+# Kept by identity (a Model is not hashable), few entries: a process audits one configuration.
+_HISTORY_VERDICTS: list[tuple[Model, Settings, Any]] = []
+
+
+def _template_history(settings: Settings, model: Model) -> Any:
+    """The history probe's verdicts for this configuration (None: no guard; str: refused), once."""
+    for cached_model, cached_settings, cached_verdicts in _HISTORY_VERDICTS:
+        if cached_model is model and cached_settings is settings:
+            return cached_verdicts
     from functools import partial
 
     from render_service.exceptions import RenderServiceError
     from render_service.render import pipeline, prefix
 
     ctx = pipeline.make_context(model, settings)
-    if ctx.prefix_guard is None:
+    verdicts: Any = None
+    if ctx.prefix_guard is not None:
+        try:
+            verdicts = prefix.history_probe(partial(pipeline.render_chat, ctx), ctx.prefix_guard)
+        except RenderServiceError as exc:
+            verdicts = exc.message
+    _HISTORY_VERDICTS[:] = [*_HISTORY_VERDICTS[-1:], (model, settings, verdicts)]
+    return verdicts
+
+
+def _check_template_history(out: _Collector, settings: Settings, model: Model) -> None:
+    """Whether the chat template re-renders history as it was generated (prefix caching and
+    bidirectional KV reuse depend on it): a note per probe turn where it does not."""
+    from render_service.render import prefix
+
+    verdicts = _template_history(settings, model)
+    if verdicts is None:
         return
-    try:
-        verdicts = prefix.history_probe(partial(pipeline.render_chat, ctx), ctx.prefix_guard)
-    except RenderServiceError as exc:
-        out.add("local", "template_history", None, None, "info", f"the history probe was refused: {exc.message}")
+    if isinstance(verdicts, str):
+        out.add("local", "template_history", None, None, "info", f"the history probe was refused: {verdicts}")
         return
     breaks = [(label, check) for label, check in verdicts if check.status == prefix.BREAKS]
     for label, check in breaks:

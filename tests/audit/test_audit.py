@@ -550,3 +550,25 @@ def test_cli(
         assert "generate_probe" in out and out.rstrip().endswith("-> exit code 0")
         assert main_audit(["--engine", engine, "--strict", str(qwen3_model_dir), *BASE_FLAGS]) == 0
         assert main_audit(["--engine", engine, str(qwen3_model_dir), "--max-model-len", "4096"]) == 1
+
+
+def test_template_history_probe_runs_once_per_configuration(
+    qwen3_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The continuous audit re-runs every interval; the template's verdict cannot change, so the
+    render context behind the probe is built once per configuration, not once per interval."""
+    from render_service.audit import audit
+    from render_service.render import pipeline
+
+    settings = Settings(model=str(qwen3_model_dir), served_model_name=["tinyqwen3"]).validate()
+    model = load_model(settings)
+    built: list[Settings] = []
+    make_context = pipeline.make_context
+    monkeypatch.setattr(pipeline, "make_context", lambda m, s: built.append(s) or make_context(m, s))
+    reports = [audit.run_audit([], [], local=(settings, model)) for _ in range(3)]
+    assert len(built) == 1
+    notes = [[(f.severity, f.ours) for f in r.findings if f.component == "template_history"] for r in reports]
+    assert notes[0] == notes[1] == notes[2] != []
+    other = Settings(model=str(qwen3_model_dir), served_model_name=["tinyqwen3"]).validate()
+    audit.run_audit([], [], local=(other, model))
+    assert len(built) == 2  # a new configuration is probed again
