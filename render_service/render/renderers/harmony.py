@@ -19,6 +19,11 @@ library, so the ids are Harmony's own:
   headers are rewritten to the legacy `assistant to=NAME<|channel|>commentary json` form vLLM
   writes back (`_use_legacy_tool_call_headers`).
 
+Speed: Harmony renders a conversation as the concatenation of each message's own render, so
+the prompt is assembled from per-message token ids kept in a bounded LRU (`MessageIds`); only
+messages not seen before are built and tokenized by the library (the history a client re-sends
+every turn costs a lookup).
+
 `openai_harmony` is the optional `harmony` extra (a Rust wheel, no torch). It loads the
 `o200k_base` vocabulary from `$TIKTOKEN_ENCODINGS_BASE` (or downloads it), as vLLM does.
 """
@@ -28,6 +33,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -120,7 +126,7 @@ class MessageIds:
     `HarmonyEncoding.render_conversation` renders each message on its own; the only thing it
     carries across messages is whether the conversation has function tools (the system message
     then names the `functions` namespace), so the key includes that flag, and a conversation's
-    ids are its messages' ids in order (tests/render/test_harmony_speed.py checks it against the
+    ids are its messages' ids in order (tests/render/test_harmony_cache.py checks it against the
     whole-conversation render).
     """
 
@@ -146,7 +152,7 @@ class MessageIds:
                 self.hits += 1
                 return cached
         ids = tuple(self._render(build(), has_function_tools))
-        size = _ENTRY_OVERHEAD + _BYTES_PER_ID * len(ids) + sum(len(part) for part in _strings(key))
+        size = _entry_bytes(key, ids)
         with self._lock:
             self.misses += 1
             if size <= self.max_bytes // 8 and full_key not in self._cache:
@@ -154,19 +160,19 @@ class MessageIds:
                 self._bytes += size
                 while self._bytes > self.max_bytes or len(self._cache) > self.max_entries:
                     old_key, old_ids = self._cache.popitem(last=False)
-                    self._bytes -= _ENTRY_OVERHEAD + _BYTES_PER_ID * len(old_ids)
-                    self._bytes -= sum(len(part) for part in _strings(old_key[0]))
+                    self._bytes -= _entry_bytes(old_key[0], old_ids)
         return ids
 
 
-def _strings(key: MessageKey) -> list[str]:
-    out: list[str] = []
+def _entry_bytes(key: MessageKey, ids: tuple[int, ...]) -> int:
+    # The key's strings as Python holds them (1, 2 or 4 bytes a character), the ids, the slot.
+    size = _ENTRY_OVERHEAD + _BYTES_PER_ID * len(ids)
     for part in key:
         if isinstance(part, str):
-            out.append(part)
+            size += sys.getsizeof(part)
         elif isinstance(part, tuple):
-            out.extend(p for p in part if isinstance(p, str))
-    return out
+            size += sum(sys.getsizeof(text) for text in part if isinstance(text, str))
+    return size
 
 
 def _text_key(
