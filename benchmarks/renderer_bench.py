@@ -2,15 +2,19 @@
 """Per-renderer CPU of a ~9k-token chat render: render-service vs vLLM 0.33, side by side.
 
 For each renderer vLLM 0.33 picks without a Jinja template (`deepseek_v32`, `deepseek_v4`,
-`deepseek_v41`, `kimi_k3`) the script builds that renderer's fixture folder
-(`render_service.model.example_renderers`), starts `render-service serve` (one worker) and
-`vllm launch render` on it, checks that both return identical `token_ids` for every payload,
+`deepseek_v41`, `kimi_k3`, and `harmony` for gpt-oss) the script builds that renderer's
+fixture folder (`render_service.model.example_renderers`; `tests/render/gpt_oss_model.py` for
+gpt-oss, with the real o200k vocabulary), starts `render-service serve` (one worker) and
+`vllm launch render` on it (gpt-oss with its parser flags and the same pinned
+VLLM_SYSTEM_START_DATE), checks that both return identical `token_ids` for every payload,
 then sends the same ~9k-token multi-turn chats (reasoning history, tools, tool results)
 sequentially, in rounds alternating between the two servers, and prints server CPU-ms per
 request (schedstat over each server's process tree) and the vLLM/ours ratio.
 
     python -m benchmarks.renderer_bench [--renderers deepseek_v4 kimi_k3] [--requests 40] [--json out.json]
 
+`harmony` runs when $TIKTOKEN_ENCODINGS_BASE names a folder with o200k_base.tiktoken
+(scripts/fetch_o200k.py builds it); without it the default list leaves it out.
 Needs a vLLM 0.33 environment (VLLM_ORACLE_PYTHON or --oracle-python). A script, not a test.
 """
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -41,6 +46,9 @@ from benchmarks._common import (
 from benchmarks.render_bench import Writer, long_chat
 from render_service.model.example_renderers import RENDERER_FAMILIES, build_renderer_model
 
+RENDERERS = (*RENDERER_FAMILIES, "harmony")
+# gpt-oss is served with these (vLLM's defaults for it); the others need no parser flags here.
+HARMONY_FLAGS = ["--reasoning-parser", "openai_gptoss", "--tool-call-parser", "openai", "--enable-auto-tool-choice"]
 RENDER_PATH = "/v1/chat/completions/render"
 MODEL_NAME = "tinymodel"
 HEADERS = {"content-type": "application/json"}
@@ -150,9 +158,24 @@ async def measure(
             await client.aclose()
 
 
+def _has_o200k() -> bool:
+    base = os.environ.get("TIKTOKEN_ENCODINGS_BASE")
+    return base is not None and (Path(base) / "o200k_base.tiktoken").is_file()
+
+
+def _model_folder(target: Path, mode: str) -> tuple[str, list[str]]:
+    """(model folder, extra serve flags) for one renderer."""
+    if mode == "harmony":
+        from tests.render.gpt_oss_model import build_gpt_oss_model
+
+        return str(build_gpt_oss_model(target)), HARMONY_FLAGS
+    return str(build_renderer_model(target, mode)), []
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--renderers", nargs="+", default=list(RENDERER_FAMILIES), choices=RENDERER_FAMILIES)
+    default = [*RENDERER_FAMILIES, "harmony"] if _has_o200k() else list(RENDERER_FAMILIES)
+    parser.add_argument("--renderers", nargs="+", default=default, choices=RENDERERS)
     parser.add_argument("--requests", type=int, default=40, help="timed requests per server and renderer")
     parser.add_argument("--rounds", type=int, default=4, help="alternations between the servers")
     parser.add_argument("--variants", type=int, default=4, help="distinct payloads")
@@ -164,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--oracle-python", default=DEFAULT_ORACLE_PYTHON, help="python of a vLLM 0.33 env")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
+    if "harmony" in args.renderers and not _has_o200k():
+        raise SystemExit("harmony needs TIKTOKEN_ENCODINGS_BASE with o200k_base.tiktoken (scripts/fetch_o200k.py)")
+    os.environ.setdefault("VLLM_SYSTEM_START_DATE", "2026-01-15")  # gpt-oss: both servers render the same date
 
     bodies = [orjson.dumps(payload(1000 + i)) for i in range(args.variants)]
     timed = [orjson.dumps(payload(100_000 + i)) for i in range(args.requests)] if args.fresh else None
@@ -172,13 +198,13 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(tempfile.mkdtemp(prefix="renderer-bench-"))
     try:
         for mode in args.renderers:
-            model_dir = str(build_renderer_model(folder / mode, mode))
+            model_dir, flags = _model_folder(folder / mode, mode)
             print(f"[{mode}] starting render-service and vLLM on {model_dir} ...", flush=True)
             ours = start_render_service(
-                model_dir, free_port(), [*server_args, "--workers", "1"], log=folder / f"ours-{mode}.log"
+                model_dir, free_port(), [*server_args, *flags, "--workers", "1"], log=folder / f"ours-{mode}.log"
             )
             try:
-                vllm = start_vllm_render(model_dir, free_port(), server_args, python=args.oracle_python)
+                vllm = start_vllm_render(model_dir, free_port(), [*server_args, *flags], python=args.oracle_python)
                 try:
                     results[mode] = asyncio.run(
                         measure({"ours": ours, "vLLM": vllm}, bodies, args.requests, args.rounds, timed)

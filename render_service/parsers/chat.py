@@ -449,7 +449,7 @@ def advance(
     if not delta_token_ids and finish_reason is None:
         return None, None
     text = ""
-    if delta_token_ids:
+    if delta_token_ids and getattr(parser, "reads_text", True):  # Harmony parses ids only
         text, state.detok = detokenize_delta(
             parser.info,
             text_token_ids,

@@ -521,6 +521,10 @@ class HarmonyChatParser(ChatParser):
     The stream's `HarmonyState` travels in `StreamState.reasoning` (the slot the composition
     gives a reasoning parser's state)."""
 
+    # `parse_delta` and `parse` read token ids only (as vLLM's `HarmonyParser`), so the streaming
+    # path (`parsers.advance`) does not detokenize the chunk for it.
+    reads_text = False
+
     def __init__(self, tokenizer: Any, reasoning: str | None, tool: str | None, *, enable_auto_tools: bool) -> None:
         super().__init__(tokenizer, reasoning, tool, enable_auto_tools=enable_auto_tools)
         self.vocab = Vocabulary(self.info)

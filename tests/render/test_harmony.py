@@ -301,3 +301,23 @@ def test_gpt_oss_folder_loads_the_harmony_renderer(gpt_oss_model_dir: Path) -> N
     assert model.renderer_mode == "harmony"
     assert settings.reasoning_parser == "openai_gptoss"  # vLLM's default for GptOssForCausalLM
     assert model.renderer.fingerprint["oss_harmony"] == "0.0.11"
+
+
+def test_streaming_advance_does_not_detokenize_for_harmony(tokenizer: Any) -> None:
+    """`parsers.advance` skips the detokenizer for Harmony (its parser reads ids only): the
+    detokenizer state stays the seed, and the deltas are the parser's own."""
+    from render_service.parsers import advance, new_parsed_stream
+
+    parser = hp.get_parser(tokenizer, "openai_gptoss", "openai", enable_auto_tools=True)
+    assert parser is not None
+    prompt = tokenizer.encode("<|start|>user<|message|>hi<|end|><|start|>assistant", add_special_tokens=False)
+    ids = tokenizer.encode(OUTPUT, add_special_tokens=False)
+    parsed = new_parsed_stream(parser, prompt)
+    seed = msgspec.json.encode(parsed.detok)
+    opts = RequestOptions(tool_choice="auto", has_tools=True)
+    streamed = [advance(parser, parsed, [i], [i], None, opts, tool_ids("r"))[0] for i in ids]
+    assert msgspec.json.encode(parsed.detok) == seed
+    state = parser.new_state(prompt)
+    direct = [parser.step(state, "", [i], None, opts, tool_ids("r"))[0] for i in ids]
+    assert [d.to_wire() if d else None for d in streamed] == [d.to_wire() if d else None for d in direct]
+    assert any(d is not None and d.reasoning for d in streamed)

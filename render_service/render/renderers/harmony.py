@@ -19,6 +19,11 @@ library, so the ids are Harmony's own:
   headers are rewritten to the legacy `assistant to=NAME<|channel|>commentary json` form vLLM
   writes back (`_use_legacy_tool_call_headers`).
 
+Speed: Harmony renders a conversation as the concatenation of each message's own render, so
+the prompt is assembled from per-message token ids kept in a bounded LRU (`MessageIds`); only
+messages not seen before are built and tokenized by the library (the history a client re-sends
+every turn costs a lookup).
+
 `openai_harmony` is the optional `harmony` extra (a Rust wheel, no torch). It loads the
 `o200k_base` vocabulary from `$TIKTOKEN_ENCODINGS_BASE` (or downloads it), as vLLM does.
 """
@@ -26,9 +31,14 @@ library, so the ids are Harmony's own:
 from __future__ import annotations
 
 import datetime
+import json
 import os
-from functools import cache
-from typing import TYPE_CHECKING, Any
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from functools import cache, partial
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from render_service.api.protocol import handler_error
 from render_service.render.renderers.base import ChatInput, NoFillInTheMiddle, RenderedPrompt
@@ -96,12 +106,106 @@ def check_chat_effort(effort: str | None) -> None:
         raise handler_error(f"Harmony does not support reasoning_effort={effort!r}", "reasoning_effort")
 
 
+# A message rendered once is looked up, not re-tokenized: chat clients re-send the whole history
+# every turn. Bounded by entries and by an estimate of the bytes held (ids and key text).
+CACHE_MAX_BYTES = 64 << 20
+CACHE_MAX_ENTRIES = 1 << 15
+_ENTRY_OVERHEAD = 200
+_BYTES_PER_ID = 36
+
+# What one Harmony message is made of, as a hashable key: `("text", role, author name, channel,
+# recipient, content type, texts)`, `("system", effort, instructions, date)` or
+# `("developer", instructions, tools as JSON)`. Every input of the message is in its key.
+MessageKey = tuple[Any, ...]
+Build = Callable[[], "Message"]
+
+
+class MessageIds:
+    """Harmony's token ids for single messages, cached (an LRU).
+
+    `HarmonyEncoding.render_conversation` renders each message on its own; the only thing it
+    carries across messages is whether the conversation has function tools (the system message
+    then names the `functions` namespace), so the key includes that flag, and a conversation's
+    ids are its messages' ids in order (tests/render/test_harmony_cache.py checks it against the
+    whole-conversation render).
+    """
+
+    def __init__(self, render: Callable[[Message, bool], list[int]], max_bytes: int, max_entries: int) -> None:
+        self._render = render
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self._cache: OrderedDict[tuple[MessageKey, bool], tuple[int, ...]] = OrderedDict()
+        self._bytes = 0
+        # Workers render on the event loop, but tests and the audit may call from threads.
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def get(self, key: MessageKey | None, has_function_tools: bool, build: Build) -> tuple[int, ...]:
+        """The message's ids; `key` None: not cacheable (an input that is not plain text)."""
+        if key is None:
+            return tuple(self._render(build(), has_function_tools))
+        full_key = (key, has_function_tools)
+        with self._lock:
+            cached = self._cache.get(full_key)
+            if cached is not None:
+                self._cache.move_to_end(full_key)
+                self.hits += 1
+                return cached
+        ids = tuple(self._render(build(), has_function_tools))
+        size = _entry_bytes(key, ids)
+        with self._lock:
+            self.misses += 1
+            if size <= self.max_bytes // 8 and full_key not in self._cache:
+                self._cache[full_key] = ids
+                self._bytes += size
+                while self._bytes > self.max_bytes or len(self._cache) > self.max_entries:
+                    old_key, old_ids = self._cache.popitem(last=False)
+                    self._bytes -= _entry_bytes(old_key[0], old_ids)
+        return ids
+
+
+def _entry_bytes(key: MessageKey, ids: tuple[int, ...]) -> int:
+    # The key's strings as Python holds them (1, 2 or 4 bytes a character), the ids, the slot.
+    size = _ENTRY_OVERHEAD + _BYTES_PER_ID * len(ids)
+    for part in key:
+        if isinstance(part, str):
+            size += sys.getsizeof(part)
+        elif isinstance(part, tuple):
+            size += sum(sys.getsizeof(text) for text in part if isinstance(text, str))
+    return size
+
+
+def _text_key(
+    role: str,
+    texts: tuple[Any, ...],
+    channel: str | None = None,
+    recipient: str | None = None,
+    content_type: str | None = None,
+    name: str | None = None,
+) -> MessageKey | None:
+    if not all(isinstance(text, str) for text in texts):
+        return None
+    return ("text", role, name, channel, recipient, content_type, texts)
+
+
+class Part(NamedTuple):
+    """One Harmony message of the prompt, before rendering."""
+
+    role: Any
+    channel: str | None
+    key: MessageKey | None
+    build: Build
+    has_function_tools: bool = False
+
+
 class HarmonyRenderer(NoFillInTheMiddle):
     mode = "harmony"
     content_format: str | None = "openai"
     needs_chat_template = False
 
-    def __init__(self) -> None:
+    def __init__(self, cache_bytes: int = CACHE_MAX_BYTES) -> None:
+        from openai_harmony import Conversation, Role
+
         self.encoding = encoding()  # fail at start, not on the first request
         self.system_instructions = _env_flag("VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS")
         self.start_date = os.environ.get("VLLM_SYSTEM_START_DATE") or None
@@ -111,6 +215,11 @@ class HarmonyRenderer(NoFillInTheMiddle):
         self.channel_id = ids["<|channel|>"]
         self.constrain_id = ids["<|constrain|>"]
         self.message_id = ids["<|message|>"]
+        # `<|start|>assistant`: what render_conversation_for_completion appends to the messages.
+        self.completion_suffix_ids = self.encoding.render_conversation_for_completion(
+            Conversation.from_messages([]), Role.ASSISTANT
+        )
+        self.messages = MessageIds(self._render_message, cache_bytes, CACHE_MAX_ENTRIES)
         # For the config fingerprint: what the prompts depend on besides the request.
         self.fingerprint = {
             "oss_harmony": _library_version(),
@@ -125,142 +234,185 @@ class HarmonyRenderer(NoFillInTheMiddle):
         if messages and messages[0].get("role") in ("system", "developer"):
             instructions = flatten_text(messages[0].get("content"))
             messages = messages[1:]
-        harmony_messages = self.preamble(instructions, chat.tools, effort)
-        harmony_messages.extend(self.conversation(messages))
-        return RenderedPrompt(token_ids=self.render_for_completion(harmony_messages))
+        parts = self.preamble(instructions, chat.tools, effort)
+        parts.extend(self.conversation(messages))
+        return RenderedPrompt(token_ids=self.render_for_completion(parts))
 
     # -- messages ------------------------------------------------------------------------------
+    # Each builder returns (key, build): the cache key and how to make the Harmony message on a
+    # miss. Request checks run here, on every request, before the cache is consulted.
 
-    def system_message(self, effort: str | None, instructions: str | None = None) -> Message:
+    def system_message(self, effort: str | None, instructions: str | None = None) -> tuple[MessageKey | None, Build]:
+        if effort is not None and effort not in REASONING_EFFORTS:
+            raise handler_error(
+                f"reasoning_effort={effort!r} is not supported by Harmony. "
+                f"Supported values are: {', '.join(REASONING_EFFORTS)}.",
+                "reasoning_effort",
+            )
+        instructions = instructions if self.system_instructions else None
+        # vLLM: "This brings non-determinism"; VLLM_SYSTEM_START_DATE pins it.
+        date = self.start_date or datetime.datetime.now().strftime("%Y-%m-%d")
+        key = ("system", effort, instructions, date) if instructions is None or isinstance(instructions, str) else None
+        return key, partial(self._system_message, effort, instructions, date)
+
+    @staticmethod
+    def _system_message(effort: str | None, instructions: str | None, date: str) -> Message:
         from openai_harmony import Message, ReasoningEffort, Role, SystemContent
 
         content = SystemContent.new()
-        if instructions is not None and self.system_instructions:
+        if instructions is not None:
             identity = content.model_identity
             content = content.with_model_identity(f"{identity}\n{instructions}" if identity else instructions)
         if effort is not None:
-            if effort not in REASONING_EFFORTS:
-                raise handler_error(
-                    f"reasoning_effort={effort!r} is not supported by Harmony. "
-                    f"Supported values are: {', '.join(REASONING_EFFORTS)}.",
-                    "reasoning_effort",
-                )
             content = content.with_reasoning_effort(ReasoningEffort(effort.capitalize()))
-        # vLLM: "This brings non-determinism"; VLLM_SYSTEM_START_DATE pins it.
-        date = self.start_date or datetime.datetime.now().strftime("%Y-%m-%d")
         return Message.from_role_and_content(Role.SYSTEM, content.with_conversation_start_date(date))
 
-    def developer_message(self, instructions: str | None, tools: list[dict[str, Any]] | None) -> Message:
+    def developer_message(
+        self, instructions: str | None, tools: list[dict[str, Any]] | None
+    ) -> tuple[MessageKey | None, Build, bool]:
+        """(key, build, has function tools)."""
+        instructions = instructions if not self.system_instructions else None
+        functions: list[tuple[Any, str, Any]] = []
+        for tool in tools or ():
+            if tool.get("type") != "function":
+                raise handler_error(f"tool type {tool.get('type')!r} is not supported.", "tools")
+            function = tool.get("function") or {}
+            functions.append((function.get("name"), function.get("description") or "", function.get("parameters")))
+        key: MessageKey | None = None
+        if instructions is None or isinstance(instructions, str):
+            try:  # Harmony itself takes the message as JSON: equal JSON, equal message
+                key = ("developer", instructions, json.dumps(functions, ensure_ascii=False) if functions else None)
+            except (TypeError, ValueError):
+                key = None
+        return key, partial(self._developer_message, instructions, functions), bool(functions)
+
+    @staticmethod
+    def _developer_message(instructions: str | None, functions: list[tuple[Any, str, Any]]) -> Message:
         from openai_harmony import DeveloperContent, Message, Role, ToolDescription
 
         content = DeveloperContent.new()
-        if instructions is not None and not self.system_instructions:
+        if instructions is not None:
             content = content.with_instructions(instructions)
-        if tools is not None:
-            functions = []
-            for tool in tools:
-                if tool.get("type") != "function":
-                    raise handler_error(f"tool type {tool.get('type')!r} is not supported.", "tools")
-                function = tool.get("function") or {}
-                functions.append(
-                    ToolDescription.new(
-                        name=function.get("name"),
-                        description=function.get("description") or "",
-                        parameters=function.get("parameters"),
-                    )
-                )
-            if functions:
-                content = content.with_function_tools(functions)
+        if functions:
+            content = content.with_function_tools(
+                [
+                    ToolDescription.new(name=name, description=desc, parameters=params)
+                    for name, desc, params in functions
+                ]
+            )
         return Message.from_role_and_content(Role.DEVELOPER, content)
 
-    def preamble(
-        self, instructions: str | None, tools: list[dict[str, Any]] | None, effort: str | None
-    ) -> list[Message]:
+    def preamble(self, instructions: str | None, tools: list[dict[str, Any]] | None, effort: str | None) -> list[Part]:
         """vLLM's `build_harmony_preamble`: the system message, then the developer message."""
-        system_instructions = instructions if self.system_instructions else None
+        out = [Part("system", None, *self.system_message(effort, instructions))]
         developer_instructions = None if self.system_instructions else instructions
-        out = [self.system_message(effort, system_instructions)]
         if developer_instructions or tools:
-            out.append(self.developer_message(developer_instructions, tools))
+            key, build, has_functions = self.developer_message(developer_instructions, tools)
+            out.append(Part("developer", None, key, build, has_functions))
         return out
 
-    def conversation(self, messages: list[dict[str, Any]]) -> list[Message]:
+    def conversation(self, messages: list[dict[str, Any]]) -> list[Part]:
         """vLLM's `parse_chat_inputs_to_harmony_messages`."""
         names: dict[Any, Any] = {}
         for message in messages:
             for call in message.get("tool_calls") or []:
                 names[call.get("id")] = (call.get("function") or {}).get("name")
-        out: list[Message] = []
+        out: list[Part] = []
         for message in messages:
             out.extend(self.message(message, names))
         return out
 
-    def message(self, message: dict[str, Any], names: dict[Any, Any]) -> list[Message]:
-        from openai_harmony import Author, Message, Role, TextContent
-
+    def message(self, message: dict[str, Any], names: dict[Any, Any]) -> list[Part]:
         role = message.get("role")
-        out: list[Message] = []
+        out: list[Part] = []
         calls = message.get("tool_calls") or []
         if role == "assistant" and calls:
             text = flatten_text(message.get("content"))
             if text:
-                out.append(Message.from_role_and_content(Role.ASSISTANT, text).with_channel("commentary"))
+                out.append(self._text("assistant", (text,), "commentary"))
             reasoning = message.get("reasoning")
             if reasoning:
-                out.append(Message.from_role_and_content(Role.ASSISTANT, reasoning).with_channel("analysis"))
+                out.append(self._text("assistant", (reasoning,), "analysis"))
             for call in calls:
                 function = call.get("function") or {}
+                arguments = function.get("arguments", "") or ""
                 out.append(
-                    Message.from_role_and_content(Role.ASSISTANT, function.get("arguments", "") or "")
-                    .with_channel("commentary")
-                    .with_recipient(f"functions.{function.get('name', '')}")
-                    .with_content_type("json")
+                    self._text("assistant", (arguments,), "commentary", f"functions.{function.get('name', '')}", "json")
                 )
             return out
         if role == "tool":
             name = names.get(message.get("tool_call_id", ""), "")
             text = flatten_text(message.get("content")) or ""
-            author = Author.new(Role.TOOL, f"functions.{name}")
-            return [
-                Message.from_author_and_content(author, text).with_channel("commentary").with_recipient("assistant")
-            ]
+            return [self._text("tool", (text,), "commentary", "assistant", name=f"functions.{name}")]
         reasoning = message.get("reasoning")
         if role == "assistant" and reasoning:
-            out.append(Message.from_role_and_content(Role.ASSISTANT, reasoning).with_channel("analysis"))
+            out.append(self._text("assistant", (reasoning,), "analysis"))
         content = message.get("content") or ""
-        if isinstance(content, str):
-            contents = [TextContent(text=content)]
-        else:
-            contents = [TextContent(text=part.get("text", "")) for part in content]
+        texts = (content,) if isinstance(content, str) else tuple(part.get("text", "") for part in content)
         if role == "assistant":
-            if contents and contents[0].text:
-                out.append(Message.from_role_and_contents(Role.ASSISTANT, contents).with_channel("final"))
+            if texts and texts[0]:
+                out.append(self._text("assistant", texts, "final"))
         elif role in ("system", "developer"):
             instructions = flatten_text(message.get("content"))
             if instructions is not None:
                 if role == "system" and self.system_instructions:
-                    out.append(self.system_message(None, instructions))
+                    out.append(Part("system", None, *self.system_message(None, instructions)))
                 else:
-                    out.append(self.developer_message(instructions, None))
+                    key, build, _ = self.developer_message(instructions, None)
+                    out.append(Part("developer", None, key, build))
         else:
-            out.append(Message.from_role_and_contents(Role(role), contents))
+            out.append(self._text(role, texts))
         return out
+
+    @staticmethod
+    def _text(
+        role: Any,
+        texts: tuple[Any, ...],
+        channel: str | None = None,
+        recipient: str | None = None,
+        content_type: str | None = None,
+        name: str | None = None,
+    ) -> Part:
+        def build() -> Message:
+            from openai_harmony import Author, Message, Role, TextContent
+
+            author = Author.new(Role(role), name) if name is not None else Author(role=Role(role))
+            built = Message(author=author, content=[TextContent(text=text) for text in texts])
+            if channel is not None:
+                built = built.with_channel(channel)
+            if recipient is not None:
+                built = built.with_recipient(recipient)
+            if content_type is not None:
+                built = built.with_content_type(content_type)
+            return built
+
+        key = _text_key(role, texts, channel, recipient, content_type, name) if isinstance(role, str) else None
+        return Part(role, channel, key, build)
 
     # -- tokens --------------------------------------------------------------------------------
 
-    def render_for_completion(self, messages: list[Message]) -> list[int]:
-        """vLLM's `render_for_completion`: drop stale analysis, render, legacy tool headers."""
-        from openai_harmony import Conversation, RenderConversationConfig, Role
-
+    def render_for_completion(self, parts: list[Part]) -> list[int]:
+        """vLLM's `render_for_completion`: drop stale analysis, render (message by message, each
+        through the cache), legacy tool headers, then `<|start|>assistant`."""
         last_final = -1
-        for index in range(len(messages) - 1, -1, -1):
-            if messages[index].author.role == Role.ASSISTANT and messages[index].channel == "final":
+        for index in range(len(parts) - 1, -1, -1):
+            if parts[index].role == "assistant" and parts[index].channel == "final":
                 last_final = index
                 break
-        kept = [m for i, m in enumerate(messages) if not (i < last_final and m.channel == "analysis")]
-        ids = self.encoding.render_conversation_for_completion(
-            Conversation.from_messages(kept), Role.ASSISTANT, config=RenderConversationConfig(auto_drop_analysis=False)
-        )
+        has_function_tools = any(part.has_function_tools for part in parts)
+        ids: list[int] = []
+        get = self.messages.get
+        for index, part in enumerate(parts):
+            if index < last_final and part.channel == "analysis":
+                continue
+            ids.extend(get(part.key, has_function_tools, part.build))
+        ids.extend(self.completion_suffix_ids)
+        return ids
+
+    def _render_message(self, message: Message, has_function_tools: bool) -> list[int]:
+        from openai_harmony import RenderOptions
+
+        ids = self.encoding.render(message, RenderOptions(conversation_has_function_tools=has_function_tools))
         return self.legacy_tool_call_headers(ids)
 
     def legacy_tool_call_headers(self, ids: list[int]) -> list[int]:
