@@ -9,8 +9,11 @@ endpoints, `metrics` the Prometheus series.
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 
+from render_service.gateway import client
 from render_service.gateway.metrics import GatewayMetrics
 from render_service.gateway.pool import EnginePool
 from render_service.server.metrics import Metrics
@@ -38,6 +41,14 @@ class Gateway:
     def start(self) -> None:
         """Start the health probes (on the running loop)."""
         self.pool.start()
+
+    async def generate(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A non-streaming generate of a rendered `GenerateRequest`."""
+        return await client.generate(self.pool, body)
+
+    async def open_stream(self, body: dict[str, Any]) -> client.EngineStream:
+        """A streaming generate, open once its first chunk has arrived."""
+        return await client.open_stream(self.pool, body)
 
     async def close(self) -> None:
         await self.pool.close()

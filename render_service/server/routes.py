@@ -47,10 +47,7 @@ def gateway_routes() -> list[Route]:
     """Gateway mode (`--engine`): vLLM's generation endpoints, served through the engine pool."""
     from render_service.gateway import handlers  # imported only when engines are configured
 
-    return [
-        Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),
-        Route("/v1/completions", handlers.completions, methods=["POST"]),
-    ]
+    return handlers.routes()
 
 
 def app_routes(settings: Settings) -> list[Route]:
