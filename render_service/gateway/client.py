@@ -85,7 +85,7 @@ async def generate(pool: EnginePool, body: dict[str, Any]) -> dict[str, Any]:
     last: EngineFailure | None = None
     while len(tried) < len(pool.engines):
         try:
-            engine = pool.pick(tried)
+            engine = pool.pick(tried, body.get("token_ids"))
         except NoEngineError as exc:
             raise _exhausted(last) if last is not None else OverloadedError(str(exc)) from None
         if tried:
@@ -179,7 +179,7 @@ async def open_stream(pool: EnginePool, body: dict[str, Any]) -> EngineStream:
     content = orjson.dumps(body)
     while len(tried) < len(pool.engines):
         try:
-            engine = pool.pick(tried)
+            engine = pool.pick(tried, body.get("token_ids"))
         except NoEngineError as exc:
             raise _exhausted(last) if last is not None else OverloadedError(str(exc)) from None
         if tried:

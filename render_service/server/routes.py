@@ -53,4 +53,4 @@ def gateway_routes() -> list[Route]:
 def app_routes(settings: Settings) -> list[Route]:
     """The routes one app serves under `settings`."""
     routes = ROUTES + (RUNTIME_LORA_ROUTES if settings.allow_runtime_lora_updating else [])
-    return routes + (gateway_routes() if settings.engine else [])
+    return routes + (gateway_routes() if settings.gateway_mode else [])

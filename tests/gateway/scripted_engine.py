@@ -38,6 +38,7 @@ class Script:
     drop_after: int | None = None  # after this many tokens, cut the connection (no [DONE])
     error_after: int | None = None  # after this many tokens, send vLLM's error event and [DONE]
     logprobs: bool = False
+    kv_transfer_params: dict[str, Any] | None = None  # what a non-streaming answer carries (a P/D prefill's)
 
 
 @dataclass
@@ -135,7 +136,7 @@ class ScriptedEngine:
             "prompt_token_ids": body["token_ids"] if body.get("return_token_ids") else None,
             "mm_placeholders": None,
             "metrics": None,
-            "kv_transfer_params": None,
+            "kv_transfer_params": script.kv_transfer_params,
             "ec_transfer_params": None,
             "output_mode": "tokens",
             "choices": choices,
