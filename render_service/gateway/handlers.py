@@ -27,10 +27,12 @@ from render_service import adapter
 from render_service.api import messages as api_messages
 from render_service.api import responses as api_responses
 from render_service.derender import pipeline as derender
+from render_service.derender.detokenize import decode_params
 from render_service.exceptions import BadRequestError, RenderServiceError
 from render_service.gateway import Gateway, anthropic, client
 from render_service.gateway import responses as gateway_responses
 from render_service.gateway.anthropic import MessagesStream
+from render_service.gateway.stops import StopWatch, stop_strings, without_stop_strings
 from render_service.gateway.streams import ChatStream, CompletionStream, usage
 from render_service.multimodal import media
 from render_service.render import pipeline as render
@@ -42,9 +44,9 @@ logger = logging.getLogger("render_service.gateway")
 
 T = TypeVar("T")
 
-STOP_STRINGS_UNSUPPORTED = (
-    "stop strings are not supported by the gateway: a --tokens-only engine cannot apply them. "
-    "Use stop_token_ids instead."
+STOP_STRINGS_WITH_PARSERS = (
+    "stop strings on a stream whose output goes through reasoning or tool parsers are not supported by "
+    "the gateway yet (a --tokens-only engine cannot apply them); use stream=false or stop_token_ids"
 )
 CLIENT_CLOSED = 499  # nginx's "client closed request": what the metrics record for a disconnect
 
@@ -105,8 +107,8 @@ async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
 
 
 def _refuse_unsupported(state: State, body: dict[str, Any]) -> None:
-    if body.get("stop"):
-        raise BadRequestError(STOP_STRINGS_UNSUPPORTED, param="stop")
+    if body.get("stop") and body.get("stream") and state.derender.has_parser:
+        raise BadRequestError(STOP_STRINGS_WITH_PARSERS, param="stop")
     if state.context.vision is not None and media.image_urls(body.get("messages"), include_data=True):
         raise BadRequestError("image inputs are not supported by the gateway yet; use /v1/chat/completions/render")
     if body.get("stream") and adapter.runtime(state.context) is not None:
@@ -224,7 +226,12 @@ class ResponsesWire(Wire):
 
 
 def _sse_stream(
-    gateway: Gateway, endpoint: str, arrived: float, stream: client.EngineStream, wire: Wire
+    gateway: Gateway,
+    endpoint: str,
+    arrived: float,
+    stream: client.EngineStream,
+    wire: Wire,
+    watch: StopWatch | None = None,
 ) -> AsyncIterator[bytes]:
     """The client's SSE body from an open engine stream; closes the engine connection however it ends."""
 
@@ -242,8 +249,12 @@ def _sse_stream(
                 if tokens and engine_chunk is not stream.first:
                     metrics.inter_token.labels(endpoint).observe((now - last) / tokens)
                 last = now
+                if watch is not None:
+                    engine_chunk = watch.apply(engine_chunk)
                 for data in wire.feed(engine_chunk):
                     yield data
+                if watch is not None and watch.done:
+                    break  # a stop string finished every choice: closing the stream aborts the engine request
             for data in wire.finish():
                 yield data
             finished = True
@@ -268,6 +279,76 @@ def _sse_stream(
     return body()
 
 
+# -- stop strings (applied here: a --tokens-only engine refuses them) ----------------------------
+
+
+def _stop_watch(state: State, request_body: dict[str, Any], rendered: dict[str, Any]) -> StopWatch | None:
+    """A watch over the engine's tokens when the request has stop strings, decoding as the engine's
+    detokenizer would (the rendered sampling parameters)."""
+    stops = stop_strings(request_body)
+    if not stops:
+        return None
+    sampling = rendered["sampling_params"]
+    skip, spaces = decode_params(
+        sampling.get("skip_special_tokens"), sampling.get("spaces_between_special_tokens", True)
+    )
+    return StopWatch(
+        state.derender.render.model.hf_tokenizer,
+        rendered["token_ids"],
+        stops,
+        n=int(sampling.get("n") or 1),
+        include_in_output=bool(sampling.get("include_stop_str_in_output")),
+        min_tokens=int(sampling.get("min_tokens") or 0),
+        skip_special_tokens=skip,
+        spaces_between_special_tokens=spaces,
+    )
+
+
+async def _generate_watched(gateway: Gateway, rendered: dict[str, Any], watch: StopWatch) -> dict[str, Any]:
+    """A non-streaming generate under stop strings: streamed from the engine so that a match ends
+    the engine request, assembled into the `GenerateResponse` a detokenizing engine would send."""
+    stream = await gateway.open_stream({**without_stop_strings(rendered), "stream": True, "stream_options": None})
+    choices: dict[int, dict[str, Any]] = {}
+    try:
+        async for engine_chunk in stream:
+            for choice in watch.apply(engine_chunk)["choices"]:
+                index = int(choice.get("index") or 0)
+                into = choices.setdefault(
+                    index,
+                    {"index": index, "token_ids": [], "finish_reason": None, "stop_reason": None, "logprobs": None},
+                )
+                into["token_ids"] += choice.get("token_ids") or []
+                if choice.get("logprobs") is not None:
+                    into["logprobs"] = into["logprobs"] or {"content": []}
+                    into["logprobs"]["content"] += choice["logprobs"].get("content") or []
+                if choice.get("finish_reason") is not None:
+                    into["finish_reason"], into["stop_reason"] = choice["finish_reason"], choice.get("stop_reason")
+            if watch.done:
+                break
+    except client.EngineFailure as exc:
+        raise exc.answer or RenderServiceError(f"The engine failed: {exc.message}") from None
+    finally:
+        await stream.aclose()
+    return {
+        "request_id": rendered["request_id"],
+        "choices": [choices[index] for index in sorted(choices)],
+        "prompt_logprobs": None,
+        "prompt_token_ids": None,
+        "kv_transfer_params": None,
+        "metrics": None,
+    }
+
+
+async def _generate(gateway: Gateway, rendered: dict[str, Any], watch: StopWatch | None) -> dict[str, Any]:
+    if watch is None:
+        return await gateway.generate(rendered)
+    return await _generate_watched(gateway, rendered, watch)
+
+
+async def _open_stream(gateway: Gateway, rendered: dict[str, Any], watch: StopWatch | None) -> client.EngineStream:
+    return await gateway.open_stream(rendered if watch is None else without_stop_strings(rendered))
+
+
 # -- /v1/chat/completions (and the chat generation Messages and Responses run on) ----------------
 
 
@@ -286,13 +367,14 @@ async def _chat_generation(
     gateway = Gateway.of(request)
     prompt_ids: list[int] = rendered["token_ids"]
     request_id: str = rendered["request_id"]
+    watch = _stop_watch(state, chat, rendered)
     try:
         if rendered["stream"]:
             # Built before the engine stream opens: a converter that fails leaves nothing running.
             wire = make_wire(ChatStream(state.derender, chat, request_id, prompt_ids, model))
-            stream = await until_disconnect(request, gateway.open_stream(rendered))
-            return SSEResponse(_sse_stream(gateway, endpoint, arrived, stream, wire))
-        generated = await until_disconnect(request, gateway.generate(rendered))
+            stream = await until_disconnect(request, _open_stream(gateway, rendered, watch))
+            return SSEResponse(_sse_stream(gateway, endpoint, arrived, stream, wire, watch))
+        generated = await until_disconnect(request, _generate(gateway, rendered, watch))
     except ClientDisconnected:
         gateway.metrics.disconnects.inc()
         return Response(status_code=CLIENT_CLOSED)
@@ -413,11 +495,11 @@ async def completions(state: State, request: Request, body: Any) -> Any:
     arrived = time.perf_counter()
     body = object_body(body)
     gateway = Gateway.of(request)
-    if body.get("stop"):
-        raise BadRequestError(STOP_STRINGS_UNSUPPORTED, param="stop")
-    if body.get("echo"):
-        raise BadRequestError("echo is not supported by the gateway yet", param="echo")
+    echo = bool(body.get("echo"))
+    if echo and body.get("logprobs") is not None:
+        raise BadRequestError("echo with logprobs (prompt logprobs) is not supported by the gateway yet", param="echo")
     rendered = render.render_completion(state.context, body, request.headers.get("x-request-id"))
+    echoed = _echo_texts(body, len(rendered)) if echo else None
     state.metrics.prompt_tokens.inc(sum(len(r["token_ids"]) for r in rendered))
     base_id = rendered[0]["request_id"] if len(rendered) == 1 else rendered[0]["request_id"].rsplit("-", 1)[0]
     model = _model_name(state, body)
@@ -425,10 +507,20 @@ async def completions(state: State, request: Request, body: Any) -> Any:
         if body.get("stream"):
             if len(rendered) != 1:
                 raise BadRequestError("streaming several prompts is not supported by the gateway yet", param="prompt")
-            converter = CompletionStream(state.derender, body, base_id, rendered[0]["token_ids"], model)
-            stream = await until_disconnect(request, gateway.open_stream(rendered[0]))
-            return SSEResponse(_sse_stream(gateway, "completions", arrived, stream, CompletionWire(converter)))
-        generated = await until_disconnect(request, asyncio.gather(*(gateway.generate(one) for one in rendered)))
+            converter = CompletionStream(
+                state.derender,
+                body,
+                base_id,
+                rendered[0]["token_ids"],
+                model,
+                echo_text=None if echoed is None else echoed[0],
+            )
+            watch = _stop_watch(state, body, rendered[0])
+            stream = await until_disconnect(request, _open_stream(gateway, rendered[0], watch))
+            return SSEResponse(_sse_stream(gateway, "completions", arrived, stream, CompletionWire(converter), watch))
+        generated = await until_disconnect(
+            request, asyncio.gather(*(_generate(gateway, one, _stop_watch(state, body, one)) for one in rendered))
+        )
     except ClientDisconnected:
         gateway.metrics.disconnects.inc()
         return Response(status_code=CLIENT_CLOSED)
@@ -437,7 +529,7 @@ async def completions(state: State, request: Request, body: Any) -> Any:
         gen["request_id"] = base_id
         if body.get("return_token_ids"):
             gen["prompt_token_ids"] = one["token_ids"]
-    return derender.derender_completion(
+    answer = derender.derender_completion(
         state.derender,
         {
             "generate_responses": responses,
@@ -447,6 +539,20 @@ async def completions(state: State, request: Request, body: Any) -> Any:
             "model": model,
         },
     )
+    if echoed is not None:  # vLLM's echo: the prompt's text before each choice's (by prompt, n each)
+        per_prompt = len(answer["choices"]) // len(rendered)
+        for position, choice in enumerate(answer["choices"]):
+            choice["text"] = echoed[position // per_prompt] + choice["text"]
+    return answer
+
+
+def _echo_texts(body: dict[str, Any], count: int) -> list[str]:
+    """The prompt texts echoed before the output ("" with return_token_ids, as vLLM does)."""
+    prompt = body.get("prompt")
+    prompts = [prompt] if isinstance(prompt, str) else prompt if isinstance(prompt, list) else []
+    if len(prompts) != count or not all(isinstance(p, str) for p in prompts):
+        raise BadRequestError("echo of token-id prompts is not supported by the gateway yet", param="echo")
+    return ["" if body.get("return_token_ids") else p for p in prompts]
 
 
 def routes() -> list[Route]:
