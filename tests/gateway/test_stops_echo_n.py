@@ -26,7 +26,7 @@ def _records(engines: Engines) -> list:
 def _tokens_until(gateway: str, ids: list[int], stop: str) -> int:
     """How many of `ids` vLLM keeps: up to the token whose text completes `stop`."""
     text = ""
-    for count, token in enumerate(ids, 1):
+    for count in range(1, len(ids) + 1):
         text = httpx.post(f"{gateway}/detokenize", json={"model": MODEL, "tokens": ids[:count]}).json()["prompt"]
         if stop in text:
             return count
@@ -35,7 +35,7 @@ def _tokens_until(gateway: str, ids: list[int], stop: str) -> int:
 
 def test_stop_string_non_streaming(gateway: str, engines: Engines) -> None:
     ids = tokens(gateway, "one, two, three. four, five, six")
-    _script(engines, Script([*ids, EOS]))
+    _script(engines, Script([*ids, EOS], stall_after=len(ids)))  # only a closed stream ends it
     answer = httpx.post(f"{gateway}/v1/chat/completions", json={**CHAT, "stop": [". ", "zzz"]}, timeout=10).json()
     choice = answer["choices"][0]
     assert choice["message"]["content"] == "one, two, three"
@@ -60,7 +60,7 @@ def test_stop_string_kept_with_include_stop_str_in_output(gateway: str, engines:
 
 def test_stop_string_streaming_never_shows_it(gateway: str, engines: Engines) -> None:
     ids = tokens(gateway, "one, two, three. four, five, six")
-    _script(engines, Script([*ids, EOS], chunk_size=1))
+    _script(engines, Script([*ids, EOS], chunk_size=1, stall_after=len(ids)))  # only a closed stream ends it
     body = {**CHAT, "stop": [". "], "stream": True, "stream_options": {"include_usage": True}}
     events = sse_events(httpx.post(f"{gateway}/v1/chat/completions", json=body, timeout=10))
     deltas = [e["choices"][0]["delta"].get("content", "") for e in events[:-1] if e["choices"]]
