@@ -14,8 +14,8 @@ difference of the two paths' percentiles. CPU per output token is the gateway pr
 CPU (utime+stime from /proc) over its rounds, divided by the output tokens it streamed; the
 engine's own CPU per token is shown for scale.
 
-The engine is the scripted fake engine of tests/gateway (a token every ~1 ms, vLLM 0.33's
-generate protocol), started as a child process, unless --engine-url names a real `--tokens-only`
+The engine is the scripted fake engine of tests/gateway (vLLM 0.33's generate protocol, a token
+every --itl-ms), started as a child process, unless --engine-url names a real `--tokens-only`
 engine (then --model must be the engine's model). Run from the repository root:
 
     python -m benchmarks.gateway_bench --requests 200 --concurrency 8 --tokens 64
@@ -55,24 +55,25 @@ TEXT = (
 # -- the fake engine (a child process) ---------------------------------------------------------
 
 
-def serve_fake_engine(port: int, token_ids: list[int]) -> None:
+def serve_fake_engine(port: int, token_ids: list[int], interval: float) -> None:
     """Serve the scripted engine on `port` until killed (the child process's whole job)."""
     import uvicorn
 
     from tests.gateway.scripted_engine import Script, ScriptedEngine
 
-    engine = ScriptedEngine(Script(token_ids, chunk_size=1))
+    engine = ScriptedEngine(Script(token_ids, chunk_size=1, interval=interval))
     uvicorn.run(engine.app(), host="127.0.0.1", port=port, log_level="warning")
 
 
-def start_fake_engine(model_dir: str, tokens: int, log: Path) -> Server:
+def start_fake_engine(model_dir: str, tokens: int, interval: float, log: Path) -> Server:
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
     ids = tokenizer.encode(TEXT * (1 + tokens // 20), add_special_tokens=False).ids[: tokens - 1]
     eos = tokenizer.token_to_id("<|im_end|>")
     port = free_port()
-    command = [sys.executable, "-m", "benchmarks.gateway_bench", "--fake-engine", str(port), json.dumps([*ids, eos])]
+    token_ids = json.dumps([*ids, eos])
+    command = [sys.executable, "-m", "benchmarks.gateway_bench", "--fake-engine", str(port), token_ids, str(interval)]
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     server = Server("fake-engine", f"http://127.0.0.1:{port}", process.pid, owned=True, log=log)
@@ -145,10 +146,13 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64, help="output tokens per request (fake engine)")
     parser.add_argument("--json", help="also write the results here")
-    parser.add_argument("--fake-engine", nargs=2, metavar=("PORT", "TOKENS"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--itl-ms", type=float, default=20.0, help="the fake engine's time between tokens (a decode step)"
+    )
+    parser.add_argument("--fake-engine", nargs=3, metavar=("PORT", "TOKENS", "INTERVAL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fake_engine:
-        serve_fake_engine(int(args.fake_engine[0]), json.loads(args.fake_engine[1]))
+        serve_fake_engine(int(args.fake_engine[0]), json.loads(args.fake_engine[1]), float(args.fake_engine[2]))
         return 0
 
     model_dir = example_model_dir(args.model)
@@ -156,7 +160,7 @@ def main() -> int:
     engine = (
         Server("engine", args.engine_url.rstrip("/"), None)
         if args.engine_url
-        else start_fake_engine(model_dir, args.tokens, scratch / "engine.log")
+        else start_fake_engine(model_dir, args.tokens, args.itl_ms / 1000, scratch / "engine.log")
     )
     gateway = None
     try:
@@ -227,7 +231,7 @@ def main() -> int:
     headers = ["path", "requests", "tokens", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "gw CPU/tok", "eng CPU/tok"]
     title = (
         f"{'fake' if engine.pid and not args.engine_url else 'real'} engine, {args.concurrency} concurrent, "
-        f"{args.tokens} tokens per request (ms; CPU in microseconds per output token)"
+        f"{args.tokens} tokens per request, {args.itl_ms:g} ms between tokens (ms; CPU in us per output token)"
     )
     print(format_table(headers, rows, title))
     print(

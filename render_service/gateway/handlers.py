@@ -241,8 +241,8 @@ def _sse_stream(
         last = time.perf_counter()
         finished = False
         try:
-            for data in wire.start():
-                yield data
+            if started := b"".join(wire.start()):
+                yield started
             async for engine_chunk in stream:
                 now = time.perf_counter()
                 tokens = sum(len(c.get("token_ids") or []) for c in engine_chunk.get("choices") or [])
@@ -251,12 +251,13 @@ def _sse_stream(
                 last = now
                 if watch is not None:
                     engine_chunk = watch.apply(engine_chunk)
-                for data in wire.feed(engine_chunk):
+                data = b"".join(wire.feed(engine_chunk))  # one write per engine chunk
+                if data:
                     yield data
                 if watch is not None and watch.done:
                     break  # a stop string finished every choice: closing the stream aborts the engine request
-            for data in wire.finish():
-                yield data
+            if ended := b"".join(wire.finish()):
+                yield ended
             finished = True
         except (client.EngineFailure, RenderServiceError) as exc:
             logger.warning("%s: stream from %s failed after the first token: %s", endpoint, stream.engine.url, exc)
