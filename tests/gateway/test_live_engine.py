@@ -215,7 +215,8 @@ def _named(response: httpx.Response) -> list[tuple[str, Any]]:
 DELTA_TEXT = ("text", "thinking", "partial_json", "delta")
 # The engine here is vLLM 0.32; the gateway answers as 0.33, whose ResponsesResponse has these
 # fields more, and whose output items carry `response_item_status` ("incomplete" when cut by
-# max_output_tokens; 0.32 says "completed").
+# max_output_tokens; 0.32 says "completed"), and whose stream ends such a response with
+# `response.incomplete` (0.32: `response.completed` whatever the status).
 RESPONSES_033_ONLY = {"prompt_cache_key", "prompt_cache_options", "prompt_cache_retention", "safety_identifier"}
 
 
@@ -225,7 +226,11 @@ def _as_032(value: Any) -> Any:
         out = {k: _as_032(v) for k, v in value.items() if k not in RESPONSES_033_ONLY}
         if out.get("type") in ("message", "function_call") and out.get("status") == "incomplete":
             out["status"] = "completed"
+        if out.get("type") == "response.incomplete":
+            out["type"] = "response.completed"
         return out
+    if isinstance(value, tuple) and value and value[0] == "response.incomplete":
+        return ("response.completed", *(_as_032(v) for v in value[1:]))
     if isinstance(value, list | tuple):
         return type(value)(_as_032(v) for v in value)
     return value
