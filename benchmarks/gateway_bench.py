@@ -11,8 +11,9 @@ alternating rounds at the same concurrency:
 
 TTFT is measured by the client to the first `data:` event; the gateway's added TTFT is the
 difference of the two paths' percentiles. CPU per output token is the gateway process tree's
-CPU (utime+stime from /proc) over its rounds, divided by the output tokens it streamed; the
-engine's own CPU per token is shown for scale.
+CPU (utime+stime from /proc) over its rounds, less its idle CPU over the same time, divided by
+the output tokens it streamed (render and derender included); the engine's own CPU per token is
+shown for scale.
 
 The engine is the scripted fake engine of tests/gateway (vLLM 0.33's generate protocol, a token
 every --itl-ms), started as a child process, unless --engine-url names a real `--tokens-only`
@@ -146,6 +147,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64, help="output tokens per request (fake engine)")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--idle-seconds", type=float, default=3.0, help="how long the gateway's idle CPU is sampled")
     parser.add_argument(
         "--itl-ms", type=float, default=20.0, help="the fake engine's time between tokens (a decode step)"
     )
@@ -182,13 +184,20 @@ def main() -> int:
         }
         for url, body in paths.values():  # warm both paths (connections, caches)
             asyncio.run(run_round(url, body, args.concurrency * 2, args.concurrency))
+        # The gateway's CPU when idle (its event-loop lag probe, engine health probes), subtracted below.
+        idle_start, idle_cpu = time.perf_counter(), gateway.cpu_seconds() or 0.0
+        time.sleep(args.idle_seconds)
+        idle_rate = ((gateway.cpu_seconds() or 0.0) - idle_cpu) / (time.perf_counter() - idle_start)
         results: dict[str, dict[str, Any]] = {
-            name: {"ttfts": [], "gaps": [], "tokens": 0, "gateway_cpu": 0.0, "engine_cpu": 0.0} for name in paths
+            name: {"ttfts": [], "gaps": [], "tokens": 0, "gateway_cpu": 0.0, "engine_cpu": 0.0, "seconds": 0.0}
+            for name in paths
         }
         for _ in range(args.rounds):
             for name, (url, body) in paths.items():
                 gateway_cpu, engine_cpu = gateway.cpu_seconds() or 0.0, engine.cpu_seconds() or 0.0
+                started = time.perf_counter()
                 round_result = asyncio.run(run_round(url, body, args.requests, args.concurrency))
+                results[name]["seconds"] += time.perf_counter() - started
                 into = results[name]
                 into["ttfts"] += round_result["ttfts"]
                 into["gaps"] += round_result["gaps"]
@@ -204,6 +213,8 @@ def main() -> int:
         return percentile(values, q) * 1000
 
     rows = []
+    for r in results.values():
+        r["gateway_cpu"] = max(0.0, r["gateway_cpu"] - idle_rate * r["seconds"])
     for name, r in results.items():
         per_token = r["gateway_cpu"] / r["tokens"] * 1e6 if r["tokens"] else None
         engine_per_token = r["engine_cpu"] / r["tokens"] * 1e6 if r["tokens"] and engine.pid else None
@@ -237,7 +248,8 @@ def main() -> int:
     print(
         f"\ngateway adds: TTFT p50 {added['ttft_p50_ms']:.2f} ms, p99 {added['ttft_p99_ms']:.2f} ms; "
         f"inter-token p50 {added['itl_p50_ms']:.3f} ms, p99 {added['itl_p99_ms']:.3f} ms; "
-        f"{fmt(added['gateway_cpu_us_per_token'], 1)} us of gateway CPU per output token"
+        f"{fmt(added['gateway_cpu_us_per_token'], 1)} us of gateway CPU per output token "
+        f"(its idle CPU, {idle_rate * 100:.2f}% of a core, subtracted)"
     )
     if args.json:
         Path(args.json).write_text(json.dumps({"added": added, "args": vars(args)}, indent=2))
