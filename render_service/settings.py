@@ -73,6 +73,12 @@ class Settings:
     engine_timeout: float = 600.0  # seconds an engine may stay silent (connect, first token, between tokens)
     engine_health_interval: float = 5.0  # seconds between GET /health probes of each engine
     engine_max_inflight: int = 0  # requests in flight per engine per worker; 0: no limit
+    # Prefill/decode disaggregation: prefill pool, then the decode pool with the KV hand-off.
+    prefill_engine: list[str] = field(default_factory=list)
+    decode_engine: list[str] = field(default_factory=list)
+    prefill_fallback_recompute: bool = False  # a failed prefill: decode-only (recompute) instead of an error
+    # Prefix affinity: requests sharing their first N prompt tokens go to the same healthy engine; 0: off.
+    engine_affinity_prefix_tokens: int = 0
     # HTTPS, with vLLM's flags and meanings (uvicorn's options; ssl_cert_reqs as the ssl module's int).
     ssl_keyfile: str | None = None
     ssl_certfile: str | None = None
@@ -146,11 +152,31 @@ class Settings:
                 )
             seen.add(module.name)
 
+    @property
+    def gateway_mode(self) -> bool:
+        """Whether engines are configured (`--engine`, or the prefill and decode pools)."""
+        return bool(self.engine or self.decode_engine)
+
     def _validate_engines(self) -> None:
-        for url in self.engine:
-            if not url.startswith(("http://", "https://")):
-                raise SettingsError(f"--engine {url!r} must be an http:// or https:// base URL")
+        for flag, urls in (
+            ("--engine", self.engine),
+            ("--prefill-engine", self.prefill_engine),
+            ("--decode-engine", self.decode_engine),
+        ):
+            for url in urls:
+                if not url.startswith(("http://", "https://")):
+                    raise SettingsError(f"{flag} {url!r} must be an http:// or https:// base URL")
         self.engine = [url.rstrip("/") for url in self.engine]
+        self.prefill_engine = [url.rstrip("/") for url in self.prefill_engine]
+        self.decode_engine = [url.rstrip("/") for url in self.decode_engine]
+        if bool(self.prefill_engine) != bool(self.decode_engine):
+            raise SettingsError("--prefill-engine and --decode-engine go together (one or more of each)")
+        if self.engine and self.decode_engine:
+            raise SettingsError("use either --engine or the --prefill-engine / --decode-engine pools, not both")
+        if self.prefill_fallback_recompute and not self.decode_engine:
+            raise SettingsError("--prefill-fallback-recompute needs --prefill-engine and --decode-engine")
+        if self.engine_affinity_prefix_tokens < 0:
+            raise SettingsError("--engine-affinity-prefix-tokens must be 0 (off) or positive")
         if self.engine_timeout <= 0 or self.engine_health_interval <= 0:
             raise SettingsError("--engine-timeout and --engine-health-interval must be positive")
         if self.engine_max_inflight < 0:
@@ -486,6 +512,35 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="requests in flight per engine (per worker) above which it is not picked; 0: no limit",
+    )
+    parser.add_argument(
+        "--prefill-engine",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="gateway mode with prefill/decode disaggregation: a prefill engine's base URL (repeatable; "
+        "needs --decode-engine); each request is prefilled there (max_tokens 1, do_remote_decode) first",
+    )
+    parser.add_argument(
+        "--decode-engine",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a decode engine's base URL (repeatable; needs --prefill-engine): it generates with the "
+        "prefill's kv_transfer_params",
+    )
+    parser.add_argument(
+        "--prefill-fallback-recompute",
+        action="store_true",
+        help="when no prefill engine can serve a request, generate on a decode engine alone "
+        "(recomputing the prompt) instead of answering 503",
+    )
+    parser.add_argument(
+        "--engine-affinity-prefix-tokens",
+        type=int,
+        default=0,
+        help="prefix affinity: requests whose first N prompt tokens match go to the same healthy engine "
+        "(their KV prefix cache is there); 0: off, least-outstanding-requests only",
     )
     parser.add_argument(
         "--audit-gates-readiness", action="store_true", help="/health answers 503 while an audit mismatch persists"

@@ -69,11 +69,44 @@ def test_vllm_flags_parse() -> None:
         ({"mm_processor_kwargs": {"do_resize": False}}, "--mm-processor-kwargs: do_resize not supported"),
         ({"mm_processor_kwargs": {"max_pixels": "big"}}, "max_pixels must be a positive integer"),
         ({"mm_processor_kwargs": {"size": {"height": 10}}}, "size must be a mapping of shortest_edge"),
+        ({"prefill_engine": ["http://p:8000"]}, "--prefill-engine and --decode-engine go together"),
+        ({"decode_engine": ["http://d:8000"]}, "--prefill-engine and --decode-engine go together"),
+        (
+            {"engine": ["http://e:8000"], "prefill_engine": ["http://p:8000"], "decode_engine": ["http://d:8000"]},
+            "either --engine or the --prefill-engine / --decode-engine pools",
+        ),
+        ({"prefill_engine": ["p:8000"], "decode_engine": ["http://d:8000"]}, "--prefill-engine 'p:8000' must be"),
+        ({"engine": ["http://e:8000"], "prefill_fallback_recompute": True}, "--prefill-fallback-recompute needs"),
+        ({"engine_affinity_prefix_tokens": -1}, "--engine-affinity-prefix-tokens must be 0"),
     ],
 )
 def test_bad_settings_fail_at_start(values: dict, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         Settings(model="m", **values).validate()
+
+
+def test_gateway_pool_flags_parse() -> None:
+    args = _parser().parse_args(
+        [
+            "serve",
+            "m",
+            "--prefill-engine",
+            "http://p1:8000/",
+            "--prefill-engine",
+            "http://p2:8000",
+            "--decode-engine",
+            "http://d1:8000",
+            "--prefill-fallback-recompute",
+            "--engine-affinity-prefix-tokens",
+            "256",
+        ]
+    )
+    settings = settings_from_args(args)
+    assert settings.prefill_engine == ["http://p1:8000", "http://p2:8000"]
+    assert settings.decode_engine == ["http://d1:8000"] and settings.engine == []
+    assert settings.prefill_fallback_recompute and settings.engine_affinity_prefix_tokens == 256
+    assert settings.gateway_mode
+    assert not Settings(model="m").validate().gateway_mode
 
 
 def test_unknown_flag_and_parser_fail_with_clear_messages(qwen3_model_dir: Path) -> None:

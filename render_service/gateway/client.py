@@ -85,7 +85,7 @@ async def generate(pool: EnginePool, body: dict[str, Any]) -> dict[str, Any]:
     last: EngineFailure | None = None
     while len(tried) < len(pool.engines):
         try:
-            engine = pool.pick(tried)
+            engine = pool.pick(tried, body.get("token_ids"))
         except NoEngineError as exc:
             raise _exhausted(last) if last is not None else OverloadedError(str(exc)) from None
         if tried:
@@ -158,17 +158,21 @@ def _error_message(event: dict[str, Any]) -> str:
 
 
 async def _sse_events(response: httpx.Response) -> AsyncIterator[Any]:
-    """The JSON payloads of `data:` lines, up to `[DONE]`; a stream that ends without it is broken."""
-    async for line in response.aiter_lines():
-        if not line.startswith("data:"):
-            continue
-        payload = line[5:].strip()
-        if payload == "[DONE]":
-            return
-        try:
-            yield orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            raise httpx.RemoteProtocolError(f"malformed event from the engine: {payload[:80]!r}") from None
+    """The JSON payloads of `data:` lines, up to `[DONE]`; a stream that ends without it is broken.
+    Split on bytes and parsed by orjson straight from them: this runs once per generated token."""
+    pending = b""
+    async for received in response.aiter_bytes():
+        *lines, pending = (pending + received).split(b"\n")
+        for line in lines:
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                return
+            try:
+                yield orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                raise httpx.RemoteProtocolError(f"malformed event from the engine: {payload[:80]!r}") from None
     raise httpx.RemoteProtocolError("the engine's stream ended without [DONE]")
 
 
@@ -179,7 +183,7 @@ async def open_stream(pool: EnginePool, body: dict[str, Any]) -> EngineStream:
     content = orjson.dumps(body)
     while len(tried) < len(pool.engines):
         try:
-            engine = pool.pick(tried)
+            engine = pool.pick(tried, body.get("token_ids"))
         except NoEngineError as exc:
             raise _exhausted(last) if last is not None else OverloadedError(str(exc)) from None
         if tried:

@@ -53,3 +53,17 @@ class GatewayMetrics:
             "Requests whose client left before the answer (engine request closed)",
             registry=r,
         )
+        self.pd_requests = Counter(
+            "render_gateway_pd_requests",
+            "Requests through the prefill/decode pools, by outcome: remote_prefill (KV handed off), "
+            "recompute (prefill failed, decoded alone), prefill_failed (503), prefill_rejected (the "
+            "prefill engine's 4xx), passthrough (the request carried its own kv_transfer_params)",
+            ["outcome"],
+            registry=r,
+        )
+        self.affinity = Counter(
+            "render_gateway_affinity_picks",
+            "Engine picks under prefix affinity: hit (the prefix's engine), miss (new or unusable prefix)",
+            ["result"],
+            registry=r,
+        )

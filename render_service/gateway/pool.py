@@ -1,7 +1,12 @@
 """The engine pool: which `--tokens-only` engine serves a request, and how each engine is doing.
 
 Picking is least-outstanding-requests among the healthy engines (ties go round-robin, so an idle
-pool still spreads load). An engine is unhealthy after a failed request or a failed `GET /health`
+pool still spreads load). With prefix affinity (`--engine-affinity-prefix-tokens N`), a request
+goes to the engine that rendezvous hashing assigns its first N prompt tokens among the healthy
+engines, so requests sharing a prefix meet the KV cache the first one left there; every worker
+and replica computes the same assignment without sharing state, and an engine going down moves
+only its own prefixes. An assigned engine more than `AFFINITY_SLACK` requests busier than the
+least loaded one is passed over (a hot prefix must not pile onto one engine). An engine is unhealthy after a failed request or a failed `GET /health`
 probe, and healthy again after a probe answers 200; when every engine is unhealthy the pool still
 tries them (a probe may simply not have run yet), least recently failed first.
 """
@@ -10,9 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import logging
 import time
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -22,6 +30,7 @@ from render_service.gateway.metrics import GatewayMetrics
 logger = logging.getLogger("render_service.gateway")
 
 HEALTH_TIMEOUT = 2.0  # seconds a /health probe may take
+AFFINITY_SLACK = 8  # requests in flight above the least loaded engine that affinity tolerates
 
 
 @dataclass(eq=False)
@@ -33,6 +42,10 @@ class Engine:
     inflight: int = 0
     failed_at: float = 0.0  # monotonic time of the last failure (0: never)
     order: int = field(default=0)  # round-robin tie-breaker: when it was last picked
+
+    @property
+    def key(self) -> bytes:
+        return self.url.encode()
 
 
 class NoEngineError(Exception):
@@ -49,6 +62,7 @@ class EnginePool:
         health_interval: float,
         max_inflight: int = 0,
         api_key: str | None = None,
+        affinity_prefix_tokens: int = 0,
     ) -> None:
         if not urls:
             raise ValueError("an engine pool needs at least one engine URL")
@@ -57,6 +71,7 @@ class EnginePool:
         self.timeout = timeout
         self.health_interval = health_interval
         self.max_inflight = max_inflight
+        self.affinity_prefix_tokens = affinity_prefix_tokens
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         # One connection pool per worker; `timeout` bounds every silence (connect, first byte, between bytes).
         self.client = httpx.AsyncClient(
@@ -72,8 +87,11 @@ class EnginePool:
 
     # -- picking ----------------------------------------------------------------------------
 
-    def pick(self, exclude: set[Engine] | frozenset[Engine] = frozenset()) -> Engine:
-        """The engine for the next attempt: healthy first, then fewest in flight, then least recently picked."""
+    def pick(
+        self, exclude: set[Engine] | frozenset[Engine] = frozenset(), prompt: Sequence[int] | None = None
+    ) -> Engine:
+        """The engine for the next attempt: the prompt prefix's engine under affinity, else healthy
+        first, then fewest in flight, then least recently picked."""
         candidates = [e for e in self.engines if e not in exclude]
         if self.max_inflight:
             candidates = [e for e in candidates if e.inflight < self.max_inflight]
@@ -82,11 +100,25 @@ class EnginePool:
                 "every engine is at --engine-max-inflight" if self.max_inflight else "no engine left to try"
             )
         healthy = [e for e in candidates if e.healthy]
-        if healthy:
+        engine = None
+        if healthy and prompt and self.affinity_prefix_tokens:
+            engine = self._affine(healthy, prompt)
+            self.metrics.affinity.labels("hit" if engine is not None else "miss").inc()
+        if engine is None and healthy:
             engine = min(healthy, key=lambda e: (e.inflight, e.order))
-        else:  # all marked down (a probe may not have run since): the least loaded, longest ago failed
+        elif engine is None:  # all marked down (a probe may not have run since): the least loaded, longest ago failed
             engine = min(candidates, key=lambda e: (e.inflight, e.failed_at))
         engine.order = next(self._ticket)
+        return engine
+
+    def _affine(self, healthy: list[Engine], prompt: Sequence[int]) -> Engine | None:
+        """The prefix's engine by rendezvous hashing (highest hash of prefix and engine), unless it
+        is over `AFFINITY_SLACK` busier than the least loaded engine."""
+        prefix = array("q", prompt[: self.affinity_prefix_tokens]).tobytes()
+        digest = hashlib.blake2b(prefix, digest_size=16).digest()
+        engine = max(healthy, key=lambda e: hashlib.blake2b(digest + e.key, digest_size=8).digest())
+        if engine.inflight > min(e.inflight for e in healthy) + AFFINITY_SLACK:
+            return None
         return engine
 
     def acquire(self, engine: Engine) -> None:

@@ -24,11 +24,13 @@ from render_service.derender.detokenize import (
     seed_state,
 )
 from render_service.derender.pipeline import DerenderContext, parser_for
+from render_service.gateway.stops import HeldText, stop_strings
 
 
 def stop_params(request: dict[str, Any]) -> StopParams:
-    """What stop-token dropping reads from the client's request (stop strings are refused earlier)."""
+    """What stop-token dropping and the stop-string hold-back read from the client's request."""
     return StopParams(
+        stop=stop_strings(request),
         stop_token_ids=tuple(request.get("stop_token_ids") or ()),
         ignore_eos=bool(request.get("ignore_eos", False)),
         include_stop_str_in_output=bool(request.get("include_stop_str_in_output", False)),
@@ -62,6 +64,7 @@ class _Choice:
     tokens: int = 0
     text_offset: int = 0  # completions logprobs
     finished: bool = False
+    held: HeldText | None = None  # the text hold-back under stop strings (plain path)
 
 
 class ChatStream:
@@ -198,6 +201,10 @@ class ChatStream:
                 skip_special_tokens=self.skip_special,
                 spaces_between_special_tokens=self.spaces,
             )
+            if self.stop.stop:
+                if state.held is None:
+                    state.held = HeldText(self.stop.stop, self.stop.include_stop_str_in_output)
+                text = state.held.push(text, finish, stop_reason)
             delta = {"content": text}
             if finish is not None:
                 finish_reason = parsers.resolve_finish_reason(finish, self.opts, False)
@@ -280,6 +287,7 @@ class CompletionStream:
         prompt_ids: list[int],
         model: str,
         index_base: int = 0,
+        echo_text: str | None = None,
     ) -> None:
         self.ctx = ctx
         self.request = request
@@ -287,6 +295,7 @@ class CompletionStream:
         self.prompt_ids = prompt_ids
         self.model = model
         self.index_base = index_base
+        self.echo_text = echo_text  # the prompt text that starts each choice (`echo`)
         self.created = int(time.time())
         self.stop = stop_params(request)
         self.include_usage, self.continuous = usage_options(request)
@@ -339,6 +348,10 @@ class CompletionStream:
             skip_special_tokens=self.skip_special,
             spaces_between_special_tokens=self.spaces,
         )
+        if self.stop.stop:
+            if state.held is None:
+                state.held = HeldText(self.stop.stop, self.stop.include_stop_str_in_output)
+            text = state.held.push(text, finish, stop_reason)
         completion_logprobs = None
         if engine_choice.get("logprobs") is not None:
             resolved = lp.resolve(engine_choice["logprobs"], self.ctx.decoder, state.context, self.top_limit)
@@ -347,6 +360,10 @@ class CompletionStream:
                 state.text_offset = completion_logprobs["text_offset"][-1] + len(completion_logprobs["tokens"][-1])
         state.context = lp.context_tail(state.context, delta_ids)
         state.tokens += len(delta_ids)
+        token_ids = delta_ids
+        if first and self.echo_text is not None:  # vLLM echoes the prompt with the first output
+            text = self.echo_text + text
+            token_ids = [*self.prompt_ids, *delta_ids]
         chunk: dict[str, Any] = {
             "id": self.id,
             "object": "text_completion",
@@ -360,7 +377,7 @@ class CompletionStream:
                     "finish_reason": finish,
                     "stop_reason": stop_reason,
                     "prompt_token_ids": self.prompt_ids if first and self.return_token_ids else None,
-                    "token_ids": delta_ids if self.return_token_ids else None,
+                    "token_ids": token_ids if self.return_token_ids else None,
                     "weight_versions": None,
                 }
             ],

@@ -30,7 +30,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     state.metrics.worker_info.labels(os.environ.get("RENDER_WORKER_ID", "0")).set(1)
     lag_task = asyncio.get_running_loop().create_task(watch_loop_lag(state.metrics))
     gateway = None
-    if settings.engine:
+    if settings.gateway_mode:
         from render_service.gateway import Gateway  # gateway mode only
 
         gateway = app.state.gateway = Gateway(settings, state.metrics)

@@ -47,13 +47,10 @@ def gateway_routes() -> list[Route]:
     """Gateway mode (`--engine`): vLLM's generation endpoints, served through the engine pool."""
     from render_service.gateway import handlers  # imported only when engines are configured
 
-    return [
-        Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),
-        Route("/v1/completions", handlers.completions, methods=["POST"]),
-    ]
+    return handlers.routes()
 
 
 def app_routes(settings: Settings) -> list[Route]:
     """The routes one app serves under `settings`."""
     routes = ROUTES + (RUNTIME_LORA_ROUTES if settings.allow_runtime_lora_updating else [])
-    return routes + (gateway_routes() if settings.engine else [])
+    return routes + (gateway_routes() if settings.gateway_mode else [])

@@ -38,6 +38,8 @@ class Script:
     drop_after: int | None = None  # after this many tokens, cut the connection (no [DONE])
     error_after: int | None = None  # after this many tokens, send vLLM's error event and [DONE]
     logprobs: bool = False
+    kv_transfer_params: dict[str, Any] | None = None  # what a non-streaming answer carries (a P/D prefill's)
+    interval: float = 0.001  # seconds between streamed chunks
 
 
 @dataclass
@@ -135,7 +137,7 @@ class ScriptedEngine:
             "prompt_token_ids": body["token_ids"] if body.get("return_token_ids") else None,
             "mm_placeholders": None,
             "metrics": None,
-            "kv_transfer_params": None,
+            "kv_transfer_params": script.kv_transfer_params,
             "ec_transfer_params": None,
             "output_mode": "tokens",
             "choices": choices,
@@ -175,7 +177,7 @@ class ScriptedEngine:
                     if sent == len(piece) and body.get("return_token_ids"):
                         chunk["prompt_token_ids"] = body["token_ids"]
                     yield _event(chunk)
-                await asyncio.sleep(0.001)
+                await asyncio.sleep(script.interval)
             if (body.get("stream_options") or {}).get("include_usage"):
                 prompt = len(body["token_ids"])
                 usage = {"prompt_tokens": prompt, "total_tokens": prompt + n * sent, "completion_tokens": n * sent}

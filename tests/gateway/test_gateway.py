@@ -243,8 +243,8 @@ def test_request_errors_are_vllm_shaped_and_reach_no_engine(gateway: str, engine
     assert response.status_code == 400 and set(response.json()["error"]) == {"message", "type", "param", "code"}
     response = httpx.post(f"{gateway}/v1/chat/completions", json={**CHAT, "model": "nope"}, timeout=10)
     assert response.status_code == 404 and response.json()["error"]["type"] == "NotFoundError"
-    response = httpx.post(f"{gateway}/v1/chat/completions", json={**CHAT, "stop": ["x"]}, timeout=10)
-    assert response.status_code == 400 and "stop_token_ids" in response.json()["error"]["message"]
+    response = httpx.post(f"{gateway}/v1/completions", json={"model": MODEL, "prompt": [1, 2], "echo": True})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "echo"
     assert _all_records(engines) == []
 
 

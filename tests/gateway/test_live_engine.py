@@ -10,6 +10,7 @@ VLLM_ENGINE_PYTHON): one engine at a time, ~40 s to start and ~4 GB each.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +37,13 @@ CHAT = {
     "temperature": 0,
 }
 COMPLETION = {"model": SERVED_NAME, "prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}
+MESSAGES = {
+    "model": SERVED_NAME,
+    "messages": [{"role": "user", "content": "Tell me a story about a fox."}],
+    "max_tokens": 12,
+    "temperature": 0,
+}
+RESPONSES = {"model": SERVED_NAME, "input": "Tell me a story about a fox.", "max_output_tokens": 12, "temperature": 0}
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +124,31 @@ class TestTokensOnlyEngine:
             time.sleep(0.2)
         assert _running(engine) == 0
 
+    def test_pd_pools_on_a_real_engine(self, weighted_model: Path, live_model: Model, urls: tuple[str, str]) -> None:
+        """The prefill hop (max_tokens 1, do_remote_decode) is a request the real engine accepts; this
+        engine has no KV connector (no NIXL on CPU), so it hands back no kv_transfer_params: 503, or
+        with --prefill-fallback-recompute the decode pool's answer, equal to the single-engine one."""
+        gateway, engine = urls
+        single = httpx.post(f"{gateway}/v1/chat/completions", json=CHAT, timeout=120).json()
+
+        def pd(**extra: Any) -> Any:
+            settings = gateway_settings(
+                weighted_model, [], prefill_engine=[engine], decode_engine=[engine], engine_timeout=120.0, **extra
+            )
+            settings.served_model_name = [SERVED_NAME]
+            return gateway_app(live_model, settings)
+
+        with pd() as strict:
+            refused = httpx.post(f"{strict}/v1/chat/completions", json=CHAT, timeout=120)
+            assert refused.status_code == 503 and "kv_transfer_params" in refused.json()["error"]["message"]
+        with pd(prefill_fallback_recompute=True) as lenient:
+            answer = httpx.post(f"{lenient}/v1/chat/completions", json=CHAT, timeout=120).json()
+            assert _strip(answer) == _strip(single)
+            events = sse_events(
+                httpx.post(f"{lenient}/v1/chat/completions", json={**CHAT, "stream": True}, timeout=120)
+            )
+            assert _content(events) == single["choices"][0]["message"]["content"]
+
 
 def _running(engine: str) -> float:
     for line in httpx.get(f"{engine}/metrics", timeout=10).text.splitlines():
@@ -127,7 +160,16 @@ def _running(engine: str) -> float:
 # Ids and timestamps differ by nature. `system_fingerprint` is vLLM's hash of the engine's whole
 # config, which the gateway cannot know (ours is null); `weight_versions` (choices) and
 # `kv_transfer_params` (stream chunks) are fields vLLM 0.33 emits and this 0.32 engine does not.
-VOLATILE = ("id", "created", "system_fingerprint", "weight_versions", "kv_transfer_params")
+VOLATILE = (
+    "id",
+    "created",
+    "created_at",
+    "system_fingerprint",
+    "weight_versions",
+    "kv_transfer_params",
+    "signature",
+    "item_id",
+)
 
 
 def _strip(value: Any) -> Any:
@@ -159,6 +201,57 @@ def _merged(events: list[Any], text_key: str) -> dict[str, Any]:
     }
 
 
+def _named(response: httpx.Response) -> list[tuple[str, Any]]:
+    """The `event:` / `data:` pairs of a Messages or Responses stream."""
+    assert response.status_code == 200, response.text
+    out = []
+    for block in response.text.split("\n\n"):
+        if block:
+            name, data = block.split("\n", 1)
+            out.append((name.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
+    return out
+
+
+DELTA_TEXT = ("text", "thinking", "partial_json", "delta")
+# The engine here is vLLM 0.32; the gateway answers as 0.33, whose ResponsesResponse has these
+# fields more, and whose output items carry `response_item_status` ("incomplete" when cut by
+# max_output_tokens; 0.32 says "completed"), and whose stream ends such a response with
+# `response.incomplete` (0.32: `response.completed` whatever the status).
+RESPONSES_033_ONLY = {"prompt_cache_key", "prompt_cache_options", "prompt_cache_retention", "safety_identifier"}
+
+
+def _as_032(value: Any) -> Any:
+    """A 0.33 Responses answer (or merged stream) as 0.32 writes it (see RESPONSES_033_ONLY)."""
+    if isinstance(value, dict):
+        out = {k: _as_032(v) for k, v in value.items() if k not in RESPONSES_033_ONLY}
+        if out.get("type") in ("message", "function_call") and out.get("status") == "incomplete":
+            out["status"] = "completed"
+        if out.get("type") == "response.incomplete":
+            out["type"] = "response.completed"
+        return out
+    if isinstance(value, tuple) and value and value[0] == "response.incomplete":
+        return ("response.completed", *(_as_032(v) for v in value[1:]))
+    if isinstance(value, list | tuple):
+        return type(value)(_as_032(v) for v in value)
+    return value
+
+
+def _merged_named(events: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An event stream with its deltas merged (their grouping depends on timing): the sequence of
+    the other events, the merged text per block or output item, the final event."""
+    merged: dict[Any, str] = {}
+    others = []
+    for name, data in events:
+        delta = data.get("delta")
+        if name.endswith("delta") and delta is not None:
+            key = (data.get("index"), data.get("output_index"), name)
+            piece = delta if isinstance(delta, str) else next((delta[k] for k in DELTA_TEXT if k in delta), "")
+            merged[key] = merged.get(key, "") + piece
+        else:
+            others.append((name, _strip({k: v for k, v in data.items() if k != "sequence_number"})))
+    return {"events": others, "merged": merged}
+
+
 class TestAgainstVllmServe:
     """The same engine with its tokenizer answers /v1/chat/completions itself: the oracle."""
 
@@ -187,6 +280,31 @@ class TestAgainstVllmServe:
         theirs = httpx.post(f"{engine}{path}", json=body, timeout=120)
         assert ours.status_code == theirs.status_code == 200, (ours.text, theirs.text)
         assert _strip(ours.json()) == _strip(theirs.json())
+
+    @pytest.mark.parametrize(
+        "body",
+        [MESSAGES, {**MESSAGES, "stop_sequences": ["the"]}, {**MESSAGES, "system": "Be brief.", "max_tokens": 5}],
+    )
+    def test_messages_equal(self, urls: tuple[str, str], body: dict[str, Any]) -> None:
+        gateway, engine = urls
+        ours = httpx.post(f"{gateway}/v1/messages", json=body, timeout=120)
+        theirs = httpx.post(f"{engine}/v1/messages", json=body, timeout=120)
+        assert ours.status_code == theirs.status_code == 200, (ours.text, theirs.text)
+        assert _strip(ours.json()) == _strip(theirs.json())
+        ours_events = _named(httpx.post(f"{gateway}/v1/messages", json={**body, "stream": True}, timeout=120))
+        theirs_events = _named(httpx.post(f"{engine}/v1/messages", json={**body, "stream": True}, timeout=120))
+        assert _merged_named(ours_events) == _merged_named(theirs_events)
+
+    @pytest.mark.parametrize("body", [RESPONSES, {**RESPONSES, "instructions": "Be brief.", "max_output_tokens": 4}])
+    def test_responses_equal(self, urls: tuple[str, str], body: dict[str, Any]) -> None:
+        gateway, engine = urls
+        ours = httpx.post(f"{gateway}/v1/responses", json=body, timeout=120)
+        theirs = httpx.post(f"{engine}/v1/responses", json=body, timeout=120)
+        assert ours.status_code == theirs.status_code == 200, (ours.text, theirs.text)
+        assert _as_032(_strip(ours.json())) == _strip(theirs.json())
+        ours_events = _named(httpx.post(f"{gateway}/v1/responses", json={**body, "stream": True}, timeout=120))
+        theirs_events = _named(httpx.post(f"{engine}/v1/responses", json={**body, "stream": True}, timeout=120))
+        assert _as_032(_merged_named(ours_events)) == _merged_named(theirs_events)
 
     @pytest.mark.parametrize(
         ("path", "body"),
