@@ -631,6 +631,17 @@ def _usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def _idle_cores(cores: int) -> int:
+    """Cores no runnable thread is waiting for now: /proc/loadavg's count of runnable threads
+    (this one included) against the cores this process may use; 0 where it cannot be read."""
+    try:
+        with open("/proc/loadavg", "rb") as handle:
+            running = int(handle.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return max(0, cores - running)
+
+
 _POOL_LOCK = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 
@@ -647,9 +658,9 @@ class ImageBatch:
     """The images of one request. Each is looked up (and opened and hashed) on the calling thread
     as it is added, in order, so refusals come as they would one by one; the cache misses are
     decoded and processed when the batch closes, spread over the cores this process may use: the
-    calling thread and pool threads take the next image in turn, so a 4-image request on 2 idle
-    cores takes about half the wall time. (Pillow's decode, NumPy's passes and BLAS release the
-    GIL; on busy cores the threads share them with the other workers, costing no extra CPU.)
+    calling thread and pool threads for the cores idle at that moment take the next image in turn,
+    so a 4-image request on 2 idle cores takes about half the wall time (Pillow's decode, NumPy's
+    passes and BLAS release the GIL). With no idle core, the calling thread does them all.
 
         with vision.batch() as batch:
             for ...: batch.add(...) / batch.add_data_url(...)
@@ -717,7 +728,9 @@ class ImageBatch:
                 except Exception as exc:  # kept, and raised in request order
                     outcomes[index] = exc
 
-        helpers = min(len(pending), _usable_cores()) - 1
+        # Helpers only for cores that are idle: on busy ones they would only take turns with the
+        # other workers' requests (and cost the switches).
+        helpers = min(len(pending) - 1, _idle_cores(_usable_cores())) if len(pending) > 1 else 0
         futures = [_helpers().submit(work) for _ in range(helpers)] if helpers > 0 else []
         work()
         for future in futures:

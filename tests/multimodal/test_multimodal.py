@@ -232,6 +232,7 @@ def test_a_batch_processes_misses_together_and_equals_one_by_one(monkeypatch: py
     """A request's images: the same items as one call each, in request order, a repeated image
     processed once, and the misses spread over threads when cores allow."""
     monkeypatch.setattr(multimodal, "_usable_cores", lambda: 2)
+    monkeypatch.setattr(multimodal, "_idle_cores", lambda cores: cores - 1)  # one helper thread
     images = [_png(300 + 16 * i, 200, 20 + i) for i in range(4)]
     one_by_one = [multimodal.ImageProcessor(CONFIG)(data) for data in images]
     processor, decode = multimodal.ImageProcessor(CONFIG), _Decoder()
@@ -253,10 +254,16 @@ def test_a_batch_processes_misses_together_and_equals_one_by_one(monkeypatch: py
     assert decode.calls == 1
 
 
+def test_helpers_only_for_idle_cores() -> None:
+    assert 0 <= multimodal._idle_cores(2) <= 1  # this thread is running: at most cores - 1 idle
+    assert multimodal._idle_cores(0) == 0
+
+
 def test_a_batch_raises_the_first_failure_in_request_order(monkeypatch: pytest.MonkeyPatch) -> None:
     """As one by one: an image that fails to decode wins over any later refusal, and over a later
     decode failure whichever thread finished first."""
     monkeypatch.setattr(multimodal, "_usable_cores", lambda: 4)
+    monkeypatch.setattr(multimodal, "_idle_cores", lambda cores: cores - 1)
     good, broken = _png(300, 200, 30), _png(310, 200, 31)
     truncated = broken[: len(broken) // 2]  # opens, then fails to decode
     processor = multimodal.ImageProcessor(CONFIG)
