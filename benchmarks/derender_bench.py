@@ -1015,6 +1015,13 @@ def ratio_lines(all_results: dict[int, dict[str, SizeResult]], floors: dict[int,
         if parts:
             lines.append(f"per-chunk CPU at end / at start @ {size}: " + ", ".join(parts))
     for size, results in sorted(all_results.items()):
+        full, compact = results.get("full"), results.get("compact")
+        if full and compact:
+            lines.append(
+                f"full/compact @ {size}: per-chunk CPU at the end {ratio(full.end_ms, compact.end_ms):.2f}x "
+                f"({full.end_ms:.3f} vs {compact.end_ms:.3f} ms), per stream {ratio(full.cpu_s, compact.cpu_s):.2f}x"
+            )
+    for size, results in sorted(all_results.items()):
         vllm = results.get("vllm")
         if vllm is None:
             continue
@@ -1056,7 +1063,21 @@ def verdicts(all_results: dict[int, dict[str, SizeResult]], correctness_ok: bool
             f"lower than vLLM's [{LABELS[key]}]: "
             f"{'-' if value is None else f'{value:.1f}x'}{note}"
         )
+    for key, goal in (("full", 150), ("compact", 150)):
+        r = at2k.get(key)
+        value = ratio(vllm.cpu_s, r.cpu_s) if vllm and r else None
+        lines.append(
+            f"{verdict(None if value is None else value >= goal)} server CPU per 2,000-token stream >= {goal}x "
+            f"lower than vLLM's (issue 19) [{LABELS[key]}]: {'-' if value is None else f'{value:.1f}x'}"
+        )
     largest = max(all_results) if all_results else None
+    deep = all_results.get(4000, {})
+    full, compact = deep.get("full"), deep.get("compact")
+    value = ratio(full.end_ms, compact.end_ms) if full and compact else None
+    lines.append(
+        f"{verdict(None if value is None else value <= 1.3)} full-mode per-chunk CPU at token 4,000 within 1.3x "
+        f"of compact mode's (last chunks): {'-' if value is None else f'{value:.2f}x'}"
+    )
     for key, limit in (("compact", 1.5), ("compact-redis", 1.5), ("full", 3.0), ("full-redis", 3.0)):
         if key not in ran:
             continue

@@ -12,6 +12,7 @@ logprobs.py (`Logprob`) and outputs.py (`WeightVersionSpan`).
 
 from __future__ import annotations
 
+import enum
 import math
 from typing import Any
 
@@ -20,6 +21,7 @@ from render_service.api.schema import (
     INVALID,
     REQUIRED,
     After,
+    AnyValue,
     Bool,
     DictOf,
     ErrorList,
@@ -218,22 +220,32 @@ STREAM_STATE_DEFAULTS: dict[str, Any] = {
     "tools_streamed": False,
     "last_tool_call_ids": [],
 }
-DERENDER_STREAM_STATE = Model(
-    "DerenderStreamState",
-    [
-        Field("prev_tokens", After(ListOf(Str()), _bound_prev_tokens), []),
-        Field("prefix_offset", Int(ge=0), 0),
-        Field("read_offset", Int(ge=0), 0),
-        Field("role_sent", Bool(), False),
-        Field("logprob_context_token_ids", ListOf(Int(), max_length=LOGPROB_CONTEXT_LIMIT), []),
-        Field("logprob_text_offset", Int(ge=0), 0),
-        Field("output_token_ids", _INT_LIST, []),
-        Field("output_chunk_lens", ListOf(Int(gt=0)), []),
-        Field("tools_streamed", Bool(), False),
-        Field("last_tool_call_ids", ListOf(Str()), []),
-    ],
-    after=(_validate_output_chunk_lens,),
-)
+
+
+def _stream_state_model(*, echo_vouched: bool) -> Model:
+    """`DerenderStreamState`; with `echo_vouched`, the echoed output lists (already checked, see
+    `Vouched`) are taken as they are, so a chunk's cost does not grow with the stream."""
+    output: FieldType = AnyValue() if echo_vouched else _INT_LIST
+    chunk_lens: FieldType = AnyValue() if echo_vouched else ListOf(Int(gt=0))
+    return Model(
+        "DerenderStreamState",
+        [
+            Field("prev_tokens", After(ListOf(Str()), _bound_prev_tokens), []),
+            Field("prefix_offset", Int(ge=0), 0),
+            Field("read_offset", Int(ge=0), 0),
+            Field("role_sent", Bool(), False),
+            Field("logprob_context_token_ids", ListOf(Int(), max_length=LOGPROB_CONTEXT_LIMIT), []),
+            Field("logprob_text_offset", Int(ge=0), 0),
+            Field("output_token_ids", output, []),
+            Field("output_chunk_lens", chunk_lens, []),
+            Field("tools_streamed", Bool(), False),
+            Field("last_tool_call_ids", ListOf(Str()), []),
+        ],
+        after=() if echo_vouched else (_validate_output_chunk_lens,),
+    )
+
+
+DERENDER_STREAM_STATE = _stream_state_model(echo_vouched=False)
 
 # -- the request unions ----------------------------------------------------------------------------
 
@@ -254,19 +266,46 @@ DERENDER_CHAT_REQUEST = Model(
     ],
     labelled=True,
 )
-DERENDER_CHAT_STREAM_REQUEST = Model(
-    "DerenderChatStreamRequest",
-    [
-        Field("stream", Literal(True), REQUIRED),
-        _MODEL,
-        _GENERATE_CHUNK,
-        _STREAM_STATE,
-        Field("prompt_tokens", _opt(Int())),
-        _PROMPT_TOKEN_IDS,
-        Field("chat_request", _opt(requests.CHAT_COMPLETION_REQUEST)),
-    ],
-    labelled=True,
-)
+
+
+def _chat_stream_model(*, echo_vouched: bool = False, request_vouched: bool = False) -> Model:
+    """`DerenderChatStreamRequest`; the `*_vouched` variants take what a snapshot vouches for
+    as it is (`Vouched`)."""
+    state = Field("stream_state", _opt(_stream_state_model(echo_vouched=True))) if echo_vouched else _STREAM_STATE
+    return Model(
+        "DerenderChatStreamRequest",
+        [
+            Field("stream", Literal(True), REQUIRED),
+            _MODEL,
+            _GENERATE_CHUNK,
+            state,
+            Field("prompt_tokens", _opt(Int())),
+            Field("prompt_token_ids", AnyValue()) if request_vouched else _PROMPT_TOKEN_IDS,
+            Field("chat_request", AnyValue() if request_vouched else _opt(requests.CHAT_COMPLETION_REQUEST)),
+        ],
+        labelled=True,
+    )
+
+
+DERENDER_CHAT_STREAM_REQUEST = _chat_stream_model()
+
+
+class Vouched(enum.Flag):
+    """What of a `full`-mode chunk a snapshot of this service vouches for: the echo is, byte for
+    byte (a digest of its JSON), what an earlier answer carried, and the request what an earlier
+    chunk sent and passed every check with (derender/pipeline.py `vouch`). Those parts are not
+    validated again: they grow with the stream (the echoed ids) or are resent with every chunk
+    (the request and its prompt ids). Anything else is validated in full."""
+
+    NOTHING = 0
+    ECHO = enum.auto()  # stream_state.output_token_ids and output_chunk_lens
+    REQUEST = enum.auto()  # chat_request and prompt_token_ids
+
+
+_VOUCHED_CHAT_STREAM = {
+    Vouched.ECHO: _chat_stream_model(echo_vouched=True),
+    Vouched.ECHO | Vouched.REQUEST: _chat_stream_model(echo_vouched=True, request_vouched=True),
+}
 
 
 def _validate_prompt_tokens_length(body: dict[str, Any], loc: Loc) -> None:
@@ -309,18 +348,27 @@ DERENDER_CHAT_REQUEST_UNION = Union(DERENDER_CHAT_REQUEST, DERENDER_CHAT_STREAM_
 DERENDER_COMPLETION_REQUEST_UNION = Union(DERENDER_COMPLETION_REQUEST, DERENDER_COMPLETION_STREAM_REQUEST)
 
 
-def _validate_union(batch: Model, stream: Model, body: Any) -> bool:
+def _validate_union(batch: Model, stream: Model, body: Any, vouched_stream: Model | None = None) -> bool:
     """Validate `body` against `batch | stream` as pydantic's smart union does, in place.
     Returns whether the body is a stream request.
 
     Only one member can match (`stream` is `Literal[False]` in one and `Literal[True]` in the
     other), so the member the body's `stream` names is tried first, and the other only to list
-    its errors after a failure (pydantic lists the batch member's first).
+    its errors after a failure (pydantic lists the batch member's first). `vouched_stream`: the
+    stream member minus what a snapshot vouches for, tried first; on any error the body is
+    validated again in full, so the errors are the same as without it.
     """
     loc: Loc = ("body",)
     if body is None:  # FastAPI: a JSON null body is a missing one
         raise_if_errors([error("missing", loc, "Field required", None)])
     wants_stream = isinstance(body, dict) and stream.by_name["stream"].type.check(body.get("stream"), loc, []) is True
+    if wants_stream and vouched_stream is not None:
+        result = vouched_stream.check(body, _member_loc(vouched_stream), [])
+        if result is not INVALID:
+            if result is not body:
+                body.update(result)
+            _as_vllm_echoes(vouched_stream, body)
+            return True
     first, second = (stream, batch) if wants_stream else (batch, stream)
     first_errors: ErrorList = []
     result = first.check(body, _member_loc(first), first_errors)
@@ -387,9 +435,10 @@ def _member_loc(member: Model) -> Loc:
     return ("body", member.tag) if member.tag else ("body",)
 
 
-def validate_chat_derender(body: Any) -> bool:
-    """`DerenderChatRequest | DerenderChatStreamRequest`, in place; True for a stream request."""
-    return _validate_union(DERENDER_CHAT_REQUEST, DERENDER_CHAT_STREAM_REQUEST, body)
+def validate_chat_derender(body: Any, vouched: Vouched = Vouched.NOTHING) -> bool:
+    """`DerenderChatRequest | DerenderChatStreamRequest`, in place; True for a stream request.
+    `vouched`: what a snapshot vouches for in a stream request (not checked again)."""
+    return _validate_union(DERENDER_CHAT_REQUEST, DERENDER_CHAT_STREAM_REQUEST, body, _VOUCHED_CHAT_STREAM.get(vouched))
 
 
 def validate_completion_derender(body: Any) -> bool:

@@ -11,16 +11,17 @@ handle and the snapshot is required (409 when it is gone).
 
 from __future__ import annotations
 
-import array
-import hashlib
 import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+from blake3 import blake3
+
 from render_service import adapter, parsers
 from render_service.adapter import derender as adapter_derender
-from render_service.api.derender import stream_state
+from render_service.api.derender import Vouched, stream_state
 from render_service.derender import logprobs as lp
 from render_service.derender.detokenize import (
     DetokState,
@@ -39,7 +40,7 @@ from render_service.server.metrics import Metrics
 
 MAX_N_SEQUENCES = 16384  # VLLM_MAX_N_SEQUENCES
 MAX_TOOL_CALL_ID_CHARS = 512  # ours (vLLM: none); its own ids are 46 characters
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the echo digest is blake3 over the JSON of the ids and chunk lengths (`_Echo`)
 STREAM_STOP_ERROR = (
     "stop strings are not supported by streaming derender because text already sent cannot be cut. "
     "Use non-streaming derender or output_mode=text on /inference/v1/generate which holds stop strings back."
@@ -187,11 +188,13 @@ def _prompt_ids_bound(ctx: DerenderContext, ids: list[int] | None) -> None:
         _check_vocab(ctx, ids, "prompt_token_ids")
 
 
-def _state_bounds(ctx: DerenderContext, state: dict[str, Any] | None) -> None:
-    """What a replay would decode from the client-carried state: in the vocabulary, and bounded."""
+def _state_bounds(ctx: DerenderContext, state: dict[str, Any] | None, echo_vouched: bool = False) -> None:
+    """What a replay would decode from the client-carried state: in the vocabulary, and bounded.
+    `echo_vouched`: the output ids are an echo this service checked before (`Vouch`)."""
     if state is None:
         return
-    _check_vocab(ctx, state["output_token_ids"], "stream_state.output_token_ids")
+    if not echo_vouched:
+        _check_vocab(ctx, state["output_token_ids"], "stream_state.output_token_ids")
     _check_vocab(ctx, state["logprob_context_token_ids"], "stream_state.logprob_context_token_ids")
     ids = state["last_tool_call_ids"]
     max_len = ctx.render.model.max_model_len
@@ -539,13 +542,100 @@ def _chat_chunk(
     }
 
 
-def _digest(ids: list[int]) -> str:
-    return _hasher(ids).hexdigest()
+class _Echo:
+    """The digest of a `full`-mode echo: `output_token_ids` and `output_chunk_lens` as JSON, the
+    form this service sends them in (so a changed type is a changed echo, as a changed value is).
+
+    A snapshot stores the digest of the echo its answer carried. An echo with that digest is
+    byte for byte what this service produced from checked ids, so the next chunk checks and
+    bounds only its own new ids, not the whole history again. One JSON encode and one blake3
+    pass (both C) cost far less than walking the lists, and a delta extends the digest without
+    rehashing the history.
+    """
+
+    __slots__ = ("_ids", "_ids_open", "_lens", "_lens_open")
+
+    def __init__(self, ids_json: bytes, lens_json: bytes) -> None:
+        # All but the closing bracket is hashed, so that a delta can be appended.
+        self._ids = blake3(memoryview(ids_json)[:-1])
+        self._lens = blake3(memoryview(lens_json)[:-1])
+        self._ids_open = len(ids_json) > 2  # an item is already written: the next needs a comma
+        self._lens_open = len(lens_json) > 2
+
+    @classmethod
+    def of(cls, ids: Any, lens: Any) -> _Echo | None:
+        """None for what cannot be such an echo (it is then checked in full, and refused)."""
+        if not (isinstance(ids, list) and isinstance(lens, list)):
+            return None
+        try:
+            return cls(orjson.dumps(ids), orjson.dumps(lens))
+        except (orjson.JSONEncodeError, TypeError):  # e.g. an integer past 64 bits
+            return None
+
+    def extend(self, delta_ids: list[int]) -> None:
+        """The echo after a chunk of `delta_ids` (checked plain ints) is appended."""
+        if not delta_ids:
+            return
+        self._ids.update(b"," * self._ids_open + memoryview(orjson.dumps(delta_ids))[1:-1])
+        self._lens.update(b"," * self._lens_open + b"%d" % len(delta_ids))
+        self._ids_open = self._lens_open = True
+
+    def digest(self) -> bytes:
+        ids, lens = self._ids.copy(), self._lens.copy()
+        ids.update(b"]")
+        lens.update(b"]")
+        return ids.digest(16) + lens.digest(16)
 
 
-def _hasher(ids: list[int]) -> Any:
-    """blake2b over the ids; `.copy()` it to extend with a delta without rehashing the history."""
-    return hashlib.blake2b(array.array("q", ids).tobytes(), digest_size=16)
+def _request_digest(chat_request: Any, prompt_ids: Any) -> bytes | None:
+    """A chunk's chat request and prompt ids as JSON (None for what JSON cannot hold)."""
+    try:
+        return blake3(orjson.dumps([chat_request, prompt_ids])).digest(16)
+    except (orjson.JSONEncodeError, TypeError):
+        return None
+
+
+@dataclass
+class Vouch:
+    """A `full`-mode chunk's snapshot, looked up before the body is validated, and what of the
+    body it vouches for (`api.derender.Vouched`)."""
+
+    snapshot: dict[str, Any] | None = None  # what the store holds for the echoed stream and position
+    echo: _Echo | None = None  # the digest of the echo as received
+    request_digest: bytes | None = None  # of the chat request and prompt ids as received
+    vouched: Vouched = Vouched.NOTHING
+
+
+async def vouch(ctx: DerenderContext, body: Any) -> Vouch:
+    """Full mode: the snapshot the echoed state names, and whether it vouches for the echo (and
+    the request). Runs on the body as received, before validation: it only reads, never raises,
+    and a snapshot that vouches for nothing changes nothing (the body is validated in full, and
+    the snapshot compared again after lax-int coercion).
+
+    The request digest is of the chat request and prompt ids as received (validation fills in
+    defaults, e.g. `tool_choice`): a snapshot stores it once they passed every check, so a chunk
+    that resends them unchanged skips the checks. A resumed stream reads the request only for
+    its presence and `stop`, and the prompt ids for their count (the rest is in the snapshot)."""
+    if ctx.compact or ctx.store is None or not ctx.has_parser or not isinstance(body, dict):
+        return Vouch()
+    if body.get("stream") is not True:
+        return Vouch()
+    request_digest = _request_digest(body.get("chat_request"), body.get("prompt_token_ids"))
+    value = body.get("stream_state")
+    if not isinstance(value, dict):
+        return Vouch(request_digest=request_digest)
+    sid = value.get("rs_sid")
+    ids = value.get("output_token_ids", [])
+    if not (isinstance(sid, str) and len(sid) <= 64 and isinstance(ids, list)):
+        return Vouch(request_digest=request_digest)
+    snapshot = await ctx.store.get(snapshot_key(ctx.fingerprint, sid, len(ids)))
+    echo = _Echo.of(ids, value.get("output_chunk_lens", [])) if snapshot is not None else None
+    if snapshot is None or not _snapshot_matches(ctx, snapshot, sid, len(ids), echo):
+        return Vouch(snapshot, request_digest=request_digest)
+    vouched = Vouched.ECHO
+    if request_digest is not None and snapshot.get("rq") == request_digest:
+        vouched |= Vouched.REQUEST
+    return Vouch(snapshot, echo, request_digest, vouched)
 
 
 def _vllm_state(state: dict[str, Any]) -> dict[str, Any]:
@@ -612,7 +702,11 @@ def _stream_request(ctx: DerenderContext, chat_request: dict[str, Any], request_
     )
 
 
-async def derender_chat_stream(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
+async def derender_chat_stream(
+    ctx: DerenderContext, body: dict[str, Any], vouch: Vouch | None = None
+) -> dict[str, Any]:
+    """One chunk; `vouch`: what `vouch` found before the body was validated (by the table it names)."""
+    vouch = vouch or Vouch()
     chunk = body["generate_chunk"]
     state = _stream_state(body.get("stream_state"))
     prompt_ids = body.get("prompt_token_ids")
@@ -640,11 +734,12 @@ async def derender_chat_stream(ctx: DerenderContext, body: dict[str, Any]) -> di
     # vLLM bounds logprobs only in batch derender; a chunk is bounded the same way here.
     _bounds(ctx, [chunk])
     _check_choices_vocab(ctx, choices)
-    _check_vocab(ctx, prompt_ids or [], "prompt_token_ids")
+    if Vouched.REQUEST not in vouch.vouched:
+        _check_vocab(ctx, prompt_ids or [], "prompt_token_ids")
     _prompt_ids_bound(ctx, chunk.get("prompt_token_ids"))
-    _state_bounds(ctx, state)
+    _state_bounds(ctx, state, Vouched.ECHO in vouch.vouched)
     if ctx.has_parser:
-        return await _parsed_stream(ctx, body, chunk, state, chat_request, prompt_ids)
+        return await _parsed_stream(ctx, body, chunk, state, chat_request, prompt_ids, vouch)
     return _plain_chat_stream(ctx, body, chunk, state, chat_request, prompt_ids)
 
 
@@ -733,6 +828,7 @@ async def _parsed_stream(
     state: dict[str, Any] | None,
     chat_request: dict[str, Any] | None,
     prompt_ids: list[int] | None,
+    vouch: Vouch,
 ) -> dict[str, Any]:
     """The parser path: resume from a snapshot (O(delta)) or replay once from the carried state."""
     state = state if state is not None else (_stream_state({}) or {})
@@ -761,14 +857,23 @@ async def _parsed_stream(
         return {"chunk": _chat_chunk(ctx, body, chunk, [], None), "stream_state": echoed}
     compact_continuation = ctx.compact and sid is not None and "rs_pos" in state
     position = state["rs_pos"] if compact_continuation else len(state["output_token_ids"])
+    echo_vouched = Vouched.ECHO in vouch.vouched
+    # Full mode: the echo's digest checks a snapshot against the echoed history and, extended by
+    # the delta, goes into the next snapshot. A vouched echo's was taken as received; any other
+    # is taken again after validation (which may have coerced lax ints).
+    echo = None
+    if echo_vouched:
+        echo = vouch.echo
+    elif not ctx.compact:
+        echo = _Echo.of(state["output_token_ids"], state["output_chunk_lens"])
     snapshot = None
-    # Full mode: one pass over the echoed history, both to check a snapshot and to extend the digest.
-    history = None if ctx.compact else _hasher(state["output_token_ids"])
-    if sid is not None and ctx.store is not None and isinstance(sid, str) and len(sid) <= 64:
+    if vouch.snapshot is not None:
+        snapshot = vouch.snapshot
+    elif sid is not None and ctx.store is not None and isinstance(sid, str) and len(sid) <= 64:
         snapshot = await ctx.store.get(snapshot_key(ctx.fingerprint, sid, position), required=compact_continuation)
-        if snapshot is not None and not _snapshot_matches(
-            ctx, snapshot, sid, position, state, compact_continuation, history
-        ):
+    if snapshot is not None and not echo_vouched:
+        assert isinstance(sid, str)  # a snapshot was found under it
+        if not _snapshot_matches(ctx, snapshot, sid, position, echo, compact_continuation):
             metrics.snapshot_rejected.labels("mismatch").inc()
             snapshot = None
 
@@ -868,8 +973,9 @@ async def _parsed_stream(
     else:
         new_state = _vllm_state(state)
         if delta_ids:
-            new_state["output_token_ids"] = [*state["output_token_ids"], *delta_ids]
-            new_state["output_chunk_lens"] = [*state["output_chunk_lens"], len(delta_ids)]
+            # The echoed lists were decoded for this request alone: extended in place, O(delta).
+            new_state["output_token_ids"].extend(delta_ids)
+            new_state["output_chunk_lens"].append(len(delta_ids))
         new_state.update(
             role_sent=role_sent,
             tools_streamed=tools_streamed,
@@ -880,9 +986,9 @@ async def _parsed_stream(
     if ctx.store is not None and (delta_ids or snapshot is None):
         assert isinstance(sid, str)  # a resumed stream's id was checked; a replayed one was just made
         digest = None
-        if history is not None:
-            history.update(array.array("q", delta_ids).tobytes())
-            digest = history.hexdigest()
+        if echo is not None:
+            echo.extend(delta_ids)
+            digest = echo.digest()
         await ctx.store.put(
             snapshot_key(ctx.fingerprint, sid, new_position),
             {
@@ -891,6 +997,7 @@ async def _parsed_stream(
                 "pos": new_position,
                 "fp": ctx.fingerprint,
                 "digest": digest,
+                "rq": vouch.request_digest,  # the request as received, now checked
                 "prev": snapshot_key(ctx.fingerprint, sid, position) if delta_ids else prev_key,
                 "req": req.to_obj(),
                 "ps": parsed.to_obj(),
@@ -907,9 +1014,8 @@ def _snapshot_matches(
     snapshot: dict[str, Any],
     sid: str,
     position: int,
-    state: dict[str, Any],
-    compact: bool,
-    history: Any = None,
+    echo: _Echo | None,
+    compact: bool = False,
 ) -> bool:
     if snapshot.get("v") != STATE_VERSION or snapshot.get("sid") != sid or snapshot.get("pos") != position:
         return False
@@ -918,8 +1024,7 @@ def _snapshot_matches(
     if compact:
         return True
     # Full mode: the client-carried output is the truth; the snapshot must be of exactly it.
-    digest = history.hexdigest() if history is not None else _digest(state["output_token_ids"])
-    return snapshot.get("digest") == digest
+    return echo is not None and snapshot.get("digest") == echo.digest()
 
 
 async def derender_completion_stream(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:

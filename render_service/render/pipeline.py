@@ -508,21 +508,22 @@ def _load_images(
     if prepared is not None and prepared.hash_kwargs != (options or ctx.vision.default_options).hash_kwargs:
         prepared = None
     decode_data_url = partial(media.decode_data_url, limits=ctx.media_limits)
-    items = []
-    for url in urls:
-        known = prepared.lookup(url) if prepared is not None else None
-        if url.startswith("data:"):
-            items.append(ctx.vision.from_data_url(url, decode_data_url, options, tensors, known))
-            continue
-        if known is not None:
-            data, digest = known
-        elif fetched is not None and url in fetched:
-            data, digest = fetched[url], None
-        else:
-            media.check_url(url, ctx.media_limits)
-            raise BadRequestError(f"Image URL {url!r} was not fetched.", param="messages")
-        items.append(ctx.vision(data, options, tensors, digest=digest))
-    return items
+    # Looked up in order; the cache misses decoded and processed together, on idle cores.
+    with ctx.vision.batch() as batch:
+        for url in urls:
+            known = prepared.lookup(url) if prepared is not None else None
+            if url.startswith("data:"):
+                batch.add_data_url(url, decode_data_url, options, tensors, known)
+                continue
+            if known is not None:
+                data, digest = known
+            elif fetched is not None and url in fetched:
+                data, digest = fetched[url], None
+            else:
+                media.check_url(url, ctx.media_limits)
+                raise BadRequestError(f"Image URL {url!r} was not fetched.", param="messages")
+            batch.add(data, options, tensors, digest=digest)
+    return batch.results()
 
 
 def render_chat(

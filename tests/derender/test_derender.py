@@ -3,6 +3,7 @@ optimisation only (replay is always correct), compact mode, retries and tamperin
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -212,6 +213,153 @@ def test_tampered_snapshot_is_rejected_and_replayed(qwen3_model_dir: Path, case:
         text = app_client.get("/metrics").text
         assert metric(text, "render_snapshot_rejected_total", reason="bad_signature") == 1.0
         assert metric(text, "render_stream_replays_total") == 1.0
+
+
+def _half_stream(app_client: TestClient, case: dict[str, Any], count: int = 8) -> tuple[dict[str, Any], list[Any]]:
+    """`count` one-token chunks; the echoed state after them and every chunk's answer."""
+    state, answers = None, []
+    for index in range(count):
+        body = chunk_body(case["base"], [case["output"][index]], None, state)
+        answer = app_client.post("/v1/chat/completions/derender", json=body).json()
+        answers.append(answer)
+        state = answer["stream_state"]
+    assert state is not None
+    return state, answers
+
+
+def _next_chunk(
+    app_client: TestClient, case: dict[str, Any], state: dict[str, Any], index: int = 8, **base: Any
+) -> Any:
+    body = chunk_body({**case["base"], **base}, [case["output"][index]], None, state)
+    return app_client.post("/v1/chat/completions/derender", json=body)
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        pytest.param(lambda s: s["output_token_ids"].__setitem__(3, s["output_token_ids"][2]), id="one-id-changed"),
+        pytest.param(lambda s: s.update(output_chunk_lens=[2, *s["output_chunk_lens"][2:]]), id="lens-regrouped"),
+        pytest.param(lambda s: s["output_token_ids"].reverse(), id="ids-reordered"),
+    ],
+)
+def test_echo_differing_from_the_snapshot_is_replayed(qwen3_model_dir: Path, case: dict[str, Any], tamper: Any) -> None:
+    """A full-mode echo is only trusted when it is exactly what the snapshot was made for: any
+    other (valid) echo is the truth, replayed, and echoed back as sent."""
+    with TestClient(make_app(qwen3_model_dir)) as app_client:
+        state, _ = _half_stream(app_client, case)
+        tampered = {**state, "output_token_ids": list(state["output_token_ids"])}
+        tamper(tampered)
+        response = _next_chunk(app_client, case, tampered)
+        assert response.status_code == 200, response.text
+        echoed = response.json()["stream_state"]
+        assert echoed["output_token_ids"] == [*tampered["output_token_ids"], case["output"][8]]
+        assert echoed["output_chunk_lens"] == [*tampered["output_chunk_lens"], 1]
+        text = app_client.get("/metrics").text
+        assert metric(text, "render_snapshot_rejected_total", reason="mismatch") == 1.0
+        assert metric(text, "render_stream_replays_total") == 1.0
+
+
+def test_echo_with_lax_ints_still_resumes(qwen3_model_dir: Path, case: dict[str, Any]) -> None:
+    """Ids sent back as 5.0 or "5" (pydantic's lax ints, which vLLM accepts) are the same echo
+    once coerced: the snapshot is used, and the state goes back as plain ints."""
+    with TestClient(make_app(qwen3_model_dir)) as app_client:
+        state, _ = _half_stream(app_client, case)
+        lax = {**state, "output_token_ids": [float(i) for i in state["output_token_ids"]]}
+        lax["output_chunk_lens"] = [str(n) for n in state["output_chunk_lens"]]
+        response = _next_chunk(app_client, case, lax)
+        assert response.status_code == 200, response.text
+        echoed = response.json()["stream_state"]
+        assert echoed["output_token_ids"] == case["output"][:9]
+        assert all(type(i) is int for i in echoed["output_token_ids"] + echoed["output_chunk_lens"])
+        text = app_client.get("/metrics").text
+        assert metric(text, "render_snapshot_rejected_total", reason="mismatch") == 0.0
+        assert metric(text, "render_stream_replays_total") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        (lambda s: s["output_token_ids"].__setitem__(0, -3), "token id -3 is out of the vocabulary"),
+        (lambda s: s["output_token_ids"].__setitem__(0, 10**9), "out of the vocabulary"),
+        (lambda s: s["output_token_ids"].__setitem__(2, "x"), "valid integer"),
+        (lambda s: s["output_token_ids"].__setitem__(0, 2**70), "as an integer"),
+        (lambda s: s["output_chunk_lens"].__setitem__(0, 0), "greater than 0"),
+        (lambda s: s["output_chunk_lens"].append(1), "must sum"),
+        (lambda s: s["output_token_ids"].__setitem__(0, True), None),
+        (lambda s: s.update(output_token_ids={"0": 1}), "valid list"),
+    ],
+)
+def test_invalid_echo_is_refused_although_a_snapshot_exists(
+    qwen3_model_dir: Path, case: dict[str, Any], tamper: Any, message: str | None
+) -> None:
+    """The echo checks skipped for a vouched echo still refuse a tampered prefix, exactly as
+    without a snapshot (the same status and error)."""
+    with TestClient(make_app(qwen3_model_dir)) as app_client:
+        state, _ = _half_stream(app_client, case)
+        bad = {**state, "output_token_ids": list(state["output_token_ids"])}
+        bad["output_chunk_lens"] = list(state["output_chunk_lens"])
+        tamper(bad)
+        with_snapshot = _next_chunk(app_client, case, bad)
+        without = _next_chunk(app_client, case, {k: v for k, v in bad.items() if not k.startswith("rs_")})
+        assert with_snapshot.status_code == without.status_code
+        if message is not None:
+            assert with_snapshot.status_code == 400
+            # The same errors (the state's own keys differ, so its summary in the listing may).
+            for response in (with_snapshot, without):
+                assert message in response.json()["error"]["message"]
+            errors = [with_snapshot.json()["error"]["message"], without.json()["error"]["message"]]
+            assert errors[0].count("'type'") == errors[1].count("'type'")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda b: b["chat_request"].update(messages="hi"), "valid list"),
+        (lambda b: b["chat_request"].update(stop=["x"]), "stop strings are not supported"),
+        (lambda b: b.update(prompt_token_ids=[*b["prompt_token_ids"], -1]), "greater than or equal to 0"),
+        (lambda b: b.update(prompt_token_ids=[*b["prompt_token_ids"], 10**8]), "out of the vocabulary"),
+        (lambda b: b.pop("chat_request"), "chat_request is required"),
+    ],
+)
+def test_request_changed_after_the_snapshot_is_checked_in_full(
+    qwen3_model_dir: Path, case: dict[str, Any], change: Any, message: str
+) -> None:
+    """The chat request and prompt ids a snapshot vouches for are resent with every full-mode
+    chunk and not checked again; a changed one (here, an invalid one) is checked in full."""
+    with TestClient(make_app(qwen3_model_dir)) as app_client:
+        state, _ = _half_stream(app_client, case)
+        body = chunk_body(case["base"], [case["output"][8]], None, state)
+        body["chat_request"] = dict(body["chat_request"])
+        change(body)
+        response = app_client.post("/v1/chat/completions/derender", json=body)
+        assert response.status_code == 400, response.text
+        assert message in response.json()["error"]["message"]
+
+
+def test_vouch_covers_the_echo_and_the_request_as_sent(qwen3_model_dir: Path, case: dict[str, Any]) -> None:
+    """What the snapshot vouches for, chunk by chunk: nothing on the first chunk, then the echo
+    and the request while they are resent as answered; a changed request, only the echo."""
+    import asyncio
+
+    from render_service.api.derender import Vouched
+    from render_service.derender import pipeline
+
+    with TestClient(make_app(qwen3_model_dir)) as app_client:
+        ctx = app_client.app.state.render.derender
+
+        def vouched(body: dict[str, Any]) -> Vouched:
+            return asyncio.run(pipeline.vouch(ctx, json.loads(json.dumps(body)))).vouched
+
+        first = chunk_body(case["base"], [case["output"][0]], None, None)
+        assert vouched(first) == Vouched.NOTHING
+        state, _ = _half_stream(app_client, case, 3)
+        body = chunk_body(case["base"], [case["output"][3]], None, state)
+        assert vouched(body) == Vouched.ECHO | Vouched.REQUEST
+        assert vouched({**body, "chat_request": {**CHAT_REQUEST, "max_tokens": 5}}) == Vouched.ECHO
+        assert vouched({**body, "prompt_token_ids": body["prompt_token_ids"][:-1]}) == Vouched.ECHO
+        lax = {**state, "output_token_ids": [float(i) for i in state["output_token_ids"]]}
+        assert vouched({**body, "stream_state": lax}) == Vouched.NOTHING
+        assert vouched({**body, "stream": "true"}) == Vouched.NOTHING
 
 
 def test_snapshot_size_does_not_grow_with_the_stream(client: TestClient, case: dict[str, Any]) -> None:

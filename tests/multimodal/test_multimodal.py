@@ -226,3 +226,54 @@ def test_urls_never_push_out_their_own_item() -> None:
     assert processor.from_data_url(urls[1], decode) is first  # same bytes: a hash hit, its URL not kept
     assert len(processor.cache) == 1 and processor.cache.bytes == nbytes + len(urls[0])
     assert processor.from_data_url(urls[0], decode) is first and decode.calls == 2
+
+
+def test_a_batch_processes_misses_together_and_equals_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request's images: the same items as one call each, in request order, a repeated image
+    processed once, and the misses spread over threads when cores allow."""
+    monkeypatch.setattr(multimodal, "_usable_cores", lambda: 2)
+    monkeypatch.setattr(multimodal, "_idle_cores", lambda cores: cores - 1)  # one helper thread
+    images = [_png(300 + 16 * i, 200, 20 + i) for i in range(4)]
+    one_by_one = [multimodal.ImageProcessor(CONFIG)(data) for data in images]
+    processor, decode = multimodal.ImageProcessor(CONFIG), _Decoder()
+    finished: list[str] = []
+    finish = processor._finish
+    monkeypatch.setattr(processor, "_finish", lambda pending: finished.append(pending.digest) or finish(pending))
+    with processor.batch() as batch:
+        batch.add(images[0], None, True)
+        batch.add_data_url(_data_url(images[1]), decode, None, True)
+        batch.add(images[2], None, True)
+        batch.add(images[0], None, True)  # the same image again
+        batch.add(images[3], None, False)  # a light item
+    items = batch.results()
+    assert [i.mm_hash for i in items] == [one_by_one[k].mm_hash for k in (0, 1, 2, 0, 3)]
+    assert [i.kwargs_json for i in items[:4]] == [one_by_one[k].kwargs_json for k in (0, 1, 2, 0)]
+    assert items[0] is items[3] and items[4].kwargs_json is None
+    assert sorted(finished) == sorted({i.mm_hash for i in items})  # four images, four processings
+    assert processor.from_data_url(_data_url(images[1]), decode) is items[1]  # its URL is remembered
+    assert decode.calls == 1
+
+
+def test_helpers_only_for_idle_cores() -> None:
+    assert 0 <= multimodal._idle_cores(2) <= 1  # this thread is running: at most cores - 1 idle
+    assert multimodal._idle_cores(0) == 0
+
+
+def test_a_batch_raises_the_first_failure_in_request_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As one by one: an image that fails to decode wins over any later refusal, and over a later
+    decode failure whichever thread finished first."""
+    monkeypatch.setattr(multimodal, "_usable_cores", lambda: 4)
+    monkeypatch.setattr(multimodal, "_idle_cores", lambda cores: cores - 1)
+    good, broken = _png(300, 200, 30), _png(310, 200, 31)
+    truncated = broken[: len(broken) // 2]  # opens, then fails to decode
+    processor = multimodal.ImageProcessor(CONFIG)
+    with pytest.raises(multimodal.BadRequestError, match="Failed to load image"):
+        with processor.batch() as batch:
+            batch.add(good, None, True)
+            batch.add(truncated, None, True)
+            raise multimodal.BadRequestError("a later image refused")
+    assert processor.cache.get(processor.identify(good)) is not None  # the earlier image was processed
+    with pytest.raises(multimodal.BadRequestError, match="a later image refused"):
+        with processor.batch() as batch:
+            batch.add(_png(320, 200, 32), None, True)
+            raise multimodal.BadRequestError("a later image refused")

@@ -17,8 +17,9 @@ from render_service.server.state import State
 @json_endpoint("chat_derender")
 async def chat_derender(state: State, request: Request, body: Any) -> Any:
     check_fingerprint(state, request, body)
-    if validate_chat_derender(body):
-        return await derender.derender_chat_stream(state.derender, body)
+    vouch = await derender.vouch(state.derender, body)  # full mode: what the last chunk's snapshot vouches for
+    if validate_chat_derender(body, vouch.vouched):
+        return await derender.derender_chat_stream(state.derender, body, vouch)
     return derender.derender_chat(state.derender, body)
 
 
