@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from functools import cache
-from typing import Any
+from typing import Any, ClassVar
 
 from render_service.parsers.base import tool_schema_tags
 from render_service.parsers.deepseek_v32 import DsmlEngine
@@ -218,7 +218,7 @@ class DeepSeekV41ToolState(EngineState, tag="deepseek_v41.tool/1"):
 @register_reasoning_parser("deepseek_v4")
 class DeepSeekV4ReasoningParser(EngineReasoningParser):
     version = 1
-    state_type = DeepSeekV4ReasoningState
+    state_type: ClassVar[type[EngineState]] = DeepSeekV4ReasoningState
     engine_type = DsmlEngine
 
     @staticmethod
@@ -233,7 +233,7 @@ class DeepSeekV4ReasoningParser(EngineReasoningParser):
 @register_tool_parser("deepseek_v4")
 class DeepSeekV4ToolParser(EngineToolParser):
     version = 1
-    state_type = DeepSeekV4ToolState
+    state_type: ClassVar[type[EngineState]] = DeepSeekV4ToolState
     engine_type = DsmlEngine
     structural_tag_model = "deepseek_v4"
     config = deepseek_v4_config(True)
