@@ -30,7 +30,7 @@ from functools import cache
 from typing import Any, ClassVar
 
 from render_service.parsers.base import tool_schema_tags
-from render_service.parsers.deepseek_v32 import DsmlEngine
+from render_service.parsers.deepseek_v32 import DsmlEngine, DsmlToolState
 from render_service.parsers.dsml import (
     INVOKE_END,
     INVOKE_NAME_END,
@@ -203,7 +203,7 @@ class DeepSeekV4ReasoningState(EngineState, tag="deepseek_v4.reasoning/1"):
     pass
 
 
-class DeepSeekV4ToolState(EngineState, tag="deepseek_v4.tool/1"):
+class DeepSeekV4ToolState(DsmlToolState, tag="deepseek_v4.tool/1"):
     pass
 
 
@@ -211,7 +211,7 @@ class DeepSeekV41ReasoningState(EngineState, tag="deepseek_v41.reasoning/1"):
     pass
 
 
-class DeepSeekV41ToolState(EngineState, tag="deepseek_v41.tool/1"):
+class DeepSeekV41ToolState(DsmlToolState, tag="deepseek_v41.tool/1"):
     pass
 
 
