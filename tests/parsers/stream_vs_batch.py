@@ -8,7 +8,8 @@ tool-call names and arguments, and the finish reason are compared.
 
 No vLLM needed (our parsers only). Since both of our paths reproduce vLLM 0.33's (the parity
 goldens), a difference printed here is one of vLLM's own stream/batch disagreements; the output
-lists, per family and configuration, how many cases differ in which field and one example.
+lists, per family and configuration, how many cases differ in which field (and how: only in
+whitespace, one side a prefix of the other, more calls on one side, ...) and one example.
 """
 
 from __future__ import annotations
@@ -50,6 +51,25 @@ def _stream_view(steps: list[tuple[Any, str | None]]) -> dict[str, Any]:
     }
 
 
+def _kind(field: str, streamed: Any, whole: Any) -> str:
+    """A coarse class of one difference."""
+    if isinstance(streamed, str) and streamed.strip() == whole.strip():
+        return "whitespace"
+    if isinstance(streamed, list):
+        if len(streamed) != len(whole):
+            return "more calls streamed" if len(streamed) > len(whole) else "more calls in batch"
+        return "differ"
+    if field == "finish":
+        return f"{streamed}/{whole}"
+    if not streamed or not whole:
+        return "only streamed" if streamed else "only in batch"
+    if whole.startswith(streamed):
+        return "stream is a prefix"
+    if streamed.startswith(whole):
+        return "batch is a prefix"
+    return "differ"
+
+
 def compare(family_name: str, model_dir: Path, n: int, seed: int) -> Counter[tuple[str, str, str]]:
     from transformers import AutoTokenizer
 
@@ -85,7 +105,7 @@ def compare(family_name: str, model_dir: Path, n: int, seed: int) -> Counter[tup
         config = f"{reasoning}+{tool}"
         for field in ("reasoning", "content", "names", "args", "finish"):
             if streamed[field] != whole[field]:
-                key = (config, field, req_name if field == "finish" else "")
+                key = (config, field, _kind(field, streamed[field], whole[field]))
                 diffs[key] += 1
                 examples.setdefault(
                     key, f"text={batch['text']!r}\n      stream={streamed[field]!r}\n      batch={whole[field]!r}"
@@ -93,7 +113,7 @@ def compare(family_name: str, model_dir: Path, n: int, seed: int) -> Counter[tup
     print(f"{family_name}: {n} cases")
     for key, count in sorted(diffs.items()):
         config, field, req_name = key
-        print(f"  {config:<36} {field:<9} {req_name:<10} {count:>4}  e.g. {examples[key]}")
+        print(f"  {config:<36} {field:<9} {req_name:<20} {count:>4}  e.g. {examples[key]}")
     return diffs
 
 
