@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Streaming parser cost: render-service's incremental parsers vs vLLM 0.33's parser path,
-side by side in one process, for the Llama 3/4, pythonic, Granite and Nemotron families.
+side by side in one process, for the Llama 3/4, pythonic, Granite, Nemotron and DeepSeek DSML (V3.2, V4, V4.1) families.
 
 A benchmark script, not a timed test. Run it with the vLLM 0.33 oracle's Python from the
 repository root (it imports vLLM's parser classes and ours):
 
     for f in llama3 llama4 granite nemotron; do python -m tests.parsers.families.llama MODELS/$f $f; done
+    python -m tests.parsers.families.deepseek MODELS/deepseek
     ORACLE_PYTHON benchmarks/parsers_bench.py --models MODELS [--family NAME] [--sizes 2000,4000]
 
 Each family gets an N-token output in its own format (prose, then one tool call whose string
@@ -105,6 +106,24 @@ def output_ids(family: str, tok: Any, n: int) -> list[int]:
             lambda p: "\n" + json.dumps({"name": "create_ticket", "arguments": {"description": p}}) + "\n",
             6,
         )
+    if family in ("deepseek_v32", "deepseek_v4", "deepseek_v41"):
+        # DSML: the long string parameter streams only when its closing tag's ">" arrives (vLLM
+        # gives these families no open-value extender), so the call's raw text is the state.
+        sp = " " if family == "deepseek_v41" else ""
+        block = {"deepseek_v32": "function_calls", "deepseek_v4": "tool_calls", "deepseek_v41": " calls"}[family]
+        head = enc(prose(tok, n // 5))
+        if family != "deepseek_v32":  # thinking is on: the stream starts in reasoning
+            head += special("</think>")
+        return fit(
+            head,
+            lambda p: (
+                f'\n\n<｜DSML｜{block}>\n<｜DSML｜{sp}invoke name="create_ticket">\n'
+                f'<｜DSML｜{sp}parameter name="title" string="true">Retry storm</｜DSML｜{sp}parameter>\n'
+                f'<｜DSML｜{sp}parameter name="description" string="true">{p}</｜DSML｜{sp}parameter>\n'
+                f"</｜DSML｜{sp}invoke>\n</｜DSML｜{block}>"
+            ),
+            48,
+        )
     raise SystemExit(f"unknown family {family}")
 
 
@@ -118,7 +137,13 @@ FAMILIES: dict[str, tuple[str, str | None, str | None, str]] = {
     "granite_tool": ("granite", None, "granite", "<|end_of_text|>"),
     "granite4": ("granite", None, "granite4", "<|end_of_text|>"),
     "nemotron_v3": ("nemotron", "nemotron_v3", "hermes", "<|im_end|>"),
+    "deepseek_v32": ("deepseek", None, "deepseek_v32", "<｜end▁of▁sentence｜>"),
+    "deepseek_v4": ("deepseek", "deepseek_v4", "deepseek_v4", "<｜end▁of▁sentence｜>"),
+    "deepseek_v41": ("deepseek", "deepseek_v41", "deepseek_v41", "<｜end▁of▁sentence｜>"),
 }
+
+
+out_state_bytes: list[int] = []
 
 
 def run_ours(
@@ -144,7 +169,7 @@ def run_ours(
     # The snapshot as compact mode stores it: msgpack, HMAC-SHA256 signed (derender/snapshots.py).
     codec = SnapshotCodec(b"k" * 32)
     state_obj = codec.encode({"parser": parsers.new_parsed_stream(parser, prompt).to_obj()})
-    out, cpu = [], []
+    out, cpu, state_bytes = [], [], []
     for i, ids in enumerate(chunks):
         finish = "stop" if i == len(chunks) - 1 else None
         t0 = time.thread_time_ns()
@@ -155,7 +180,11 @@ def run_ours(
         delta, fr = parsers.advance(parser, state, text_ids, ids, finish, opts, ids_fn)
         state_obj = codec.encode({"parser": state.to_obj()})
         cpu.append(time.thread_time_ns() - t0)
+        state_bytes.append(len(state_obj))
         out.append((cases.wire(delta), fr))
+    # The largest snapshot: its bytes are signed and checked on every chunk (~1 us/KB here), the
+    # part of a chunk's cost that grows where a family must hold a call's text until it ends.
+    out_state_bytes.append(max(state_bytes))
     return out, cpu
 
 
@@ -195,7 +224,9 @@ def run_vllm(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", type=Path, required=True, help="folder with llama3/ llama4/ granite/ nemotron/")
+    ap.add_argument(
+        "--models", type=Path, required=True, help="folder with llama3/ llama4/ granite/ nemotron/ deepseek/"
+    )
     ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
     ap.add_argument("--sizes", default="2000,4000")
     ap.add_argument("--window", type=int, default=100, help="chunks in the start / end medians")
@@ -209,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("vllm").setLevel(logging.CRITICAL)
     sizes = [int(s) for s in args.sizes.split(",")]
     print(
-        "family           tokens  ours start us/chunk  ours end us/chunk  end/start  ours total s  vLLM total s  vLLM/ours"
+        "family           tokens  ours start us/chunk  ours end us/chunk  end/start  max state KB  ours total s  vLLM total s  vLLM/ours"
     )
     for name in args.family or list(FAMILIES):
         model, reasoning, tool, eos_name = FAMILIES[name]
@@ -217,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         tok = AutoTokenizer.from_pretrained(str(model_dir))
         eos_id = tok.convert_tokens_to_ids(eos_name)
         gen = json.loads((model_dir / "generation_config.json").read_text())
-        eos = (eos_id, frozenset(gen["eos_token_id"]))
+        model_eos = gen.get("eos_token_id", eos_id)  # the DeepSeek folder names it in config.json only
+        eos = (eos_id, frozenset(model_eos if isinstance(model_eos, list) else [model_eos]))
         if not args.ours_only:
             from tests.parity.compare_parsers import Oracle
 
@@ -247,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
             vllm_s = vllm_total / 1e9
             side = f"{vllm_s:>12.1f}  {vllm_s / ours_total:>9.0f}" if vllm_cpu else f"{'-':>12}  {'-':>9}"
             print(
-                f"{name:<16} {len(ids):>6}  {start:>20.1f}  {end:>17.1f}  {end / start:>9.2f}  {ours_total:>12.3f}  {side}",
+                f"{name:<16} {len(ids):>6}  {start:>20.1f}  {end:>17.1f}  {end / start:>9.2f}  "
+                f"{out_state_bytes[-1] / 1024:>12.1f}  {ours_total:>12.3f}  {side}",
                 flush=True,
             )
     return 0

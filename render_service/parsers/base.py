@@ -10,6 +10,7 @@ import hashlib
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring
 from typing import Any
 
 # -- tool-call ids -------------------------------------------------------------------------------
@@ -156,6 +157,12 @@ def filter_parallel(delta: Delta, opts: RequestOptions) -> Delta:
 # four information separators U+001C..U+001F.
 REGEX_WS = frozenset(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()) - frozenset("\x1c\x1d\x1e\x1f")
 JSON_WS = frozenset(" \t\n\r")
+
+
+def json_string_body(text: str) -> str:
+    """`json.dumps(text, ensure_ascii=False)[1:-1]` (the same C escaper `json.dumps` picks for a
+    str) without building a `JSONEncoder` per call: ~10x cheaper on a per-chunk path."""
+    return encode_basestring(text)[1:-1]
 
 
 class Tag:

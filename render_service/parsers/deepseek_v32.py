@@ -23,7 +23,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from render_service.parsers.base import tool_schema_tags
+from render_service.parsers.base import ToolCallDelta, ToolIdFn, tool_schema_tags
 from render_service.parsers.dsml import (
     INVOKE_END,
     INVOKE_NAME_END,
@@ -98,6 +98,19 @@ def deepseek_v32_config() -> EngineConfig:
     )
 
 
+class DsmlToolState(EngineState):
+    """The engine state plus `held_args`: argument text that arrived after the call's last
+    conversion, kept apart from the slot's raw arguments until a conversion reads them.
+
+    vLLM re-reads a DSML call only when a `>` arrives, so the text in between (typically a long
+    string value) is only kept. Keeping it in its own field is the same answer at lower cost: the
+    slot's text starts with the `｜DSML｜` markup, which makes it a UCS-2 string that every
+    snapshot transcodes, while a plain value on its own stays ASCII (msgpack copies it).
+    """
+
+    held_args: str = ""
+
+
 class DsmlEngine(Engine):
     """The engine with vLLM's `_convert_args`: the DSML converter, then the call's tool unwraps
     an `arguments`/`input` wrapper."""
@@ -105,13 +118,59 @@ class DsmlEngine(Engine):
     def convert_args(self, slot: Slot, partial: bool, tools: Any) -> str:
         return unwrap_wrapper_args(super().convert_args(slot, partial, tools), tools, slot.name)
 
+    def _arg_chunk(
+        self,
+        st: EngineState,
+        index: int,
+        value: str,
+        calls: list[ToolCallDelta],
+        tool_id: ToolIdFn,
+        tools: Any,
+        *,
+        elide: bool = False,
+    ) -> None:
+        slot = self._slot(st, index)
+        # Streaming only (batch keeps every slot's text in place): a chunk without a structural
+        # character after the name is out gets no delta (`_arg_delta` returns before reading).
+        structural = self.config.arg_structural_chars
+        if (
+            elide
+            and isinstance(st, DsmlToolState)
+            and value
+            and slot.name_sent
+            and slot.ext is None
+            and not slot.in_open_string
+            and structural is not None
+            and structural.isdisjoint(value)
+        ):
+            st.held_args += value
+            return
+        self._merge_held(st)
+        super()._arg_chunk(st, index, value, calls, tool_id, tools, elide=elide)
 
-class DeepSeekV32ToolState(EngineState, tag="deepseek_v32.tool/1"):
+    def _tool_end(self, st: EngineState, index: int, calls: list[ToolCallDelta], tool_id: ToolIdFn, tools: Any) -> None:
+        self._merge_held(st)
+        super()._tool_end(st, index, calls, tool_id, tools)
+
+    def _ensure_slot(self, st: EngineState, index: int, done: list[Slot] | None) -> None:
+        self._merge_held(st)
+        super()._ensure_slot(st, index, done)
+
+    @staticmethod
+    def _merge_held(st: EngineState) -> None:
+        if isinstance(st, DsmlToolState) and st.held_args:
+            assert st.slot is not None
+            st.slot.args += st.held_args
+            st.held_args = ""
+
+
+class DeepSeekV32ToolState(DsmlToolState, tag="deepseek_v32.tool/2"):
     pass
 
 
 @register_tool_parser("deepseek_v32")
 class DeepSeekV32ToolParser(EngineToolParser):
+    version = 2  # state: held_args
     state_type = DeepSeekV32ToolState
     engine_type = DsmlEngine
     structural_tag_model = "deepseek_v3_2"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from render_service.parsers.engine import find_tool_properties
@@ -29,11 +30,6 @@ INVOKE_END = f"</{DSML}invoke>"
 PARAM_START = f"<{DSML}parameter"
 PARAM_CLOSE = f"</{DSML}parameter>"
 
-_START, _CLOSE = re.escape(PARAM_START), re.escape(PARAM_CLOSE)
-# The `string` attribute is optional (a parameter without it is read like string="false").
-_HEAD = _START + r'\s+name="([^"]+)"(?:\s+string="([^"]*)")?\s*>'
-_PARAM_RE = re.compile(ws_pattern(_HEAD + r"(.*?)(?:" + _CLOSE + r"|(?=" + _START + r"\s+name=))"), re.DOTALL)
-_OPEN_PARAM_RE = re.compile(ws_pattern(_HEAD + r"(.*)$"), re.DOTALL)
 _NOT_JSON = object()
 
 
@@ -44,21 +40,35 @@ def _json_or(value: str, default: Any) -> Any:
         return default
 
 
-def dsml_arg_converter(raw_args: str, partial: bool) -> str:
-    params: dict[str, Any] = {}
-    end = 0
-    for match in _PARAM_RE.finditer(raw_args):
-        name, is_string, value = match.groups()
-        params[name] = value if is_string == "true" else _json_or(value, value)
-        end = match.end()
-    if partial:
-        open_param = _OPEN_PARAM_RE.search(raw_args, end)
-        if open_param:
-            name, is_string, value = open_param.groups()
-            parsed = value if is_string == "true" else _json_or(value, _NOT_JSON)
-            if parsed is not _NOT_JSON:
-                params[name] = parsed
-    return json.dumps(params, ensure_ascii=False)
+def make_dsml_arg_converter(param_start: str, param_close: str) -> Callable[[str, bool], str]:
+    """vLLM's `_dsml_arg_converter` for one DSML dialect (V4.1 spells the tags with a space:
+    `<｜DSML｜ parameter`)."""
+    start, close = re.escape(param_start), re.escape(param_close)
+    # The `string` attribute is optional (a parameter without it is read like string="false").
+    head = start + r'\s+name="([^"]+)"(?:\s+string="([^"]*)")?\s*>'
+    param_re = re.compile(ws_pattern(head + r"(.*?)(?:" + close + r"|(?=" + start + r"\s+name=))"), re.DOTALL)
+    open_param_re = re.compile(ws_pattern(head + r"(.*)$"), re.DOTALL)
+
+    def convert(raw_args: str, partial: bool) -> str:
+        params: dict[str, Any] = {}
+        end = 0
+        for match in param_re.finditer(raw_args):
+            name, is_string, value = match.groups()
+            params[name] = value if is_string == "true" else _json_or(value, value)
+            end = match.end()
+        if partial:
+            open_param = open_param_re.search(raw_args, end)
+            if open_param:
+                name, is_string, value = open_param.groups()
+                parsed = value if is_string == "true" else _json_or(value, _NOT_JSON)
+                if parsed is not _NOT_JSON:
+                    params[name] = parsed
+        return json.dumps(params, ensure_ascii=False)
+
+    return convert
+
+
+dsml_arg_converter = make_dsml_arg_converter(PARAM_START, PARAM_CLOSE)
 
 
 def unwrap_wrapper_args(args_json: str, tools: Any, name: str | None) -> str:

@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from render_service.derender.detokenize import TokenizerInfo
-from render_service.parsers.base import Delta, FunctionCall, RequestOptions, ToolCallDelta, ToolIdFn
+from render_service.parsers.base import Delta, FunctionCall, RequestOptions, ToolCallDelta, ToolIdFn, json_string_body
 from render_service.parsers.protocols import ParserState, ReasoningParser, RequestAdjustment, ToolParser
 
 # -- states, events, config ------------------------------------------------------------------------
@@ -1160,7 +1160,7 @@ class Engine:
         if end - head < ELIDE_MIN_CHARS:
             return
         kept = args[end:]
-        kept_json = json.dumps(kept[: len(kept) - len(ext.held)], ensure_ascii=False)[1:-1]
+        kept_json = json_string_body(kept[: len(kept) - len(ext.held)])
         streamed = slot.streamed
         if not streamed.endswith(kept_json) or len(streamed) - len(kept_json) < slot.string_start:
             return

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from render_service.parsers.base import Delta
+from render_service.parsers.base import Delta, json_string_body
 from render_service.parsers.engine import (
     CONTENT,
     ELIDED,
@@ -227,7 +227,7 @@ def gemma4_extender_step(ext: ValueExt, delta: str) -> str | None:
     ext.count += delta.count(")") - delta.count("(")
     visible = strip_partial_delim(_without_closer(text.rstrip(), ext.count > 0))
     ext.held = text[len(visible) :]
-    return json.dumps(visible, ensure_ascii=False)[1:-1]
+    return json_string_body(visible)
 
 
 @cache

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
+from render_service.parsers.base import json_string_body
 from render_service.parsers.engine import (
     CONTENT,
     EV_ARG,
@@ -88,7 +89,7 @@ def glm_extender_step(ext: ValueExt, delta: str) -> str | None:
     if ARG_VALUE_END in text:
         return None
     ext.window = text[-_TAIL:]
-    return json.dumps(delta, ensure_ascii=False)[1:-1]
+    return json_string_body(delta)
 
 
 @cache

@@ -6,11 +6,10 @@ extender that streams a parameter value in O(new text).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 
-from render_service.parsers.base import REGEX_WS
+from render_service.parsers.base import REGEX_WS, json_string_body
 from render_service.parsers.engine import ValueExt
 
 # `\s` of the `regex` module for the stdlib `re`: the characters (escaped, for use inside a
@@ -105,6 +104,6 @@ def value_extender_step(
             text = text[: len(text) - len(ext.held)]
         else:
             text = delta
-        return json.dumps(text, ensure_ascii=False)[1:-1]
+        return json_string_body(text)
 
     return step

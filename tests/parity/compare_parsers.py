@@ -700,6 +700,8 @@ STRUCTURAL_TAG_PARSERS = {
     "minimax_m2": "minimax",
     "glm45": "glm_4_7",
     "deepseek_v32": "deepseek_v3_2",
+    "deepseek_v4": "deepseek_v4",
+    "deepseek_v41": "deepseek_v4_1",
 }
 STRUCTURAL_TAG_TOOLS = [
     {

@@ -31,6 +31,8 @@ MODELS = {
     "glm": "glm",
     "gemma4": "gemma4",
     "deepseek_v32": "deepseek",
+    "deepseek_v4": "deepseek",
+    "deepseek_v41": "deepseek",
     "step3": "qwen3",
 }
 # Fixture folders built by tests/parsers/families/ (the others by render_service.model.example).
@@ -120,7 +122,7 @@ def test_structural_tags_match_vllm() -> None:
     from render_service.api import structured
 
     recorded = json.loads((GOLDEN_DIR / "structural_tags.json").read_text(encoding="utf-8"))
-    assert len(recorded) == 45
+    assert len(recorded) == 63
     for case in recorded:
         parser = parsers.tool_parser_class(case["parser"])
         ours = structured._tools_structural_tag(

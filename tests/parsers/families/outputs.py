@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from typing import Any
 
 from tests.parsers.cases import TOOLS
@@ -394,3 +395,52 @@ FAMILIES["deepseek_v32"] = {
     "configs": (("deepseek_v3", "deepseek_v32"), (None, "deepseek_v32"), ("deepseek_r1", "deepseek_v32")),
     "segments": dsml_output,
 }
+
+
+# -- DeepSeek V4 / V4.1 (DSML with a `tool_calls` block; V4.1 spells the tags with a space) -----------
+
+
+def _dsml_v4_output(spaced: bool) -> Callable[[random.Random], list[Any]]:
+    """`dsml_output` in V4's (or V4.1's) spelling, plus the opener variants and stray think markers."""
+    if spaced:
+        block, block_end = "<｜DSML｜ calls>", "</｜DSML｜ calls>"
+        extra = ["<｜DSML｜tool_calls>", "<｜DSML｜ invoke", "</｜DSML｜ parameter>"]
+    else:
+        block, block_end = "<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>"
+        extra = ["<｜DSML｜toolcalls>", "<｜DSML｜tool>", "<｜DSML｜ calls>"]
+
+    def respell(seg: Any) -> Any:
+        def fix(text: str) -> str:
+            text = text.replace(DSML_BLOCK_END, block_end).replace(DSML_BLOCK, block)
+            if spaced:
+                for tag in ("invoke", "parameter"):
+                    text = text.replace(f"<｜DSML｜{tag}", f"<｜DSML｜ {tag}").replace(
+                        f"</｜DSML｜{tag}", f"</｜DSML｜ {tag}"
+                    )
+            return text
+
+        if isinstance(seg, tuple):
+            return (seg[0], fix(seg[1]))
+        return fix(seg)
+
+    def output(rng: random.Random) -> list[Any]:
+        segs = [respell(s) for s in dsml_output(rng)]
+        if rng.random() < 0.2:  # an opener variant, a bare </think>, a second <think>, a block inside reasoning
+            at = rng.randrange(0, len(segs) + 1)
+            segs.insert(at, rng.choice([*extra, "@</think>", "@<think>", block + "\n"]))
+        return segs
+
+    return output
+
+
+for _name, _spaced in (("deepseek_v4", False), ("deepseek_v41", True)):
+    FAMILIES[_name] = {
+        **FAMILIES["deepseek"],
+        "configs": ((_name, _name), (None, _name), (_name, None), ("deepseek_r1", _name)),
+        "segments": _dsml_v4_output(_spaced),
+        "requests": {
+            **DS_REQ,
+            "think_off": {"tools": TOOLS, "chat_template_kwargs": {"thinking": False}},
+            "effort_none": {"tools": TOOLS, "chat_template_kwargs": {"reasoning_effort": "none"}},
+        },
+    }
