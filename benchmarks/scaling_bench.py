@@ -11,11 +11,14 @@ timed both servers must return the same `token_ids` for every body (the script a
 
 Printed per scenario: req/s, p99 (wrk's), server CPU-ms per request (the process tree's
 utime+stime over the run, divided by the requests wrk completed), efficiency against linear
-(req/s at N / (N x req/s at 1)) and ours/vllm-rs ratios. `--report DIR` writes report.md (the
+(req/s at N / (N x req/s at 1)) and the ratios against vllm-rs: ours/vllm-rs req/s and
+vllm-rs/ours CPU per request (above 1x: ours does the same render on less CPU). `--report DIR` writes report.md (the
 tables, req/s per core at the p99 objective: the sizing figures), curve.svg and results.json.
 
     python3 -m benchmarks.scaling_bench --vllm-rs PATH/TO/vllm-rs --report benchmarks/reports/scaling
     python3 -m benchmarks.scaling_bench --cores 1,2 --wrk-cpus 0 --duration 5   # a 2-core rehearsal
+    # one core each, 8 connections (a 2-core machine: wrk on CPU 0, each server on CPU 1)
+    python3 -m benchmarks.scaling_bench --vllm-rs PATH/TO/vllm-rs --cores 1 --wrk-cpus 0 --connections-per-core 8
 
 Needs wrk and taskset on PATH and at least max(cores) + len(wrk-cpus) CPUs.
 """
@@ -279,10 +282,12 @@ def scenario_table(points: list[Point], scenario: str) -> str:
                 f"{r.cpu_ms_per_request:.2f}" if r else "-",
                 f"{100 * eff_r:.0f}%" if eff_r else "-",
                 f"{o.rps / r.rps:.2f}x" if r else "-",
+                f"{r.cpu_ms_per_request / o.cpu_ms_per_request:.2f}x" if r and o.cpu_ms_per_request else "-",
             ]
         )
     headers = ["cores", "ours req/s", "p99 ms", "CPU ms/req", "linear", "vllm-rs req/s", "p99 ms", "CPU ms/req"]
-    return format_table([*headers, "linear", "ours/vllm-rs req/s"], rows, title=scenario)
+    ratios = ["ours/vllm-rs req/s", "vllm-rs/ours CPU per req"]
+    return format_table([*headers, "linear", *ratios], rows, title=scenario)
 
 
 def sizing_rows(points: list[Point], slo_p99_ms: float) -> list[list[str]]:

@@ -35,6 +35,7 @@ from render_service.api.schema import (
     Str,
     Union,
     error,
+    side_effect_free,
 )
 
 SCHEMAS = Path(__file__).resolve().parent / "vllm_schemas.json"
@@ -58,6 +59,9 @@ class Ref(FieldType):
     def check(self, value: Any, loc: Loc, errors: ErrorList, strict: bool = False) -> Any:
         return self.target.check(value, loc, errors, strict)
 
+    def side_effect_free(self, seen: set[int]) -> bool:
+        return side_effect_free([self.target], seen)
+
     def json_schema(self) -> dict[str, Any]:
         return {"type": "object"}
 
@@ -75,6 +79,9 @@ class LazyIterable(FieldType):
         errors.append(error("iterable_type", loc, "Input should be iterable", value))
         return INVALID
 
+    def side_effect_free(self, seen: set[int]) -> bool:
+        return True  # checks the value's type only
+
     def json_schema(self) -> dict[str, Any]:
         return {"type": "array", "items": self.item.json_schema()}
 
@@ -85,6 +92,9 @@ class NoneValue(FieldType):
             return None
         errors.append(error("none_required", loc, "Input should be None", value))
         return INVALID
+
+    def side_effect_free(self, seen: set[int]) -> bool:
+        return True  # checks the value's type only
 
     def json_schema(self) -> dict[str, Any]:
         return {"type": "null"}
@@ -108,6 +118,9 @@ class SequenceOf(FieldType):
             return INVALID
         return self.items.check(value, loc, errors, strict)
 
+    def side_effect_free(self, seen: set[int]) -> bool:
+        return side_effect_free([self.items], seen)
+
     def json_schema(self) -> dict[str, Any]:
         return self.items.json_schema()
 
@@ -123,6 +136,9 @@ class InstanceOf(FieldType):
             error("is_instance_of", loc, f"Input should be an instance of {self.cls}", value, {"class": self.cls})
         )
         return INVALID
+
+    def side_effect_free(self, seen: set[int]) -> bool:
+        return True  # checks the value's type only
 
     def json_schema(self) -> dict[str, Any]:
         return {"not": {}}

@@ -132,6 +132,30 @@ class FieldType:
     def json_schema(self) -> dict[str, Any]:
         return {}
 
+    def side_effect_free(self, seen: set[int]) -> bool:
+        """Whether `check` only returns or appends errors, through every type it reaches (no
+        validator that could raise): then a check whose result is known need not run.
+        `seen`: the types already asked (definitions may refer to themselves)."""
+        return False
+
+
+class _Leaf:
+    """A type whose check reaches no other type and runs no validator."""
+
+    def side_effect_free(self, seen: set[int]) -> bool:
+        return True
+
+
+def side_effect_free(types: Any, seen: set[int]) -> bool:
+    """`side_effect_free` of every type in `types` (a type already in `seen` counts as free: its
+    own answer is the one being worked out)."""
+    for node in types:
+        if id(node) not in seen:
+            seen.add(id(node))
+            if not node.side_effect_free(seen):
+                return False
+    return True
+
 
 def _bounds_errors(spec: Any, value: float | int, loc: Loc, errors: ErrorList, original: Any) -> bool:
     """The bound checks on the coerced `value` (errors show the `original` input, as pydantic's do)."""
@@ -157,7 +181,7 @@ def _bounds_schema(spec: Any, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Str(FieldType):
+class Str(_Leaf, FieldType):
     max_length: int | None = None
     min_length: int | None = None
 
@@ -207,7 +231,7 @@ _INT_MAX_FROM_FLOAT = 2**63  # floats at or past i64 are refused ("exceeded maxi
 
 
 @dataclass(frozen=True)
-class Int(FieldType):
+class Int(_Leaf, FieldType):
     ge: int | None = None
     le: int | None = None
     gt: int | None = None
@@ -285,7 +309,7 @@ _FLOAT_TEXT = re.compile(
 
 
 @dataclass(frozen=True)
-class Float(FieldType):
+class Float(_Leaf, FieldType):
     ge: float | None = None
     le: float | None = None
     gt: float | None = None
@@ -329,7 +353,7 @@ _FALSE_TEXT = frozenset({"0", "off", "f", "false", "n", "no"})
 
 
 @dataclass(frozen=True)
-class Bool(FieldType):
+class Bool(_Leaf, FieldType):
     def check(self, value: Any, loc: Loc, errors: ErrorList, strict: bool = False) -> Any:
         if isinstance(value, bool):
             return value
@@ -370,7 +394,7 @@ def expected_text(values: Sequence[Any]) -> str:
     return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"
 
 
-class Literal(FieldType):
+class Literal(_Leaf, FieldType):
     def __init__(self, *values: Any) -> None:
         self.values = values
         self.expected = expected_text(values)
@@ -397,7 +421,7 @@ class Literal(FieldType):
         return {"enum": list(self.values)}
 
 
-class AnyValue(FieldType):
+class AnyValue(_Leaf, FieldType):
     def __init__(self, schema: dict[str, Any] | None = None) -> None:
         self.schema = schema or {}
 
@@ -473,6 +497,9 @@ class ListOf(FieldType):
             return INVALID
         return value if out is None else out
 
+    def side_effect_free(self, seen: set[int]) -> bool:
+        return side_effect_free([self.item], seen)
+
     def json_schema(self) -> dict[str, Any]:
         schema: dict[str, Any] = {"type": "array", "items": self.item.json_schema()}
         if self.max_length is not None:
@@ -519,6 +546,9 @@ class DictOf(FieldType):
             return INVALID
         return out if changed else value
 
+    def side_effect_free(self, seen: set[int]) -> bool:
+        return side_effect_free([t for t in (self.key, self.value) if t is not None], seen)
+
     def json_schema(self) -> dict[str, Any]:
         schema: dict[str, Any] = {"type": "object"}
         if self.value is not None:
@@ -537,6 +567,9 @@ class Nullable(FieldType):
             return None
         return self.inner.check(value, loc, errors, strict)
 
+    def side_effect_free(self, seen: set[int]) -> bool:
+        return side_effect_free([self.inner], seen)
+
     def json_schema(self) -> dict[str, Any]:
         inner = self.inner.json_schema()
         members = inner["anyOf"] if list(inner) == ["anyOf"] else [inner]
@@ -545,18 +578,47 @@ class Nullable(FieldType):
 
 class Union(FieldType):
     """pydantic's smart-mode union: an exact (strict) match first, then the first lax match; when
-    every member fails, every member's errors in member order, each under the member's label."""
+    every member fails, every member's errors in member order, each under the member's label.
+
+    The strict pass skips a model member whose discriminating literal (e.g. a message's `role`)
+    the value does not hold: that check could only fail, and its errors are dropped anyway."""
 
     def __init__(self, *members: FieldType) -> None:
         self.members = members
+        # Per member: its `tag` and `Model.discriminant` (None until first use: definitions
+        # referred to by name are resolved by then).
+        self._strict_plan: list[tuple[FieldType, str | None, tuple[str, tuple[Any, ...], bool] | None]] | None = None
 
     def check(self, value: Any, loc: Loc, errors: ErrorList, strict: bool = False) -> Any:
         return self.match(value, loc, errors, strict)[1]
 
+    def side_effect_free(self, seen: set[int]) -> bool:
+        return side_effect_free(self.members, seen)
+
+    def _plan(self) -> list[tuple[FieldType, str | None, tuple[str, tuple[Any, ...], bool] | None]]:
+        plan = self._strict_plan
+        if plan is None:
+            plan = self._strict_plan = [
+                (m, m.tag, m.discriminant() if isinstance(m, Model) else None) for m in self.members
+            ]
+        return plan
+
     def match(self, value: Any, loc: Loc, errors: ErrorList, strict: bool = False) -> tuple[int | None, Any]:
         """(index of the member that validated, its result), or (None, INVALID)."""
-        for index, member in enumerate(self.members):
-            result = member.check(value, _member_loc(loc, member), [], True)
+        is_dict = isinstance(value, dict)
+        for index, (member, tag, discriminant) in enumerate(self._plan()):
+            if discriminant is not None and is_dict:
+                key, allowed, required = discriminant
+                if key in value:
+                    held = value[key]
+                    for literal in allowed:
+                        if held == literal and type(held) is type(literal):
+                            break
+                    else:
+                        continue  # Literal's strict check fails: so does the member's
+                elif required:
+                    continue  # "Field required"
+            result = member.check(value, (*loc, tag) if tag else loc, [], True)
             if result is not INVALID:
                 return index, result
         collected: ErrorList = []
@@ -688,6 +750,20 @@ class Model(FieldType):
                 body[key] = item
         return body
 
+    def side_effect_free(self, seen: set[int]) -> bool:
+        return not self.before and not self.after and side_effect_free([f.type for f in self.fields], seen)
+
+    def discriminant(self) -> tuple[str, tuple[Any, ...], bool] | None:
+        """(field, its literal values, whether it is required) for the first field typed as a
+        `Literal`, when this model's check has no side effects: a strict check of a dict whose
+        field is absent (when required) or holds none of those values can only fail."""
+        if not self.side_effect_free(set()):
+            return None
+        for spec in self.fields:
+            if type(spec.type) is Literal:
+                return spec.name, spec.type.values, spec.default is REQUIRED
+        return None
+
     def json_schema(self) -> dict[str, Any]:
         return {"$ref": f"#/components/schemas/{self.name}"}
 
@@ -774,6 +850,9 @@ class Tagged(FieldType):
             )
             return INVALID
         return member.check(value, (*loc, tag), errors, strict)
+
+    def side_effect_free(self, seen: set[int]) -> bool:
+        return side_effect_free(self.choices.values(), seen)
 
     def json_schema(self) -> dict[str, Any]:
         return {

@@ -6,30 +6,48 @@ import json
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive, Scope
 
 from render_service.api.schema import Loc, error, validation_error
 from render_service.exceptions import PayloadTooLargeError, RequestValidationError
 
 
-async def read_json(request: Request, limit: int) -> Any:
-    """The parsed body: 400 for a non-JSON content type or body, 413 past `limit` bytes."""
-    content_type = request.headers.get("content-type", "").lower().split(";", 1)[0].strip()
-    if content_type != "application/json":
+async def read_body(scope: Scope, receive: Receive, limit: int) -> Any:
+    """The parsed body of the request in `scope`: 400 for a non-JSON content type or body, 413
+    past `limit` bytes. Read from the ASGI channel (no Request object: this is every JSON
+    request's path)."""
+    content_type = declared = None
+    for name, value in scope["headers"]:  # the first of each, as Starlette's Headers.get
+        if name == b"content-type":
+            if content_type is None:
+                content_type = value
+        elif name == b"content-length" and declared is None:
+            declared = value
+    media_type = (content_type or b"").decode("latin-1").lower().split(";", 1)[0].strip()
+    if media_type != "application/json":
         raise RequestValidationError(
             "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed"
         )
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLargeError(f"Request body of {declared} bytes exceeds the limit of {limit} bytes.")
+    if declared is not None:
+        length = declared.decode("latin-1")
+        if length.isdigit() and int(length) > limit:
+            raise PayloadTooLargeError(f"Request body of {length} bytes exceeds the limit of {limit} bytes.")
     chunks = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLargeError(f"Request body exceeds the limit of {limit} bytes.")
-        chunks.append(chunk)
-    raw = b"".join(chunks)
+    while True:
+        message = await receive()
+        if message["type"] == "http.request":
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLargeError(f"Request body exceeds the limit of {limit} bytes.")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        elif message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+    raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

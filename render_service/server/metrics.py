@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -20,6 +20,7 @@ _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 
 class Metrics:
     def __init__(self) -> None:
+        self._endpoints: dict[str, EndpointMetrics] = {}
         self.registry = CollectorRegistry()
         r = self.registry
         # process_cpu_seconds_total, resident memory, ...: what sizing reads from every worker.
@@ -131,6 +132,13 @@ class Metrics:
     def export(self) -> bytes:
         return generate_latest(self.registry)
 
+    def endpoint(self, name: str) -> EndpointMetrics:
+        """The metrics of endpoint `name`, their label children looked up once (not per request)."""
+        found = self._endpoints.get(name)
+        if found is None:
+            found = self._endpoints[name] = EndpointMetrics(self, name)
+        return found
+
     @contextmanager
     def measure(self, endpoint: str) -> Iterator[None]:
         wall = time.perf_counter()
@@ -138,8 +146,28 @@ class Metrics:
         try:
             yield
         finally:
-            self.cpu_seconds.labels(endpoint).inc(time.thread_time() - cpu)
-            self.latency.labels(endpoint).observe(time.perf_counter() - wall)
+            self.endpoint(endpoint).observe(time.thread_time() - cpu, time.perf_counter() - wall)
+
+
+class EndpointMetrics:
+    """One endpoint's label children of the request counter, CPU counter and latency histogram."""
+
+    def __init__(self, metrics: Metrics, name: str) -> None:
+        self._metrics = metrics
+        self.name = name
+        self._cpu = metrics.cpu_seconds.labels(name)
+        self._latency = metrics.latency.labels(name)
+        self._statuses: dict[int, Any] = {}
+
+    def observe(self, cpu_seconds: float, wall_seconds: float) -> None:
+        self._cpu.inc(cpu_seconds)
+        self._latency.observe(wall_seconds)
+
+    def count(self, status_code: int) -> None:
+        child = self._statuses.get(status_code)
+        if child is None:
+            child = self._statuses[status_code] = self._metrics.requests.labels(self.name, str(status_code))
+        child.inc()
 
 
 class _PromptReuseCollector(Collector):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -12,20 +13,36 @@ from starlette.types import Receive, Scope, Send
 
 from render_service.exceptions import RenderServiceError
 
+JSON_CONTENT_TYPE = (b"content-type", b"application/json")
+
+
+def encode_json(content: Any) -> bytes:
+    """A response body: orjson, or the stdlib for data nested past orjson's limit."""
+    try:
+        return orjson.dumps(content)
+    except orjson.JSONEncodeError as exc:
+        if "Recursion limit" not in str(exc):
+            raise
+        # orjson encodes at most 254 levels but parses 1024, and responses echo request data
+        # (tools, kwargs, kv_transfer_params): encode those with the stdlib, whose own limit
+        # (a RecursionError) the endpoint answers with a 400.
+        return json.dumps(content, ensure_ascii=False, separators=(",", ":"), default=_too_deep).encode()
+
 
 class JSONResponse(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        try:
-            return orjson.dumps(content)
-        except orjson.JSONEncodeError as exc:
-            if "Recursion limit" not in str(exc):
-                raise
-            # orjson encodes at most 254 levels but parses 1024, and responses echo request data
-            # (tools, kwargs, kv_transfer_params): encode those with the stdlib, whose own limit
-            # (a RecursionError) the endpoint answers with a 400.
-            return json.dumps(content, ensure_ascii=False, separators=(",", ":"), default=_too_deep).encode()
+        return encode_json(content)
+
+
+@dataclass(slots=True)
+class JSONBody:
+    """A handler's JSON result with extra response headers (names lower-case), for a 200 that
+    needs no Response object (`json_endpoint` encodes it)."""
+
+    content: Any
+    headers: list[tuple[bytes, bytes]]
 
 
 def _too_deep(value: Any) -> Any:

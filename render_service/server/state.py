@@ -27,6 +27,8 @@ from render_service.settings import Settings
 if TYPE_CHECKING:  # imported when an audit is configured (see `lifespan`)
     from render_service.audit.audit import ContinuousAudit
 
+RawHeaders = tuple[tuple[bytes, bytes], ...]
+
 # The HTTP edge logs under one name (operators' log filters use it), whichever module writes.
 logger = logging.getLogger("render_service.server.app")
 
@@ -52,6 +54,8 @@ class State:
         self.ready = False
         self.started = int(time.time())
         self.inflight = 0
+        self.metrics.inflight.set_function(lambda: self.inflight)  # read at scrape time, not set per request
+        self._encoded_fingerprint: tuple[int, RawHeaders, RawHeaders] | None = None
         self.mm_hits_seen = self.mm_misses_seen = 0  # image-cache counters already exported
         self.audit: ContinuousAudit | None = None
         self.image_tier: imagecache.ImageTier | None = None  # --mm-cache-redis
@@ -106,6 +110,17 @@ class State:
     def fingerprint_components(self) -> str:
         self.fingerprint  # noqa: B018 - brings the components up to date
         return self._fingerprint_components
+
+    def fingerprint_headers(self, components: bool) -> RawHeaders:
+        """`X-Render-Fingerprint` (and `-Components` when asked) as raw response headers, encoded
+        once per adapter-set generation rather than per response."""
+        self.fingerprint  # noqa: B018 - brings the fingerprint up to date
+        encoded = self._encoded_fingerprint
+        if encoded is None or encoded[0] != self._fingerprint_generation:
+            short = ((b"x-render-fingerprint", self._fingerprint["fingerprint"].encode("latin-1")),)
+            full = (*short, (b"x-render-fingerprint-components", self._fingerprint_components.encode("latin-1")))
+            encoded = self._encoded_fingerprint = (self._fingerprint_generation, short, full)
+        return encoded[2] if components else encoded[1]
 
     @property
     def healthy(self) -> bool:

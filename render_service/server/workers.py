@@ -73,6 +73,7 @@ def _run_worker(
     import uvicorn
 
     from render_service.server.tls import watching_server
+    from render_service.server.transport import CoalescingHttpToolsProtocol
 
     os.environ["RENDER_WORKER_ID"] = str(index)
     # Each worker builds its own SSLContext from the files (after the fork: OpenSSL state is not
@@ -81,7 +82,7 @@ def _run_worker(
         app,
         log_level=log_level,
         loop="uvloop",
-        http="httptools",
+        http=CoalescingHttpToolsProtocol,
         access_log=False,
         timeout_graceful_shutdown=30,
         lifespan="on",

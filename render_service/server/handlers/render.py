@@ -16,7 +16,7 @@ from render_service.render import pipeline as render
 from render_service.render import prefix
 from render_service.server.body import object_body
 from render_service.server.middleware import json_endpoint
-from render_service.server.responses import JSONResponse, PartsResponse
+from render_service.server.responses import JSONBody, PartsResponse
 from render_service.server.state import State
 
 # One render, given the request's fetched images (None: none to fetch).
@@ -60,9 +60,13 @@ def _with_prefix_header(result: Any, checks: list[prefix.PrefixCheck]) -> Any:
     """The prefix guard's verdict as a response header: the body stays vLLM's, byte for byte."""
     if not checks:
         return result
-    response = result if isinstance(result, Response) else JSONResponse(result)
-    response.headers[prefix.HEADER] = checks[0].header()
-    return response
+    if isinstance(result, Response):
+        result.headers[prefix.HEADER] = checks[0].header()
+        return result
+    return JSONBody(result, [(_PREFIX_HEADER, checks[0].header().encode("latin-1"))])
+
+
+_PREFIX_HEADER = prefix.HEADER.lower().encode("latin-1")
 
 
 @json_endpoint("responses_render")
