@@ -59,6 +59,8 @@ CANNOT_BUILD = {
     ("tool", "hf"): _NEEDS_RESPONSE_TEMPLATE,
     ("tool", "hy_v3"): "needs Hunyuan V3's tool-call start/end tokens in the vocabulary",
     ("tool", "hy_v4"): "needs Hunyuan V4's tool-call start/end tokens in the vocabulary",
+    ("tool", "jamba"): "needs Jamba's <tool_calls> start/end tokens in the vocabulary",
+    ("tool", "lfm2"): "needs LFM2's <|tool_call_start|> / <|tool_call_end|> tokens in the vocabulary",
     ("tool", "mistral"): "needs Mistral's [TOOL_CALLS] control token in the vocabulary",
 }
 SERVED = "tiny"
