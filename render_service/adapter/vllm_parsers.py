@@ -31,6 +31,8 @@ from vllm.reasoning import ReasoningParserManager
 from vllm.tokenizers import get_tokenizer
 from vllm.tool_parsers import ToolParserManager
 
+from render_service.exceptions import BadRequestError
+
 
 def load_plugins(tool_parser_plugin: str | None, reasoning_parser_plugin: str | None) -> None:
     """`--tool-parser-plugin` / `--reasoning-parser-plugin` files, as vLLM's `init_parser_plugin`
@@ -147,7 +149,10 @@ class AdapterParsers:
         ):
             parser = self.new_parser(request, template_kwargs)
             parser.set_prompt_token_ids(prompt_token_ids)
-            request = parser.adjust_request(request=request)
+            try:
+                request = parser.adjust_request(request=request)
+            except ValueError as exc:  # e.g. Cohere's structural tags for tools: vLLM answers a 400
+                raise BadRequestError(str(exc)) from None
         constraint = None
         if request.structured_outputs is not before_so:
             params = request.extract_structured_outputs()

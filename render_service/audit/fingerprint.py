@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from render_service import __version__, adapter
+from render_service.adapter import multimodal as adapter_multimodal
 from render_service.exceptions import ConflictError
 from render_service.model.loader import Model
 from render_service.parsers import parser_versions
@@ -88,6 +89,8 @@ def components(settings: Settings, model: Model, adapters: dict[str, Any] | None
         }
         if settings.mm_processor_kwargs:  # absent when unset: existing fingerprints stay as they were
             multimodal["mm_processor_kwargs"] = settings.mm_processor_kwargs
+        # Which processor runs ("vllm <version>" for one without native code; absent when native).
+        multimodal.update(adapter_multimodal.fingerprint_parts(model.path, settings, model.renderer_mode))
         parts["multimodal"] = multimodal
     if adapters is None:
         adapters = static_adapters(settings)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from render_service.adapter import AdapterUnavailable
+from render_service.adapter import multimodal as adapter_multimodal
 from render_service.model.backends import TokenizerBackend, choose_backend
 from render_service.render import renderers
 from render_service.settings import Settings
@@ -158,6 +160,10 @@ def load_model(settings: Settings) -> Model:
         tokenizer_files=files,
     )
     model.renderer_mode = _renderer_mode(settings, config, tokenizer_path)
+    try:  # a vision-language model with no native image processor needs vLLM's (render_service/adapter)
+        adapter_multimodal.check_model(path, settings, model.renderer_mode)
+    except AdapterUnavailable as exc:
+        raise ModelLoadError(str(exc)) from None
     harmony_only = [
         name
         for name in (settings.reasoning_parser, settings.tool_call_parser if settings.enable_auto_tool_choice else None)

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from render_service import adapter, parsers
+from render_service.adapter import multimodal as adapter_multimodal
 from render_service.api import requests, structured
 from render_service.api.protocol import (
     DEFAULT_SAMPLING_FLOATS,
@@ -479,6 +480,9 @@ def make_context(model: Model, settings: Settings, adapters: AdapterRegistry | N
         vision = multimodal.ImageProcessor(
             config, settings.mm_cache_bytes, limits.max_image_pixels, settings.mm_processor_kwargs
         )
+    else:  # a vision-language model with no native processor: vLLM's (render_service/adapter/multimodal.py)
+        tokenizer_path = getattr(model, "tokenizer_path", None) or model.path
+        vision = adapter_multimodal.vision(model.path, tokenizer_path, settings, model.renderer_mode)
     cache, segmenter, why_not = segments.build(model.hf_tokenizer, model.encode, settings.segment_cache_bytes)
     if cache is None:
         logger.info("segment cache off: %s", why_not)
@@ -733,11 +737,13 @@ def _render_chat_tokens(
         body["messages"], content_format, collector, model_name=ctx.settings.served_names[0]
     )
     mm_payload = body.get("mm_payload", "tensors")
+    # vLLM's processor (render_service/adapter/multimodal.py) expands the whole prompt itself.
+    delegated = ctx.vision if isinstance(ctx.vision, adapter_multimodal.DelegatedVision) else None
     images = (
         _load_images(
             ctx, collector.image_urls, fetched, body.get("mm_processor_kwargs"), tensors=mm_payload == "tensors"
         )
-        if collector and collector.image_urls
+        if collector and collector.image_urls and delegated is None
         else []
     )
     rendered = renderer.render(
@@ -757,6 +763,11 @@ def _render_chat_tokens(
         return rendered.token_ids, None, None
     prompt = rendered.text or ""
     add_special = bool(body.get("add_special_tokens", False))
+    if delegated is not None and collector is not None and collector.image_urls:
+        _skip_turn(ctx, turn)
+        prompt_ids = ctx.encode(prompt, add_special)
+        token_ids, features = delegated.render(prompt_ids, collector.image_urls, fetched, body, ctx.media_limits)
+        return token_ids, None, features
     if images:
         assert ctx.vision is not None
         _skip_turn(ctx, turn)

@@ -189,3 +189,60 @@ def test_fingerprint_names_vllm_components_and_leaves_native_ones_as_they_were(q
     }
     assert set(extra) == {"implementations", "vllm_version", "plugins"}
     assert extra["vllm_version"] == adapter.installed_vllm_version()
+
+
+# -- vision-language models with no native processor ----------------------------------------------
+
+
+def _non_native_vl(target: Path, *, processor_config: bool = True) -> Path:
+    """A Qwen2.5-VL-shaped folder (vLLM registers the architecture as multimodal; no native code)."""
+    import json
+
+    from render_service.model.example import build_example_model
+
+    build_example_model(target, "qwen3-vl")
+    config = json.loads((target / "config.json").read_text(encoding="utf-8"))
+    config.update(architectures=["Qwen2_5_VLForConditionalGeneration"], model_type="qwen2_5_vl")
+    (target / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    if not processor_config:
+        (target / "preprocessor_config.json").unlink()
+    return target
+
+
+def test_a_non_native_vl_model_without_the_extra_fails_at_start_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from render_service.model.loader import ModelLoadError, load_model
+
+    monkeypatch.setattr(adapter, "vllm_installed", lambda: False)
+    folder = _non_native_vl(tmp_path)
+    with pytest.raises(ModelLoadError, match=r"Qwen2_5_VLForConditionalGeneration.*render-service\[vllm\]"):
+        load_model(Settings(model=str(folder)).validate())
+    # Text-only is still possible, and says so in the message above.
+    text_only = Settings(model=str(folder), limit_mm_per_prompt={"image": 0}).validate()
+    assert load_model(text_only).renderer_mode == "hf"
+
+
+def test_vl_detection_needs_a_multimodal_architecture_with_a_processor_config(tmp_path: Path) -> None:
+    from render_service.adapter import multimodal
+
+    settings = Settings(model=str(tmp_path)).validate()
+    folder = _non_native_vl(tmp_path / "vl")
+    assert multimodal.needs_vllm_processor(folder, settings) == "Qwen2_5_VLForConditionalGeneration"
+    assert multimodal.needs_vllm_processor(folder, settings, renderer_mode="kimi_k3") is None  # tokenizes images itself
+    assert multimodal.needs_vllm_processor(_non_native_vl(tmp_path / "bare", processor_config=False), settings) is None
+    from render_service.model.example import build_example_model
+
+    native = build_example_model(tmp_path / "native", "qwen3-vl")
+    assert multimodal.needs_vllm_processor(native, settings) is None  # Qwen3-VL is native
+    assert multimodal.fingerprint_parts(native, settings, "hf") == {}
+
+
+def test_vllm_processor_refuses_the_redis_image_tier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from render_service.adapter import multimodal
+
+    monkeypatch.setattr(adapter, "vllm_installed", lambda: True)
+    folder = _non_native_vl(tmp_path)
+    settings = SimpleNamespace(limit_mm_per_prompt={}, mm_cache_redis=True)
+    with pytest.raises(adapter.AdapterUnavailable, match="--mm-cache-redis"):
+        multimodal.check_model(folder, settings, "hf")  # type: ignore[arg-type]
