@@ -36,7 +36,7 @@ from render_service.model.lora import AdapterRegistry
 from render_service.multimodal import media
 from render_service.multimodal import qwen3_vl as multimodal
 from render_service.parsers import harmony as harmony_parser
-from render_service.render import content_parts, prefix, renderers, segments, templating
+from render_service.render import content_parts, history, prefix, renderers, segments, templating
 from render_service.render import token_ids as token_id_checks
 from render_service.render.renderers.harmony import check_chat_effort
 from render_service.settings import Settings
@@ -70,6 +70,8 @@ class RenderContext:
     segments: segments.SegmentEncoder | None = field(default=None, compare=False, repr=False)
     # The prefix-stability guard (always on; checks nothing before `make_context` sets it).
     prefix_guard: prefix.PrefixGuard | None = field(default=None, compare=False, repr=False)
+    # Incremental templating from the guard's previous prompts (None: off, with the segment cache).
+    history: history.HistoryRenderer | None = field(default=None, compare=False, repr=False)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """The prompt's ids: the segment cache's when it is on, else the backend's (identical)."""
@@ -483,7 +485,11 @@ def make_context(model: Model, settings: Settings, adapters: AdapterRegistry | N
     if cache is None:
         logger.info("segment cache off: %s", why_not)
     guard = prefix.guard_for(cache, segmenter, model.encode)
-    return RenderContext(model, settings, vision, limits, adapters=adapters, segments=cache, prefix_guard=guard)
+    # Incremental templating goes with the segment cache (--segment-cache-bytes 0 turns both off).
+    memo = history.HistoryRenderer() if settings.segment_cache_bytes > 0 else None
+    return RenderContext(
+        model, settings, vision, limits, adapters=adapters, segments=cache, prefix_guard=guard, history=memo
+    )
 
 
 def _image_limit(limits: dict[str, Any]) -> int:
@@ -728,6 +734,9 @@ def _render_chat_tokens(
     collector = None
     if ctx.vision is not None:
         collector = templating.MediaCollector(ctx.vision.config.placeholder, ctx.settings.served_names[0])
+    incremental = _incremental_prompt(ctx, body, chat_template, rendered_tools, template_kwargs, content_format, turn)
+    if incremental is not None and turn is not None:
+        return _encode_turn(ctx, turn, incremental), None, None
     conversation = templating.build_conversation(
         body["messages"], content_format, collector, model_name=ctx.settings.served_names[0]
     )
@@ -771,6 +780,65 @@ def _render_chat_tokens(
         _skip_turn(ctx, turn)
         return ctx.encode(prompt, add_special), None, None
     return _encode_turn(ctx, turn, prompt), None, None
+
+
+# -- the segment cache, incremental templating and the prefix guard -------------------------
+
+
+def _incremental_prompt(
+    ctx: RenderContext,
+    body: dict[str, Any],
+    chat_template: str | None,
+    rendered_tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any],
+    content_format: str,
+    turn: prefix.Turn | None,
+) -> str | None:
+    """The prompt text from the previous turn's prompt and the new messages (history.py), or None
+    where that does not apply: no previous prompt, another renderer, media, offsets, BOS/EOS, or
+    developer messages the template folds into the system message."""
+    memo = ctx.history
+    if (
+        memo is None
+        or turn is None
+        or turn.previous is None
+        or turn.status is not None
+        or turn.previous.fingerprint != turn.fingerprint
+        or chat_template is None
+        or ctx.vision is not None
+        or ctx.model.renderer_mode != "hf"
+        or body.get("return_token_offsets")
+        or body.get("add_special_tokens")
+    ):
+        return None
+    messages = body["messages"]
+    if not templating.supports_developer_role(chat_template) and any(m["role"] == "developer" for m in messages):
+        return None
+    tokenizer = ctx.model.hf_tokenizer
+    model_name = ctx.settings.served_names[0]
+    # What the hf renderer hands to the template (render/renderers/hf.py).
+    kwargs = {k: v for k, v in template_kwargs.items() if k not in ("tools", "chat_template", "tokenize")}
+
+    def convert(part: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return templating.build_conversation(part, content_format, None, model_name=model_name)
+
+    def render(conversation: list[dict[str, Any]], generation_prompt: bool) -> str:
+        step = {**kwargs, "add_generation_prompt": generation_prompt}
+        return templating.render_prompt(tokenizer, chat_template, conversation, rendered_tools, step)
+
+    def render_full() -> str:
+        return templating.render_prompt(tokenizer, chat_template, convert(messages), rendered_tools, kwargs)
+
+    return memo.render(
+        turn.fingerprint,
+        turn.previous.text,
+        messages,
+        len(turn.history) - 1,
+        convert,
+        render,
+        render_full,
+        bool(kwargs.get("add_generation_prompt")),
+    )
 
 
 # -- the segment cache and the prefix guard -------------------------------------------------
