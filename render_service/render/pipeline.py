@@ -30,7 +30,7 @@ from render_service.api.protocol import (
     stream_options_wire,
     validator_error,
 )
-from render_service.exceptions import BadRequestError, NotFoundError
+from render_service.exceptions import BadRequestError, NotFoundError, RenderServiceError
 from render_service.model.loader import Model
 from render_service.model.lora import AdapterRegistry
 from render_service.multimodal import media
@@ -461,6 +461,39 @@ def validate_chat_request(body: dict[str, Any]) -> None:
     requests.validate_chat_request(body)
 
 
+def _validate_chat(ctx: RenderContext, body: dict[str, Any], key: prefix.HistoryKey | None) -> bool:
+    """Validate the request; when its messages before the latest reply are a request this worker
+    validated and rendered before (same digest), only the messages from the reply on are validated
+    (message validation is per message). Any error validates the whole request again, for vLLM's
+    exact error. True when the messages came through unchanged (a later turn may skip them)."""
+    messages = body.get("messages")
+    record = ctx.prefix_guard.lookup(key) if ctx.history is not None and ctx.prefix_guard and key else None
+    start = key.reply_index if key is not None and record is not None and record.validated else 0
+    if not isinstance(messages, list) or not 0 < start < len(messages) <= MAX_MESSAGES:
+        validate_chat_request(body)
+        return isinstance(messages, list) and _unchanged(body.get("messages"), messages)
+    original = dict(body)
+    body["messages"] = messages[start:]
+    try:
+        validate_chat_request(body)
+    except RenderServiceError:
+        body.clear()
+        body.update(original)
+        validate_chat_request(body)  # raises the whole request's error
+        return _unchanged(body.get("messages"), messages)
+    suffix = body["messages"]
+    for message in messages[:start]:  # what validation renames (chat_normalize_messages)
+        reasoning_content = message.pop("reasoning_content", None)
+        if reasoning_content is not None and message.get("reasoning") is None:
+            message["reasoning"] = reasoning_content
+    body["messages"] = [*messages[:start], *suffix]
+    return _unchanged(suffix, messages[start:])
+
+
+def _unchanged(validated: Any, raw: list[Any]) -> bool:
+    return isinstance(validated, list) and len(validated) == len(raw) and all(a is b for a, b in zip(validated, raw))
+
+
 def make_context(model: Model, settings: Settings, adapters: AdapterRegistry | None = None) -> RenderContext:
     """The render context, with an image processor when the model folder is a supported VL model.
     `adapters`: the replica's LoRA adapters (default: `settings.lora_modules`, checked and loaded)."""
@@ -544,8 +577,10 @@ def render_chat(
     `converted`: the body was built by a converter (Messages), not sent by a client; vLLM assigns
     those fields after the chat request's validators ran, so they are not validated again.
     `prefix_checks`: receives the prefix-stability guard's verdict (for the response header)."""
+    key = prefix.history_key(body.get("messages")) if ctx.prefix_guard is not None else None
+    validated = False
     if not converted:
-        validate_chat_request(body)
+        validated = _validate_chat(ctx, body, key)
     check_model(ctx, body.get("model"))
     if body.get("use_beam_search"):
         raise BadRequestError("Beam search is not supported by the render endpoint")
@@ -602,7 +637,9 @@ def render_chat(
             content_parts.check_messages(body["messages"])
         if harmony:
             check_chat_effort(body.get("reasoning_effort"))
-        turn = _begin_turn(ctx, body, chat_template, rendered_tools, template_kwargs)
+        turn = _begin_turn(ctx, body, chat_template, rendered_tools, template_kwargs, key)
+        if turn is not None:
+            turn.validated = validated
         token_ids, offsets, features = render_conversation(
             ctx,
             body,
@@ -850,6 +887,7 @@ def _begin_turn(
     chat_template: str | None,
     rendered_tools: list[dict[str, Any]] | None,
     template_kwargs: dict[str, Any],
+    key: prefix.HistoryKey | None = None,
 ) -> prefix.Turn | None:
     """Find the previous turn of this conversation (before templating: a hit lets the encode copy
     that prompt's ids). A prompt that continues the last message is not a new turn."""
@@ -861,7 +899,7 @@ def _begin_turn(
     except (TypeError, orjson.JSONEncodeError):
         return None
     new_turn = bool(template_kwargs.get("add_generation_prompt")) and not template_kwargs.get("continue_final_message")
-    return guard.begin(body["messages"], fingerprint, checkable=new_turn)
+    return guard.begin(body["messages"], fingerprint, checkable=new_turn, key=key)
 
 
 def _skip_turn(ctx: RenderContext, turn: prefix.Turn | None) -> None:

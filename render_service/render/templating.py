@@ -799,9 +799,15 @@ class FastTemplate:
         return self._env.render_template("chat", **variables)
 
 
+# HF's `tojson` with its defaults, built once (json.dumps builds an encoder per call for non-default options).
+_TOJSON = json.JSONEncoder(ensure_ascii=False)
+
+
 def _hf_tojson(
     value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
 ) -> str:
+    if not ensure_ascii and indent is None and separators is None and not sort_keys:
+        return _TOJSON.encode(value)
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
