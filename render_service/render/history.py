@@ -4,7 +4,7 @@ An agent re-sends its whole history every turn. When this worker rendered the pr
 (the prefix guard holds its prompt, found by a digest of the messages before the latest assistant
 reply), the new prompt is that prompt without its generation prompt, followed by the text the
 template renders for the new messages. That text is rendered from a short *anchor* instead of the
-whole history: the leading system message, the last user message before the new ones, and the
+whole history: the leading system message, the user messages before the new ones, and the
 message right before them (what templates look back at: a system block, the last user query, a
 tool-result group), then the new messages:
 
@@ -170,26 +170,28 @@ class HistoryRenderer:
 
 
 def _anchor_indices(messages: Sequence[dict[str, Any]], start: int) -> list[int]:
-    """The leading system/developer message, the last user message before `start`, and the message
-    right before `start`: what a template looks back at when it renders the new messages."""
-    indices: list[int] = []
-    if start > 0 and messages[0].get("role") in ("system", "developer"):
-        indices.append(0)
-    last_user = next((i for i in range(start - 1, -1, -1) if messages[i].get("role") == "user"), None)
-    if last_user is not None and last_user not in indices:
-        indices.append(last_user)
+    """The leading system/developer message, every user message before `start`, and the message
+    right before `start`: what templates look back at when they render the new messages (a system
+    block, the last user query, which Qwen3 finds by skipping tool results sent as user messages,
+    a tool-result group)."""
+    indices = [i for i in range(start) if messages[i].get("role") == "user"]
+    if start > 0 and messages[0].get("role") in ("system", "developer") and 0 not in indices:
+        indices.insert(0, 0)
     if start > 0 and start - 1 not in indices:
         indices.append(start - 1)
     return indices
 
 
 def _shape(messages: Sequence[dict[str, Any]], start: int) -> tuple[Any, ...]:
-    """What a verdict is about: the roles (and tool calls, thinking) of the new messages, the role of
-    the message before them, and whether a user message precedes them."""
-    new = tuple(
-        (message.get("role"), bool(message.get("tool_calls")), bool(message.get("reasoning")))
-        for message in messages[start:]
-    )
-    before = messages[start - 1].get("role") if start > 0 else None
-    has_user = any(message.get("role") == "user" for message in messages[:start])
-    return (new, before, has_user)
+    """What a verdict is about: the kind of each new message, of the message before them, and the
+    set of kinds in the history (a template that drops thinking or parses markup out of earlier
+    messages changes the history only when there is thinking or markup to drop)."""
+    new = tuple(_kind(message) for message in messages[start:])
+    before = _kind(messages[start - 1]) if start > 0 else None
+    return (new, before, frozenset(_kind(message) for message in messages[:start]))
+
+
+def _kind(message: dict[str, Any]) -> tuple[Any, ...]:
+    content = message.get("content")
+    markup = "<" in content if isinstance(content, str) else None
+    return (message.get("role"), bool(message.get("tool_calls")), bool(message.get("reasoning")), markup)

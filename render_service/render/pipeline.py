@@ -491,7 +491,11 @@ def _validate_chat(ctx: RenderContext, body: dict[str, Any], key: prefix.History
 
 
 def _unchanged(validated: Any, raw: list[Any]) -> bool:
-    return isinstance(validated, list) and len(validated) == len(raw) and all(a is b for a, b in zip(validated, raw))
+    return (
+        isinstance(validated, list)
+        and len(validated) == len(raw)
+        and all(a is b for a, b in zip(validated, raw, strict=True))
+    )
 
 
 def make_context(model: Model, settings: Settings, adapters: AdapterRegistry | None = None) -> RenderContext:
