@@ -12,12 +12,16 @@ tool-result group), then the new messages:
 
 Whether that equals a full render depends on the template (Qwen3 drops earlier thinking when a new
 user message arrives; some templates number messages or look at the last index). So nothing is
-assumed: for each template fingerprint (template, tools, kwargs) and each *shape* of turn (the
-roles of the new messages and of the message before them), the first incremental render is
-checked against a full render and the verdict kept; a shape that differed always renders in full.
-Every `verify_every`-th incremental render is checked again, and a difference revokes the verdict
-(counted in `/metrics`). Requests with media, developer messages the template folds, or anything
-the renderer tokenizes itself always render in full.
+assumed: for each template fingerprint (template, tools, kwargs) and each *shape* of turn (the kind
+of each new message and of the message before them, and the set of kinds in the history; a kind is
+role, tool calls or not, thinking or not, markup `<` in the content or not), the first incremental
+render is checked against a full render and the verdict kept; a shape that differed always renders
+in full. Every `verify_every`-th incremental render is checked again, and a difference revokes the
+verdict (counted in `HistoryStats.mismatches`). This is evidence, not a proof: a template whose
+output for the new messages depends on history content that no kind captures could pass the first
+check of a shape and differ later (until the next periodic check); the property test over the
+fixtures' templates (tests/render/test_history.py) found none. Requests with media, developer
+messages the template folds, offsets, BOS/EOS, or a renderer that tokenizes itself render in full.
 """
 
 from __future__ import annotations
