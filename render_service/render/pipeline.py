@@ -31,13 +31,13 @@ from render_service.api.protocol import (
     stream_options_wire,
     validator_error,
 )
-from render_service.exceptions import BadRequestError, NotFoundError
+from render_service.exceptions import BadRequestError, NotFoundError, RenderServiceError
 from render_service.model.loader import Model
 from render_service.model.lora import AdapterRegistry
 from render_service.multimodal import media
 from render_service.multimodal import qwen3_vl as multimodal
 from render_service.parsers import harmony as harmony_parser
-from render_service.render import content_parts, prefix, renderers, segments, templating
+from render_service.render import content_parts, history, prefix, renderers, segments, templating
 from render_service.render import token_ids as token_id_checks
 from render_service.render.renderers.harmony import check_chat_effort
 from render_service.settings import Settings
@@ -71,6 +71,8 @@ class RenderContext:
     segments: segments.SegmentEncoder | None = field(default=None, compare=False, repr=False)
     # The prefix-stability guard (always on; checks nothing before `make_context` sets it).
     prefix_guard: prefix.PrefixGuard | None = field(default=None, compare=False, repr=False)
+    # Incremental templating from the guard's previous prompts (None: off, with the segment cache).
+    history: history.HistoryRenderer | None = field(default=None, compare=False, repr=False)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """The prompt's ids: the segment cache's when it is on, else the backend's (identical)."""
@@ -460,6 +462,43 @@ def validate_chat_request(body: dict[str, Any]) -> None:
     requests.validate_chat_request(body)
 
 
+def _validate_chat(ctx: RenderContext, body: dict[str, Any], key: prefix.HistoryKey | None) -> bool:
+    """Validate the request; when its messages before the latest reply are a request this worker
+    validated and rendered before (same digest), only the messages from the reply on are validated
+    (message validation is per message). Any error validates the whole request again, for vLLM's
+    exact error. True when the messages came through unchanged (a later turn may skip them)."""
+    messages = body.get("messages")
+    record = ctx.prefix_guard.lookup(key) if ctx.history is not None and ctx.prefix_guard and key else None
+    start = key.reply_index if key is not None and record is not None and record.validated else 0
+    if not isinstance(messages, list) or not 0 < start < len(messages) <= MAX_MESSAGES:
+        validate_chat_request(body)
+        return isinstance(messages, list) and _unchanged(body.get("messages"), messages)
+    original = dict(body)
+    body["messages"] = messages[start:]
+    try:
+        validate_chat_request(body)
+    except RenderServiceError:
+        body.clear()
+        body.update(original)
+        validate_chat_request(body)  # raises the whole request's error
+        return _unchanged(body.get("messages"), messages)
+    suffix = body["messages"]
+    for message in messages[:start]:  # what validation renames (chat_normalize_messages)
+        reasoning_content = message.pop("reasoning_content", None)
+        if reasoning_content is not None and message.get("reasoning") is None:
+            message["reasoning"] = reasoning_content
+    body["messages"] = [*messages[:start], *suffix]
+    return _unchanged(suffix, messages[start:])
+
+
+def _unchanged(validated: Any, raw: list[Any]) -> bool:
+    return (
+        isinstance(validated, list)
+        and len(validated) == len(raw)
+        and all(a is b for a, b in zip(validated, raw, strict=True))
+    )
+
+
 def make_context(model: Model, settings: Settings, adapters: AdapterRegistry | None = None) -> RenderContext:
     """The render context, with an image processor when the model folder is a supported VL model.
     `adapters`: the replica's LoRA adapters (default: `settings.lora_modules`, checked and loaded)."""
@@ -487,7 +526,11 @@ def make_context(model: Model, settings: Settings, adapters: AdapterRegistry | N
     if cache is None:
         logger.info("segment cache off: %s", why_not)
     guard = prefix.guard_for(cache, segmenter, model.encode)
-    return RenderContext(model, settings, vision, limits, adapters=adapters, segments=cache, prefix_guard=guard)
+    # Incremental templating goes with the segment cache (--segment-cache-bytes 0 turns both off).
+    memo = history.HistoryRenderer() if settings.segment_cache_bytes > 0 else None
+    return RenderContext(
+        model, settings, vision, limits, adapters=adapters, segments=cache, prefix_guard=guard, history=memo
+    )
 
 
 def _image_limit(limits: dict[str, Any]) -> int:
@@ -543,8 +586,10 @@ def render_chat(
     `converted`: the body was built by a converter (Messages), not sent by a client; vLLM assigns
     those fields after the chat request's validators ran, so they are not validated again.
     `prefix_checks`: receives the prefix-stability guard's verdict (for the response header)."""
+    key = prefix.history_key(body.get("messages")) if ctx.prefix_guard is not None else None
+    validated = False
     if not converted:
-        validate_chat_request(body)
+        validated = _validate_chat(ctx, body, key)
     check_model(ctx, body.get("model"))
     if body.get("use_beam_search"):
         raise BadRequestError("Beam search is not supported by the render endpoint")
@@ -601,7 +646,9 @@ def render_chat(
             content_parts.check_messages(body["messages"])
         if harmony:
             check_chat_effort(body.get("reasoning_effort"))
-        turn = _begin_turn(ctx, body, chat_template, rendered_tools, template_kwargs)
+        turn = _begin_turn(ctx, body, chat_template, rendered_tools, template_kwargs, key)
+        if turn is not None:
+            turn.validated = validated
         token_ids, offsets, features = render_conversation(
             ctx,
             body,
@@ -733,6 +780,9 @@ def _render_chat_tokens(
     collector = None
     if ctx.vision is not None:
         collector = templating.MediaCollector(ctx.vision.config.placeholder, ctx.settings.served_names[0])
+    incremental = _incremental_prompt(ctx, body, chat_template, rendered_tools, template_kwargs, content_format, turn)
+    if incremental is not None and turn is not None:
+        return _encode_turn(ctx, turn, incremental), None, None
     conversation = templating.build_conversation(
         body["messages"], content_format, collector, model_name=ctx.settings.served_names[0]
     )
@@ -785,6 +835,65 @@ def _render_chat_tokens(
     return _encode_turn(ctx, turn, prompt), None, None
 
 
+# -- the segment cache, incremental templating and the prefix guard -------------------------
+
+
+def _incremental_prompt(
+    ctx: RenderContext,
+    body: dict[str, Any],
+    chat_template: str | None,
+    rendered_tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any],
+    content_format: str,
+    turn: prefix.Turn | None,
+) -> str | None:
+    """The prompt text from the previous turn's prompt and the new messages (history.py), or None
+    where that does not apply: no previous prompt, another renderer, media, offsets, BOS/EOS, or
+    developer messages the template folds into the system message."""
+    memo = ctx.history
+    if (
+        memo is None
+        or turn is None
+        or turn.previous is None
+        or turn.status is not None
+        or turn.previous.fingerprint != turn.fingerprint
+        or chat_template is None
+        or ctx.vision is not None
+        or ctx.model.renderer_mode != "hf"
+        or body.get("return_token_offsets")
+        or body.get("add_special_tokens")
+    ):
+        return None
+    messages = body["messages"]
+    if not templating.supports_developer_role(chat_template) and any(m["role"] == "developer" for m in messages):
+        return None
+    tokenizer = ctx.model.hf_tokenizer
+    model_name = ctx.settings.served_names[0]
+    # What the hf renderer hands to the template (render/renderers/hf.py).
+    kwargs = {k: v for k, v in template_kwargs.items() if k not in ("tools", "chat_template", "tokenize")}
+
+    def convert(part: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return templating.build_conversation(part, content_format, None, model_name=model_name)
+
+    def render(conversation: list[dict[str, Any]], generation_prompt: bool) -> str:
+        step = {**kwargs, "add_generation_prompt": generation_prompt}
+        return templating.render_prompt(tokenizer, chat_template, conversation, rendered_tools, step)
+
+    def render_full() -> str:
+        return templating.render_prompt(tokenizer, chat_template, convert(messages), rendered_tools, kwargs)
+
+    return memo.render(
+        turn.fingerprint,
+        turn.previous.text,
+        messages,
+        len(turn.history) - 1,
+        convert,
+        render,
+        render_full,
+        bool(kwargs.get("add_generation_prompt")),
+    )
+
+
 # -- the segment cache and the prefix guard -------------------------------------------------
 
 
@@ -794,6 +903,7 @@ def _begin_turn(
     chat_template: str | None,
     rendered_tools: list[dict[str, Any]] | None,
     template_kwargs: dict[str, Any],
+    key: prefix.HistoryKey | None = None,
 ) -> prefix.Turn | None:
     """Find the previous turn of this conversation (before templating: a hit lets the encode copy
     that prompt's ids). A prompt that continues the last message is not a new turn."""
@@ -805,7 +915,7 @@ def _begin_turn(
     except (TypeError, orjson.JSONEncodeError):
         return None
     new_turn = bool(template_kwargs.get("add_generation_prompt")) and not template_kwargs.get("continue_final_message")
-    return guard.begin(body["messages"], fingerprint, checkable=new_turn)
+    return guard.begin(body["messages"], fingerprint, checkable=new_turn, key=key)
 
 
 def _skip_turn(ctx: RenderContext, turn: prefix.Turn | None) -> None:

@@ -86,10 +86,46 @@ class PromptRecord:
     token_count: int
     fingerprint: int
     ids: list[int] = field(default_factory=list)
+    validated: bool = False  # see Turn.validated
 
     @property
     def size(self) -> int:
         return sys.getsizeof(self.text) + _RECORD_OVERHEAD + _BYTES_PER_ID * (len(self.ids) + len(self.tail_ids))
+
+
+@dataclass(frozen=True)
+class HistoryKey:
+    """Digests of a request's messages: all of them (`key`, what its prompt is recorded under) and
+    those before the latest assistant reply (`previous_key`, the previous turn's `key`)."""
+
+    key: bytes
+    previous_key: bytes
+    reply_index: int  # -1: no assistant message
+
+
+def history_key(messages: Any) -> HistoryKey | None:
+    """The digests, or None when the messages are not a list of JSON objects (validation answers)."""
+    if not isinstance(messages, list):
+        return None
+    try:
+        parts = [orjson.dumps(message) for message in messages]
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+    reply_index = -1
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if not isinstance(message, dict):
+            return None
+        if message.get("role") == "assistant":
+            reply_index = index
+            break
+    # One record separator after each message: the digest of a list does not depend on where it is cut.
+    split = max(reply_index, 0)
+    digest = hashlib.blake2b(b"\x1e".join(parts[:split]) + (b"\x1e" if split else b""), digest_size=16)
+    previous_key = digest.digest()
+    if split < len(parts):
+        digest.update(b"\x1e".join(parts[split:]) + b"\x1e")
+    return HistoryKey(digest.digest(), previous_key, reply_index)
 
 
 @dataclass
@@ -103,6 +139,7 @@ class Turn:
     reply: dict[str, Any] | None  # the assistant message that answered the previous prompt
     history: list[dict[str, Any]]  # messages up to and including that reply
     check: PrefixCheck | None = None  # the verdict, once rendered
+    validated: bool = False  # its messages passed chat validation unchanged (a later turn may skip them)
 
 
 class PrefixGuard:
@@ -130,32 +167,37 @@ class PrefixGuard:
 
     # -- before rendering -------------------------------------------------------------------
 
-    def begin(self, messages: Sequence[dict[str, Any]], fingerprint: int, checkable: bool = True) -> Turn | None:
-        """Find the previous turn of this conversation. None: the request is not recorded at all."""
-        try:
-            parts = [orjson.dumps(message) for message in messages]
-        except (TypeError, orjson.JSONEncodeError):
-            return None
-        reply_index = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "assistant"), -1)
-        digest = hashlib.blake2b(digest_size=16)
-        for part in parts[: max(reply_index, 0)]:
-            digest.update(part)
-            digest.update(b"\x1e")
-        previous_key = digest.digest()
-        for part in parts[max(reply_index, 0) :]:
-            digest.update(part)
-            digest.update(b"\x1e")
-        key = digest.digest()
+    def begin(
+        self,
+        messages: Sequence[dict[str, Any]],
+        fingerprint: int,
+        checkable: bool = True,
+        key: HistoryKey | None = None,
+    ) -> Turn | None:
+        """Find the previous turn of this conversation. None: the request is not recorded at all.
+        `key`: the messages' digests when the caller took them already (before validation)."""
+        if key is None:
+            key = history_key(messages)
+            if key is None:
+                return None
         if not checkable:
-            return Turn(key, fingerprint, None, SKIPPED, None, [])
-        if reply_index < 0:
-            return Turn(key, fingerprint, None, FIRST, None, [])
-        with self._lock:
-            previous = self._records.get(previous_key)
-            if previous is not None:
-                self._records.move_to_end(previous_key)
+            return Turn(key.key, fingerprint, None, SKIPPED, None, [])
+        if key.reply_index < 0:
+            return Turn(key.key, fingerprint, None, FIRST, None, [])
+        previous = self.lookup(key)
         status = None if previous is not None else UNKNOWN
-        return Turn(key, fingerprint, previous, status, messages[reply_index], list(messages[: reply_index + 1]))
+        reply_index = key.reply_index
+        return Turn(key.key, fingerprint, previous, status, messages[reply_index], list(messages[: reply_index + 1]))
+
+    def lookup(self, key: HistoryKey) -> PromptRecord | None:
+        """The prompt of the request made of the messages before the latest assistant reply."""
+        if key.reply_index < 0:
+            return None
+        with self._lock:
+            previous = self._records.get(key.previous_key)
+            if previous is not None:
+                self._records.move_to_end(key.previous_key)
+        return previous
 
     # -- after rendering --------------------------------------------------------------------
 
@@ -179,6 +221,7 @@ class PrefixGuard:
                     token_count=len(ids),
                     fingerprint=turn.fingerprint,
                     ids=ids if self._keep_ids else [],
+                    validated=turn.validated,
                 ),
             )
         self.count(check)

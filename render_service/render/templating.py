@@ -25,6 +25,7 @@ import jinja2.ext
 import jinja2.meta
 import jinja2.nodes
 import jinja2.sandbox
+import orjson
 
 from render_service.api.protocol import handler_error
 from render_service.exceptions import BadRequestError, TemplateTimeoutError
@@ -799,10 +800,32 @@ class FastTemplate:
         return self._env.render_template("chat", **variables)
 
 
+# HF's `tojson` with its defaults, built once (json.dumps builds an encoder per call for non-default options).
+_TOJSON = json.JSONEncoder(ensure_ascii=False)
+# Objects (tool definitions, above all: every render writes them all) by their orjson encoding, which
+# tells apart every two JSON values that json.dumps writes differently; ~10x cheaper than json.dumps.
+_TOJSON_MEMO: dict[bytes, str] = {}
+_TOJSON_MEMO_ENTRIES = 1024
+
+
 def _hf_tojson(
     value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
 ) -> str:
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    if ensure_ascii or indent is not None or separators is not None or sort_keys:
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    if type(value) is not dict:
+        return _TOJSON.encode(value)
+    try:
+        key = orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):  # non-string keys, big ints, lone surrogates: no memo
+        return _TOJSON.encode(value)
+    text = _TOJSON_MEMO.get(key)
+    if text is None:
+        text = _TOJSON.encode(value)
+        if len(_TOJSON_MEMO) >= _TOJSON_MEMO_ENTRIES:
+            _TOJSON_MEMO.clear()
+        _TOJSON_MEMO[key] = text
+    return text
 
 
 def _raise_template_error(message: str) -> None:
