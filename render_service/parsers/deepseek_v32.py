@@ -30,6 +30,8 @@ from render_service.parsers.dsml import (
     INVOKE_PREFIX,
     PARAM_CLOSE,
     PARAM_START,
+    THINK_MARKERS,
+    calls_block_tag,
     dsml_arg_converter,
     unwrap_wrapper_args,
 )
@@ -56,7 +58,6 @@ from render_service.render.renderers.dsml import DSML
 
 FUNCTION_CALLS_START = f"<{DSML}function_calls>"
 FUNCTION_CALLS_END = f"</{DSML}function_calls>"
-_THINK_MARKERS = ["<think>", "</think>"]
 
 
 @cache
@@ -183,27 +184,4 @@ class DeepSeekV32ToolParser(EngineToolParser):
         tags = tool_schema_tags(
             tools, strict, lambda name: f"{INVOKE_PREFIX}{name}{INVOKE_NAME_END}\n", INVOKE_END + "\n", "deepseek_xml"
         )
-        begin, end = FUNCTION_CALLS_START + "\n", FUNCTION_CALLS_END
-        if choice == "auto":
-            if not tags:
-                return {"type": "any_text", "excludes": _THINK_MARKERS}
-            calls = {"type": "tags_with_separator", "tags": tags, "separator": "", "at_least_one": True}
-            return {
-                "type": "triggered_tags",
-                "triggers": [FUNCTION_CALLS_START],
-                "tags": [{"type": "tag", "begin": begin, "content": calls, "end": end}],
-                "excludes": _THINK_MARKERS,
-            }
-        body = (
-            tags[0]
-            if choice == "forced"
-            else {"type": "tags_with_separator", "tags": tags, "separator": "", "at_least_one": True}
-        )
-        return {
-            "type": "sequence",
-            "elements": [
-                {"type": "const_string", "value": "\n\n" + begin},
-                body,
-                {"type": "const_string", "value": end},
-            ],
-        }
+        return calls_block_tag(tags, choice, FUNCTION_CALLS_START, FUNCTION_CALLS_END, THINK_MARKERS)

@@ -37,6 +37,8 @@ from render_service.parsers.dsml import (
     INVOKE_PREFIX,
     PARAM_CLOSE,
     PARAM_START,
+    THINK_MARKERS,
+    calls_block_tag,
     make_dsml_arg_converter,
 )
 from render_service.parsers.engine import (
@@ -76,8 +78,6 @@ V41_INVOKE_PREFIX = f'<{DSML} invoke name="'
 V41_INVOKE_END = f"</{DSML} invoke>"
 V41_PARAM_START = f"<{DSML} parameter"
 V41_PARAM_CLOSE = f"</{DSML} parameter>"
-
-_THINK_MARKERS = [THINK_START, THINK_END]
 
 
 @cache
@@ -172,31 +172,9 @@ def _structural_tag(
     tags = tool_schema_tags(
         tools, strict, lambda name: f"{invoke_prefix}{name}{INVOKE_NAME_END}\n", invoke_end + "\n", style
     )
-    begin = calls_start + "\n"
-    if choice == "auto":
-        if not tags:
-            # V4.1: with no tools a calls block must not slip through as text.
-            return {"type": "any_text", "excludes": [*_THINK_MARKERS, calls_start] if v4_1 else _THINK_MARKERS}
-        calls = {"type": "tags_with_separator", "tags": tags, "separator": "", "at_least_one": True}
-        return {
-            "type": "triggered_tags",
-            "triggers": [calls_start],
-            "tags": [{"type": "tag", "begin": begin, "content": calls, "end": calls_end}],
-            "excludes": _THINK_MARKERS,
-        }
-    body = (
-        tags[0]
-        if choice == "forced"
-        else {"type": "tags_with_separator", "tags": tags, "separator": "", "at_least_one": True}
-    )
-    return {
-        "type": "sequence",
-        "elements": [
-            {"type": "const_string", "value": "\n\n" + begin},
-            body,
-            {"type": "const_string", "value": calls_end},
-        ],
-    }
+    # V4.1: with no tools a calls block must not slip through as text.
+    auto_excludes = [*THINK_MARKERS, calls_start] if v4_1 else THINK_MARKERS
+    return calls_block_tag(tags, choice, calls_start, calls_end, auto_excludes)
 
 
 class DeepSeekV4ReasoningState(EngineState, tag="deepseek_v4.reasoning/1"):

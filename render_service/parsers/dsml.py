@@ -24,6 +24,9 @@ from render_service.parsers.engine import find_tool_properties
 from render_service.parsers.xml_args import ws_pattern
 from render_service.render.renderers.dsml import DSML
 
+# What a DSML structural tag keeps out of free text (xgrammar's builders exclude the think markers).
+THINK_MARKERS = ["<think>", "</think>"]
+
 INVOKE_PREFIX = f'<{DSML}invoke name="'
 INVOKE_NAME_END = '">'
 INVOKE_END = f"</{DSML}invoke>"
@@ -91,3 +94,35 @@ def unwrap_wrapper_args(args_json: str, tools: Any, name: str | None) -> str:
         if isinstance(inner, dict) and set(inner) <= allowed:
             return json.dumps(inner, ensure_ascii=False)
     return args_json
+
+
+def calls_block_tag(
+    tags: list[dict[str, Any]], choice: str, calls_start: str, calls_end: str, auto_excludes: list[str]
+) -> dict[str, Any]:
+    """xgrammar's DSML structural tag around per-tool `invoke` tags, as its builtin
+    `deepseek_v3_2` / `deepseek_v4` / `deepseek_v4_1` builders shape it (reasoning disabled):
+    `auto` triggers on the calls block, `forced`/`required` emit it after a blank line."""
+    begin = calls_start + "\n"
+    if choice == "auto":
+        if not tags:
+            return {"type": "any_text", "excludes": auto_excludes}
+        calls = {"type": "tags_with_separator", "tags": tags, "separator": "", "at_least_one": True}
+        return {
+            "type": "triggered_tags",
+            "triggers": [calls_start],
+            "tags": [{"type": "tag", "begin": begin, "content": calls, "end": calls_end}],
+            "excludes": THINK_MARKERS,
+        }
+    body = (
+        tags[0]
+        if choice == "forced"
+        else {"type": "tags_with_separator", "tags": tags, "separator": "", "at_least_one": True}
+    )
+    return {
+        "type": "sequence",
+        "elements": [
+            {"type": "const_string", "value": "\n\n" + begin},
+            body,
+            {"type": "const_string", "value": calls_end},
+        ],
+    }
