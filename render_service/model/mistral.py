@@ -1,0 +1,201 @@
+"""The tokenizer of a Mistral-format model, with vLLM 0.33's `MistralTokenizer` semantics.
+
+vLLM serves a `--tokenizer-mode mistral` model (a folder with `tekken.json` or
+`tokenizer.model.v*`) through transformers' `MistralCommonBackend`, which wraps mistral-common's
+tokenizer in test validation mode, and adapts it in `vllm/tokenizers/mistral.py`. This module is
+that adapter written for this service: the same backend, the same answers to what render,
+detokenization and the parsers ask of a tokenizer:
+
+- `encode(text, add_special_tokens)`: mistral-common's encode, BOS only when asked, never EOS,
+  and special-token text in the input is plain text;
+- `convert_ids_to_tokens(..., skip_special_tokens=True)` keeps `[TOOL_CALLS]`, `[ARGS]` and
+  `[THINK]`/`[/THINK]` (the parsers need them); `convert_tokens_to_string` drops every other
+  special token and reassembles Tekken byte pieces (which may be `bytes`);
+- `get_vocab()`: piece -> lowest id; no added vocabulary.
+
+mistral-common is the optional `mistral` extra; nothing imports this module unless the renderer
+is `mistral`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+# The special tokens that survive `skip_special_tokens` (vLLM's `to_decode_special_tokens`).
+KEPT_SPECIAL_TOKENS = ("[TOOL_CALLS]", "[ARGS]", "[THINK]", "[/THINK]")
+REPLACEMENT_CHAR = "\ufffd"
+
+
+class MistralUnavailableError(RuntimeError):
+    """mistral-common (the `mistral` extra) is not installed."""
+
+
+def _library_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mistral_common")
+    except PackageNotFoundError:
+        return None
+
+
+class MistralTokenizer:
+    """A Mistral-format tokenizer (Tekken or SentencePiece) as vLLM 0.33 sees it."""
+
+    def __init__(self, path: str | Path) -> None:
+        try:
+            from mistral_common.protocol.instruct.validator import ValidationMode
+            from mistral_common.tokens.tokenizers.sentencepiece import SentencePieceTokenizer
+            from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+            from transformers.tokenization_mistral_common import MistralCommonBackend
+        except ImportError as exc:
+            raise MistralUnavailableError(
+                "Mistral-format models render through mistral-common: install render-service[mistral]"
+            ) from exc
+        # As vLLM loads it: transformers' backend over mistral-common, in test validation mode.
+        self.backend = MistralCommonBackend.from_pretrained(str(path), mode=ValidationMode.test)
+        self.mistral = self.backend.tokenizer  # mistral_common MistralTokenizer
+        self.instruct = self.mistral.instruct_tokenizer
+        self.raw = self.instruct.tokenizer  # Tekkenizer or SentencePieceTokenizer
+        self.version = int(str(self.raw.version.value).split("v")[-1])
+        self.is_tekken = isinstance(self.raw, Tekkenizer)
+        if not (self.is_tekken or isinstance(self.raw, SentencePieceTokenizer)):
+            raise TypeError(f"unsupported Mistral tokenizer: {type(self.raw).__name__}")
+        self.library_version = _library_version()
+        self.vocab_size: int = int(self.backend.vocab_size)
+        self.special_ids: list[int] = [i for i in range(self.vocab_size) if self.raw.is_special(i)]
+        self.special_id_set = frozenset(self.special_ids)
+        self.special_tokens: list[str] = [self._special_text(i) for i in self.special_ids]
+        self.special_token_set = frozenset(self.special_tokens)
+        self._kept_on_skip = frozenset(
+            self.raw.get_special_token(token) for token in KEPT_SPECIAL_TOKENS if self._has_special(token)
+        )
+        vocab: dict[str, int] = {}
+        for index in range(self.vocab_size - 1, -1, -1):  # reversed: the lowest id wins
+            vocab[self.raw.id_to_piece(index)] = index
+        self._vocab = dict(sorted(vocab.items(), key=lambda item: item[1]))
+        self.tokenizer_file = Path(self.raw.file_path) if self.is_tekken else None
+
+    def _special_text(self, token_id: int) -> str:
+        from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
+
+        return str(self.raw.decode([token_id], special_token_policy=SpecialTokenPolicy.KEEP))
+
+    def _has_special(self, token: str) -> bool:
+        try:
+            return bool(self.raw.is_special(token))
+        except Exception:  # older Tekken files raise for a marker they do not define
+            return False
+
+    # -- what the rest of the service asks of a tokenizer ------------------------------------------
+
+    @property
+    def is_fast(self) -> bool:
+        return True  # vLLM's MistralTokenizer says so: detokenization takes the fast path
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        return self.special_ids
+
+    @property
+    def all_special_tokens(self) -> list[str]:
+        return self.special_tokens
+
+    @property
+    def special_tokens_map(self) -> dict[str, str]:
+        return {"bos_token": self._special_text(self.bos_token_id), "eos_token": self._special_text(self.eos_token_id)}
+
+    @property
+    def bos_token_id(self) -> int:
+        return int(self.raw.bos_id)
+
+    @property
+    def eos_token_id(self) -> int:
+        return int(self.raw.eos_id)
+
+    @property
+    def pad_token_id(self) -> int:
+        return int(self.raw.pad_id)
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def get_vocab(self) -> dict[str, int]:
+        return self._vocab
+
+    def get_added_vocab(self) -> dict[str, int]:
+        return {}
+
+    @property
+    def added_tokens_decoder(self) -> dict[int, Any]:
+        return {}  # Mistral tokenizers have no added vocabulary (the file digest covers the specials)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return list(self.raw.encode(text, bos=add_special_tokens, eos=False))
+
+    def decode(self, ids: Sequence[int] | int, skip_special_tokens: bool = False) -> str:
+        return str(self.backend.decode(ids, skip_special_tokens=skip_special_tokens))
+
+    def convert_ids_to_tokens(self, ids: Sequence[int], skip_special_tokens: bool = False) -> list[Any]:
+        from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
+
+        if not skip_special_tokens:
+            return [self.raw.id_to_piece(i) for i in ids]
+        kept = [i for i in ids if i in self._kept_on_skip or i not in self.special_id_set]
+        tokens: list[Any] = [self.raw.id_to_piece(i) for i in kept]
+        if self.is_tekken and any(REPLACEMENT_CHAR in t for t in tokens):
+            # A piece with an incomplete UTF-8 sequence: hand out its bytes instead.
+            tokens = [
+                self.raw.id_to_byte_piece(i, SpecialTokenPolicy.KEEP)
+                if i not in self.special_id_set
+                else self.raw.decode([i], SpecialTokenPolicy.KEEP)
+                for i in kept
+            ]
+        return tokens
+
+    def convert_tokens_to_string(self, tokens: Sequence[Any]) -> str:
+        from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
+
+        kept = frozenset(KEPT_SPECIAL_TOKENS)
+        if self.is_tekken:
+            pieces = [t for t in tokens if t in kept or t not in self.special_token_set]
+            if any(isinstance(t, bytes) for t in pieces):
+                return str(self.raw.decode([self._piece_id(t) for t in pieces], SpecialTokenPolicy.KEEP))
+            return "".join(pieces)
+        out: list[str] = []
+        regular: list[str] = []
+        for token in tokens:
+            if token in kept:
+                if regular:
+                    out.append(self.raw.decode(regular, SpecialTokenPolicy.IGNORE))
+                    regular = []
+                out.append(token)
+            else:
+                regular.append(token)
+        if regular:
+            out.append(self.raw.decode(regular, SpecialTokenPolicy.IGNORE))
+        return "".join(out)
+
+    def _piece_id(self, piece: str | bytes) -> int:
+        """A Tekken piece (text or raw bytes) back to its id; unknown pieces are `<unk>`."""
+        raw_bytes = piece.encode("utf-8") if isinstance(piece, str) else piece
+        found = self.raw._tekken_token2id_nospecial.get(raw_bytes)
+        if found is not None:
+            return int(self.raw.num_special_tokens + found)
+        text = raw_bytes.decode("utf-8", errors="replace")
+        special = self.raw._special_tokens_reverse_vocab.get(text)
+        return int(special) if special is not None else int(self.raw.unk_id)
+
+
+class MistralBackend:
+    """The encode backend for a Mistral model (the loader's `TokenizerBackend`)."""
+
+    name = "mistral-common"
+
+    def __init__(self, tokenizer: MistralTokenizer) -> None:
+        self._tokenizer = tokenizer
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens)
