@@ -1,0 +1,383 @@
+"""Mistral (`mistral` reasoning and tool parsers): vLLM 0.33's `MistralParser`.
+
+    [THINK]reasoning[/THINK]content[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]...   v11+
+    content[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]                 before v11
+
+The tokenizer decides the format, as in vLLM:
+
+- reasoning: `[THINK]`/`[/THINK]` special tokens when the vocabulary has `[THINK]` (v13+);
+  plain-text `<think>`/`</think>` for other grammar-capable tokenizers (Tekken v11+);
+  none otherwise (all output is content);
+- tool calls from v11: the shared engine (`engine.py`) with vLLM's config: `[TOOL_CALLS]` opens a
+  call whose name runs to `[ARGS]` (or to the first `{`, which starts the arguments), the
+  arguments stream as JSON text and end at the next `[TOOL_CALLS]` or the end of the output;
+  batch arguments are the first JSON value of the text (trailing text dropped); an empty name is
+  a call named "" (vLLM surfaces the malformed generation); `[TOOL_CALLS]` inside reasoning ends it;
+- tool calls before v11: `[TOOL_CALLS]` followed by a JSON array of `{"name", "arguments"}` (or one
+  such object): batch as vLLM's legacy extraction (the first JSON value after the marker, a
+  `[{...}]` regex as fallback; entries that are not calls skipped; string arguments kept).
+  Streaming holds the JSON after the marker until it is one complete value and then sends every
+  call whole, where vLLM streams each call's name and argument fragments as they arrive: the
+  assembled message is the same, the chunking differs (see the module's tests).
+
+Tool-call ids are the service's deterministic ids (`tool_id(index)`), not vLLM's random
+9-character ones; the `mistral` renderer keeps the last 9 characters of a longer id, as vLLM does,
+so they are valid mistral-common ids when the client sends the history back.
+
+Render side (`adjust_request`): with tools and `tool_choice` other than "none" the output keeps
+its special tokens (`skip_special_tokens=False`) so `[TOOL_CALLS]` survives detokenization.
+vLLM 0.33 additionally compiles a mistral-common grammar for grammar-capable tokenizers (v11+),
+which this service does not produce (see docs/parity.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from functools import cache
+from typing import Any, Literal
+
+from render_service.derender.detokenize import TokenizerInfo
+from render_service.parsers.base import Delta, FunctionCall, RequestOptions, ToolCallDelta, ToolIdFn
+from render_service.parsers.engine import (
+    CONTENT,
+    EV_ARG,
+    EV_REASONING_END,
+    EV_TOOL_END,
+    EV_TOOL_START,
+    REASONING,
+    TOOL_ARGS,
+    TOOL_NAME,
+    Engine,
+    EngineConfig,
+    EngineReasoningParser,
+    EngineState,
+    EngineToolParser,
+    Slot,
+    Transition,
+)
+from render_service.parsers.protocols import ParserState, RequestAdjustment
+from render_service.parsers.registry import register_reasoning_parser, register_tool_parser
+
+TOOL_CALLS = "[TOOL_CALLS]"
+ARGS = "[ARGS]"
+THINK_START_SPECIAL = "[THINK]"
+THINK_END_SPECIAL = "[/THINK]"
+THINK_START_TEXT = "<think>"
+THINK_END_TEXT = "</think>"
+OPEN_BRACE = "{"
+
+ReasoningEncoding = Literal["special_token", "text", "none"]
+_ARRAY_RE = re.compile(r"\[{.*}\]", re.DOTALL)
+
+
+@cache
+def mistral_config(encoding: ReasoningEncoding) -> EngineConfig:
+    """vLLM's `mistral_config(reasoning_encoding=...)`."""
+    if encoding == "special_token":
+        reasoning_terminals = {"THINK_START": THINK_START_SPECIAL, "THINK_END": THINK_END_SPECIAL}
+        reasoning_id_terminals = dict(reasoning_terminals)
+    elif encoding == "text":
+        reasoning_terminals = {"THINK_START": THINK_START_TEXT, "THINK_END": THINK_END_TEXT}
+        reasoning_id_terminals = {}
+    else:
+        reasoning_terminals = {}
+        reasoning_id_terminals = {}
+    reasoning = encoding != "none"
+    reasoning_transitions = (
+        {
+            (CONTENT, "THINK_START"): Transition(REASONING),
+            (REASONING, "THINK_START"): Transition(REASONING),  # a repeated start is absorbed
+            (REASONING, "THINK_END"): Transition(CONTENT, (EV_REASONING_END,)),
+            (CONTENT, "THINK_END"): Transition(CONTENT),  # a stray end is absorbed
+            (REASONING, "TOOL_CALLS"): Transition(TOOL_NAME, (EV_REASONING_END, EV_TOOL_START)),
+        }
+        if reasoning
+        else {}
+    )
+    return EngineConfig(
+        name="mistral",
+        initial_state=CONTENT,
+        wait_for_reasoning=reasoning,
+        terminals={**reasoning_terminals, "TOOL_CALLS": TOOL_CALLS, "ARGS": ARGS, "OPEN_BRACE": OPEN_BRACE},
+        token_id_terminals={**reasoning_id_terminals, "TOOL_CALLS": TOOL_CALLS, "ARGS": ARGS},
+        transitions={
+            **reasoning_transitions,
+            (CONTENT, "TOOL_CALLS"): Transition(
+                TOOL_NAME, (EV_REASONING_END, EV_TOOL_START) if reasoning else (EV_TOOL_START,)
+            ),
+            (TOOL_NAME, "ARGS"): Transition(TOOL_ARGS),
+            # `{` ends the name and is the first character of the arguments.
+            (TOOL_NAME, "OPEN_BRACE"): Transition(TOOL_ARGS, (EV_ARG,)),
+            (TOOL_ARGS, "TOOL_CALLS"): Transition(TOOL_NAME, (EV_TOOL_END, EV_TOOL_START)),
+        },
+        stream_arg_deltas=True,
+        tool_args_json=True,
+        strip_trailing_reasoning_whitespace=True,
+        drop_whitespace_only_content_before_tools=True,
+    )
+
+
+def reasoning_encoding(info: TokenizerInfo) -> ReasoningEncoding:
+    """`MistralParser.__init__`: `[THINK]` in the vocabulary, else a grammar-capable tokenizer
+    (Tekken v11+) thinks in plain text, else no reasoning."""
+    if info.token_to_id(THINK_START_SPECIAL) is not None:
+        return "special_token"
+    tokenizer = info.tokenizer
+    if getattr(tokenizer, "is_tekken", False) and getattr(tokenizer, "version", 0) >= 11:
+        return "text"
+    return "none"
+
+
+def is_pre_v11(info: TokenizerInfo) -> bool:
+    """`_is_pre_v11_tokeniser`: a Mistral tokenizer's version, else whether `[ARGS]` is missing."""
+    version = getattr(info.tokenizer, "version", None)
+    if isinstance(version, int):
+        return version < 11
+    return info.token_to_id(ARGS) is None
+
+
+def first_json_value(raw: str) -> str:
+    """vLLM's `MistralParser._extract_args_json`: the first complete JSON value of the text."""
+    stripped = raw.strip()
+    if not stripped:
+        return "{}"
+    try:
+        _, end = json.JSONDecoder().raw_decode(stripped)
+    except json.JSONDecodeError:
+        return stripped
+    return stripped[:end]
+
+
+def pre_v11_calls(parsed: Any) -> list[FunctionCall]:
+    """`_pre_v11_function_calls`: a bare object is one call; non-call entries are skipped."""
+    if isinstance(parsed, dict):
+        parsed = [parsed]
+    if not isinstance(parsed, list):
+        return []
+    calls = []
+    for item in parsed:
+        if not isinstance(item, dict) or not ("name" in item or "arguments" in item):
+            continue
+        name = item.get("name")
+        arguments = item.get("arguments")
+        if arguments is None:
+            arguments = "{}"
+        elif not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        calls.append(FunctionCall(name=name if isinstance(name, str) else "", arguments=arguments))
+    return calls
+
+
+def pre_v11_extract(model_output: str, opts: RequestOptions) -> tuple[bool, list[FunctionCall], str | None]:
+    """`_legacy_extract_tool_calls` (batch, before v11)."""
+    if opts.tool_choice == "none" and opts.tools:
+        return False, [], model_output
+    content: str | None = None
+    if TOOL_CALLS in model_output:
+        content, *segments = model_output.split(TOOL_CALLS)
+        body = next((segment.strip() for segment in segments if segment.strip()), "")
+    elif opts.forces_tool_calls:
+        body = model_output.strip()  # a guided bare array, no marker
+    else:
+        return False, [], model_output
+    parsed: Any
+    try:
+        parsed, _ = json.JSONDecoder().raw_decode(body)
+    except json.JSONDecodeError:
+        try:
+            parsed = json.loads(_ARRAY_RE.findall(body)[0])
+        except (IndexError, json.JSONDecodeError):
+            parsed = None
+    calls = pre_v11_calls(parsed)
+    if not calls:
+        return False, [], body
+    return True, calls, content if content and content.strip() else None
+
+
+class MistralEngine(Engine):
+    """The engine with `MistralParser`'s hooks."""
+
+    def _accept_name(self, name: str, tools: Any) -> bool:
+        return True  # the name after [TOOL_CALLS] is final, empty included (no validation)
+
+    def _arg_chunk(
+        self,
+        st: EngineState,
+        index: int,
+        value: str,
+        calls: list[ToolCallDelta],
+        tool_id: ToolIdFn,
+        tools: Any,
+        *,
+        elide: bool = False,
+    ) -> None:
+        slot = self._slot(st, index)
+        if not slot.name_sent and not slot.name and value:
+            # `_try_extract_name` is the slot's name: no JSON-embedded "name" in this format.
+            slot.args += value
+            self._emit_name(st, index, calls, "", tool_id, tools)
+            if slot.name_sent:
+                calls.append(ToolCallDelta(index=index, arguments=value))
+            return
+        sent_before = slot.name_sent
+        super()._arg_chunk(st, index, value, calls, tool_id, tools, elide=elide)
+        if value and not sent_before and slot.name_sent:
+            # The `{` (or first argument text) that carried the name out goes out as arguments too.
+            calls.append(ToolCallDelta(index=index, arguments=value))
+
+    def _extract_args_json(self, raw: str) -> str:
+        return first_json_value(raw)
+
+    def build_result(self, slots: list[Slot], tools: Any, tool_id: ToolIdFn) -> tuple[bool, list[FunctionCall]]:
+        """`_build_extracted_result` with Mistral's `_extract_name_and_args` (never an envelope)."""
+        calls: list[FunctionCall] = []
+        for slot in slots:
+            if not slot.name and not slot.args:
+                continue
+            name = slot.name.strip()
+            args_json = first_json_value(slot.args) if slot.args.strip() else "{}"
+            args_json = self.fix_arg_types(args_json, name, tools)
+            calls.append(FunctionCall(name=name, arguments=args_json, id=slot.id or None))
+        return bool(calls), calls
+
+
+class MistralReasoningState(EngineState, tag="mistral.reasoning/1"):
+    pass
+
+
+class MistralToolState(EngineState, tag="mistral.tool/1"):
+    pass
+
+
+class MistralLegacyToolState(ParserState, tag="mistral.legacy/1"):
+    """Before v11: whether `[TOOL_CALLS]` was seen, the JSON after it so far, and whether the
+    calls went out (then everything else is content)."""
+
+    started: bool = False
+    body: str = ""
+    done: bool = False
+    calls_sent: int = 0
+
+
+@register_reasoning_parser("mistral")
+class MistralReasoningParser(EngineReasoningParser):
+    version = 1
+    state_type = MistralReasoningState
+    engine_type = MistralEngine
+
+    def __init__(self, tokenizer: TokenizerInfo, *, thinking_enabled: bool = True) -> None:
+        self.encoding = reasoning_encoding(tokenizer)
+        self.info = tokenizer
+        self.thinking_enabled = thinking_enabled
+        self.engine = MistralEngine(mistral_config(self.encoding), tokenizer, skip_tool_parsing=True)
+
+    @staticmethod
+    def config_for(thinking: bool) -> EngineConfig:
+        return mistral_config("special_token")  # the instance picks its encoding from the tokenizer
+
+    def extract(
+        self, model_output: str, prompt_token_ids: Sequence[int] | None = None
+    ) -> tuple[str | None, str | None]:
+        if self.encoding == "none":
+            return None, model_output
+        return super().extract(model_output, prompt_token_ids)
+
+
+@register_tool_parser("mistral")
+class MistralToolParser(EngineToolParser):
+    version = 1
+    state_type = MistralToolState
+    engine_type = MistralEngine
+    # Required and named tool_choice are parsed like auto ([TOOL_CALLS] format, not vLLM's JSON paths).
+    supports_required_and_named = False
+
+    def __init__(self, tokenizer: TokenizerInfo) -> None:
+        super().__init__(tokenizer)
+        self.encoding = reasoning_encoding(tokenizer)
+        self.pre_v11 = is_pre_v11(tokenizer)
+        if tokenizer.token_to_id(TOOL_CALLS) is None:
+            raise RuntimeError("Mistral parser could not locate the tool call token in the tokenizer!")
+
+    @classmethod
+    def config_for(cls, thinking: bool) -> EngineConfig:
+        return mistral_config("special_token")  # the instance picks its encoding (engine())
+
+    def engine(self) -> Engine:
+        key = (not self.reasoning_configured, True)
+        engine = self._engines.get(key)
+        if engine is None:
+            engine = MistralEngine(mistral_config(self.encoding), self.info, skip_reasoning_parsing=key[0])
+            self._engines[key] = engine
+        return engine
+
+    @classmethod
+    def adjust_request(cls, request: RequestAdjustment) -> None:
+        # vLLM's non-grammar branch: keep [TOOL_CALLS] in the detokenized text.
+        if request.has_tools and request.tool_choice != "none":
+            request.skip_special_tokens = False
+
+    # -- before v11: the legacy JSON-array format ----------------------------------------------------
+
+    def new_state(self) -> ParserState:
+        if self.pre_v11:
+            return MistralLegacyToolState()
+        return super().new_state()
+
+    def feed_for_request(
+        self, st: Any, text: str, token_ids: Sequence[int], tool_id: ToolIdFn, opts: RequestOptions
+    ) -> Delta | None:
+        if not self.pre_v11:
+            return super().feed_for_request(st, text, token_ids, tool_id, opts)
+        return self._legacy_feed(st, text, tool_id, opts)
+
+    def finish_for_request(self, st: Any, tool_id: ToolIdFn, opts: RequestOptions) -> Delta | None:
+        if not self.pre_v11:
+            return super().finish_for_request(st, tool_id, opts)
+        return None
+
+    def extract_for_request(
+        self, model_output: str, opts: RequestOptions
+    ) -> tuple[bool, list[FunctionCall], str | None]:
+        if self.pre_v11:
+            return pre_v11_extract(model_output, opts)
+        return super().extract_for_request(model_output, opts)
+
+    def _legacy_feed(
+        self, st: MistralLegacyToolState, text: str, tool_id: ToolIdFn, opts: RequestOptions
+    ) -> Delta | None:
+        if st.done:
+            return Delta(content=text) if text else None
+        content = None
+        if not st.started:
+            if TOOL_CALLS in text:
+                content, _, text = text.partition(TOOL_CALLS)
+                st.started = True
+            elif text and opts.forces_tool_calls:
+                st.started = True
+            else:
+                return Delta(content=text)
+        st.body += text.replace(TOOL_CALLS, "")
+        body = st.body.lstrip()
+        calls: list[ToolCallDelta] = []
+        rest = ""
+        if body:
+            try:
+                parsed, end = json.JSONDecoder().raw_decode(body)
+            except json.JSONDecodeError:
+                parsed, end = None, -1
+            if end >= 0:
+                for index, call in enumerate(pre_v11_calls(parsed)):
+                    calls.append(
+                        ToolCallDelta(
+                            index=index, id=tool_id(index), type="function", name=call.name, arguments=call.arguments
+                        )
+                    )
+                st.calls_sent = len(calls)
+                st.done = True
+                rest = body[end:]
+                st.body = ""
+        if not content and not calls and not rest:
+            return None
+        return Delta(content=((content or "") + rest) or None, tool_calls=calls)
