@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any, Literal
 
@@ -196,6 +196,48 @@ def pre_v11_extract(model_output: str, opts: RequestOptions) -> tuple[bool, list
     return True, calls, content if content and content.strip() else None
 
 
+def uses_grammar(tokenizer: Any) -> bool:
+    """vLLM's grammar branch of `MistralParser.adjust_request`: a Mistral Tekken tokenizer of v11+."""
+    return bool(getattr(tokenizer, "is_tekken", False)) and getattr(tokenizer, "version", 0) >= 11
+
+
+def forced_call_schema(body: Mapping[str, Any], tokenizer: Any) -> dict[str, Any] | None:
+    """`_build_guided_schema_pre_v11`, as the non-grammar branch of `adjust_request` applies it: for
+    required or named `tool_choice` with tools, no `structured_outputs` of the request's own and a
+    `response_format` it may replace, the JSON schema of a bare `[{"name", "arguments"}]` array
+    (the `response_format` is dropped). None when it does not apply."""
+    if uses_grammar(tokenizer):
+        return None
+    tools = body.get("tools") or []
+    choice = body.get("tool_choice")
+    named = isinstance(choice, Mapping)
+    if not tools or body.get("structured_outputs") is not None or not (choice == "required" or named):
+        return None
+    response_format = body.get("response_format")
+    if response_format is not None and response_format.get("type") not in ("text", "json_object", "json_schema"):
+        return None
+    functions = [tool.get("function") or {} for tool in tools]
+    extra: dict[str, Any] = {}
+    if isinstance(choice, Mapping):
+        wanted = (choice.get("function") or {}).get("name")
+        functions = [f for f in functions if f.get("name") == wanted]
+        if not functions:
+            return None
+        extra["maxItems"] = 1
+    any_of = [
+        {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "enum": [function.get("name")]},
+                "arguments": function.get("parameters") or {"type": "object"},
+            },
+            "required": ["name", "arguments"],
+        }
+        for function in functions
+    ]
+    return {"type": "array", "minItems": 1, **extra, "items": {"type": "object", "anyOf": any_of}}
+
+
 class MistralEngine(Engine):
     """The engine with `MistralParser`'s hooks."""
 
@@ -311,6 +353,8 @@ class MistralToolParser(EngineToolParser):
             engine = MistralEngine(mistral_config(self.encoding), self.info, skip_reasoning_parsing=key[0])
             self._engines[key] = engine
         return engine
+
+    forced_call_schema = staticmethod(forced_call_schema)
 
     @classmethod
     def adjust_request(cls, request: RequestAdjustment) -> None:

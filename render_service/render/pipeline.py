@@ -284,6 +284,12 @@ def _sampling_values(
             enable_auto_tool_choice=settings.enable_auto_tool_choice,
             reasoning_parser=settings.reasoning_parser,
         )
+        if chat and settings.enable_auto_tool_choice and settings.tool_call_parser:
+            # A parser's own JSON schema for forced calls (Mistral before v11), replacing response_format's.
+            own = getattr(parsers.tool_parser_class(settings.tool_call_parser), "forced_call_schema", None)
+            schema = own(body, ctx.model.hf_tokenizer) if own is not None else None
+            if schema is not None:
+                structured_outputs = structured.make_structured_outputs(json=schema)
     defaults = ctx.model.default_sampling
     values: dict[str, Any] = {}
     for name, fallback in DEFAULT_SAMPLING_FLOATS.items():
