@@ -38,6 +38,8 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any, Literal
 
+import msgspec
+
 from render_service.derender.detokenize import TokenizerInfo
 from render_service.parsers.base import Delta, FunctionCall, RequestOptions, ToolCallDelta, ToolIdFn
 from render_service.parsers.engine import (
@@ -368,6 +370,11 @@ class MistralToolParser(EngineToolParser):
         if self.pre_v11:
             return MistralLegacyToolState()
         return super().new_state()
+
+    def load_state(self, obj: Any) -> ParserState:
+        if self.pre_v11:
+            return msgspec.convert(obj, MistralLegacyToolState)
+        return super().load_state(obj)
 
     def feed_for_request(
         self, st: Any, text: str, token_ids: Sequence[int], tool_id: ToolIdFn, opts: RequestOptions
