@@ -295,14 +295,202 @@ class MistralToolState(EngineState, tag="mistral.tool/1"):
     pass
 
 
+# vLLM's `StreamingState` for the pre-v11 stream.
+(
+    WAITING_FOR_TOOL_START,
+    WAITING_FOR_TOOL_KEY,
+    PARSING_NAME,
+    PARSING_NAME_COMPLETED,
+    WAITING_FOR_ARGUMENTS_START,
+    PARSING_ARGUMENTS,
+    PARSING_ARGUMENTS_COMPLETED,
+    TOOL_COMPLETE,
+    ALL_TOOLS_COMPLETE,
+) = range(9)
+# Where `_split_delta` cuts the text in each state: the characters after which it stops.
+_SPLIT_STOPS: dict[int, str] = {
+    WAITING_FOR_TOOL_START: "{",
+    WAITING_FOR_TOOL_KEY: ":{}",
+    PARSING_NAME: ",]}",
+    PARSING_NAME_COMPLETED: "}]",
+    WAITING_FOR_ARGUMENTS_START: "{}",
+    PARSING_ARGUMENTS: "}",
+    PARSING_ARGUMENTS_COMPLETED: "}]",
+    TOOL_COMPLETE: "{]",
+}
+_JSON_WS = " \t\n\r"
+_NUMBER_CHARS = frozenset("0123456789+-.eE")
+_NUMBER_RE = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_LITERALS = ("true", "false", "null")
+
+
+class JsonEventLexer(msgspec.Struct, array_like=True):
+    """An incremental JSON parser that emits ijson's `(prefix, event, value)` events with the
+    timing of ijson's yajl2_c backend (vLLM's `ijson.parse_coro`): a container or literal event as
+    soon as its last character arrives, a string or key at its closing quote, a number at the
+    first character after it. Only what is open is kept: the container stack (with each map's
+    current key) and the unfinished token."""
+
+    # One frame per open container: [kind "a"|"m", current key, phase]; phase: "v" value expected,
+    # "k" key expected, ":" colon expected, "," comma or close expected, "V"/"K" after "[" / "{"
+    # (a value/key or the close).
+    stack: list[list[Any]] = msgspec.field(default_factory=list)
+    top: str = "v"  # the top level: "v" a value expected, "d" done
+    token: str = ""  # "" | "s" string | "n" number | "l" literal
+    raw: str = ""  # the unfinished token's text
+    escape: bool = False  # the string's last character is an unpaired backslash
+    failed: bool = False  # yajl raised: every later send raises again
+
+    def _path(self, depth: int) -> str:
+        parts = ["item" if kind == "a" else str(key) for kind, key, _ in self.stack[:depth]]
+        return ".".join(parts)
+
+    def _value_prefix(self) -> str:
+        return self._path(len(self.stack))
+
+    def _expecting_value(self) -> bool:
+        if not self.stack:
+            return self.top == "v"
+        return self.stack[-1][2] in ("v", "V")
+
+    def _after_value(self) -> None:
+        if self.stack:
+            self.stack[-1][2] = ","
+        else:
+            self.top = "d"
+
+    def feed(self, text: str) -> list[tuple[str, str, Any]]:
+        """The events `text` completes; raises ValueError where yajl reports a JSON error."""
+        if self.failed:
+            raise ValueError("the JSON stream already failed")
+        events: list[tuple[str, str, Any]] = []
+        try:
+            for ch in text:
+                self._char(ch, events)
+        except ValueError:
+            self.failed = True
+            raise
+        return events
+
+    def _char(self, ch: str, events: list[tuple[str, str, Any]]) -> None:
+        if self.token == "s":
+            if self.escape:
+                self.escape = False
+                self.raw += ch
+            elif ch == "\\":
+                self.escape = True
+                self.raw += ch
+            elif ch == '"':
+                self._end_string(events)
+            else:
+                self.raw += ch
+            return
+        if self.token == "n":
+            if ch in _NUMBER_CHARS:
+                self.raw += ch
+                return
+            self._end_number(events)
+        elif self.token == "l":
+            self.raw += ch
+            if not any(lit.startswith(self.raw) for lit in _LITERALS):
+                raise ValueError("invalid literal")
+            if self.raw in _LITERALS:
+                value = {"true": True, "false": False, "null": None}[self.raw]
+                events.append((self._value_prefix(), "null" if value is None else "boolean", value))
+                self.token, self.raw = "", ""
+                self._after_value()
+            return
+        if ch in _JSON_WS:
+            return
+        frame = self.stack[-1] if self.stack else None
+        phase = frame[2] if frame is not None else self.top
+        if phase == "d":
+            raise ValueError("trailing garbage")
+        if ch == '"' and phase in ("v", "V", "k", "K"):
+            self.token, self.raw = "s", ""
+            return
+        if phase in ("k", "K"):
+            if ch == "}" and phase == "K":
+                self._close(events, "m")
+                return
+            raise ValueError("expected a key")
+        if phase == ":":
+            if ch != ":":
+                raise ValueError("expected ':'")
+            frame[2] = "v"  # type: ignore[index]
+            return
+        if phase == ",":
+            if ch == ",":
+                frame[2] = "k" if frame[0] == "m" else "v"  # type: ignore[index]
+                return
+            if ch in "]}" and (ch == "]") == (frame[0] == "a"):  # type: ignore[index]
+                self._close(events, frame[0])  # type: ignore[index]
+                return
+            raise ValueError("expected ',' or a close")
+        # a value is expected
+        if ch == "]" and phase == "V":
+            self._close(events, "a")
+        elif ch == "{":
+            events.append((self._value_prefix(), "start_map", None))
+            self.stack.append(["m", None, "K"])
+        elif ch == "[":
+            events.append((self._value_prefix(), "start_array", None))
+            self.stack.append(["a", None, "V"])
+        elif ch == "-" or ch.isdigit():
+            self.token, self.raw = "n", ch
+        elif ch in "tfn":
+            self.token, self.raw = "l", ch
+        else:
+            raise ValueError("invalid char")
+
+    def _close(self, events: list[tuple[str, str, Any]], kind: str) -> None:
+        self.stack.pop()
+        events.append((self._value_prefix(), "end_map" if kind == "m" else "end_array", None))
+        self._after_value()
+
+    def _end_string(self, events: list[tuple[str, str, Any]]) -> None:
+        try:
+            value = json.loads(f'"{self.raw}"')
+        except json.JSONDecodeError as exc:
+            raise ValueError("invalid string") from exc
+        self.token, self.raw = "", ""
+        frame = self.stack[-1] if self.stack else None
+        if frame is not None and frame[2] in ("k", "K"):
+            frame[1] = value
+            frame[2] = ":"
+            events.append((self._path(len(self.stack) - 1), "map_key", value))
+            return
+        events.append((self._value_prefix(), "string", value))
+        self._after_value()
+
+    def _end_number(self, events: list[tuple[str, str, Any]]) -> None:
+        if not _NUMBER_RE.fullmatch(self.raw):
+            raise ValueError("invalid number")
+        value = json.loads(self.raw)
+        self.token, self.raw = "", ""
+        events.append((self._value_prefix(), "number", value))
+        self._after_value()
+
+
 class MistralLegacyToolState(ParserState, tag="mistral.legacy/1"):
-    """Before v11: whether `[TOOL_CALLS]` was seen, the JSON after it so far, and whether the
-    calls went out (then everything else is content)."""
+    """vLLM's pre-v11 streaming state: `tool_call_started`, `streaming_state`, the ijson
+    coroutine's `bare_object`, `current_tool_id`, whether the current call still waits for its
+    id, and the JSON lexer (container stack + unfinished token)."""
 
     started: bool = False
-    body: str = ""
-    done: bool = False
-    calls_sent: int = 0
+    phase: int = WAITING_FOR_TOOL_START
+    bare_object: bool = False
+    tool_index: int = -1
+    id_pending: bool = False
+    lexer: JsonEventLexer = msgspec.field(default_factory=JsonEventLexer)
+
+
+def _split_delta(text: str, stops: str) -> tuple[str, str]:
+    """`_split_delta` with at most one stop per character class: cut after the first stop."""
+    for index, ch in enumerate(text):
+        if ch in stops:
+            return text[: index + 1], text[index + 1 :]
+    return text, ""
 
 
 @register_reasoning_parser("mistral")
@@ -398,37 +586,112 @@ class MistralToolParser(EngineToolParser):
     def _legacy_feed(
         self, st: MistralLegacyToolState, text: str, tool_id: ToolIdFn, opts: RequestOptions
     ) -> Delta | None:
-        if st.done:
-            return Delta(content=text) if text else None
-        content = None
+        """`extract_tool_calls_streaming` for pre-v11 tokenizers (`[TOOL_CALLS][{...}, ...]`)."""
+        if TOOL_CALLS in text:
+            st.started = True
+        elif not st.started and text and opts.forces_tool_calls:
+            st.started = True  # a guided bare array: no marker
         if not st.started:
-            if TOOL_CALLS in text:
-                content, _, text = text.partition(TOOL_CALLS)
-                st.started = True
-            elif text and opts.forces_tool_calls:
-                st.started = True
-            else:
-                return Delta(content=text)
-        st.body += text.replace(TOOL_CALLS, "")
-        body = st.body.lstrip()
-        calls: list[ToolCallDelta] = []
-        rest = ""
-        if body:
-            try:
-                parsed, end = json.JSONDecoder().raw_decode(body)
-            except json.JSONDecodeError:
-                parsed, end = None, -1
-            if end >= 0:
-                for index, call in enumerate(pre_v11_calls(parsed)):
-                    calls.append(
-                        ToolCallDelta(
-                            index=index, id=tool_id(index), type="function", name=call.name, arguments=call.arguments
-                        )
-                    )
-                st.calls_sent = len(calls)
-                st.done = True
-                rest = body[end:]
-                st.body = ""
-        if not content and not calls and not rest:
+            return Delta(content=text)
+        try:
+            return self._legacy_step(st, text, tool_id)
+        except ValueError:
+            # ijson raised (invalid JSON): vLLM logs it and sends nothing for this chunk; what earlier
+            # pieces of the chunk changed stays, and every later piece raises again (lexer.failed).
             return None
-        return Delta(content=((content or "") + rest) or None, tool_calls=calls)
+
+    def _legacy_step(self, st: MistralLegacyToolState, text: str, tool_id: ToolIdFn) -> Delta | None:
+        content: str | None = None
+        if TOOL_CALLS in text:
+            head, *rest = text.split(TOOL_CALLS)
+            if not text.startswith(TOOL_CALLS):
+                content = head
+            text = "".join(rest)
+        calls: list[ToolCallDelta] = []
+        current = ToolCallDelta(index=st.tool_index, type="function")
+        modified = False
+        while text:
+            before = st.phase
+            piece = ""
+            if st.phase == ALL_TOOLS_COMPLETE:
+                content, text = text, ""
+            else:
+                piece, text = _split_delta(text, _SPLIT_STOPS[st.phase])
+                name: str | None = None
+                string_args: str | None = None
+                starting = False
+                for prefix, event, value in st.lexer.feed(piece):
+                    name, string_args, starting = self._legacy_event(
+                        st, prefix, event, value, name, string_args, starting
+                    )
+                if starting:
+                    if modified:
+                        calls.append(self._legacy_close(st, current, tool_id))
+                    modified = False
+                    st.tool_index += 1
+                    st.id_pending = True
+                    current = ToolCallDelta(index=st.tool_index, type="function")
+                if name is not None:
+                    modified = True
+                    current.name = name
+                if string_args is not None:
+                    modified = True
+                    current.arguments = string_args
+            if st.phase == PARSING_NAME_COMPLETED:
+                st.phase = WAITING_FOR_TOOL_KEY
+            if st.phase in (PARSING_ARGUMENTS, PARSING_ARGUMENTS_COMPLETED):
+                if st.phase == PARSING_ARGUMENTS_COMPLETED:
+                    st.phase = WAITING_FOR_TOOL_KEY
+                modified = True
+                current.arguments = piece if current.arguments is None else current.arguments + piece
+                if before != PARSING_ARGUMENTS:  # the first argument text is left-stripped
+                    current.arguments = current.arguments.lstrip()
+        if modified:
+            calls.append(self._legacy_close(st, current, tool_id))
+        if content or calls:
+            return Delta(content=content or None, tool_calls=calls)
+        return Delta() if st.phase == ALL_TOOLS_COMPLETE else None
+
+    @staticmethod
+    def _legacy_close(st: MistralLegacyToolState, call: ToolCallDelta, tool_id: ToolIdFn) -> ToolCallDelta:
+        if st.id_pending:
+            call.id = tool_id(call.index)
+            st.id_pending = False
+        return call
+
+    @staticmethod
+    def _legacy_event(
+        st: MistralLegacyToolState,
+        prefix: str,
+        event: str,
+        value: Any,
+        name: str | None,
+        string_args: str | None,
+        starting: bool,
+    ) -> tuple[str | None, str | None, bool]:
+        """vLLM's `update_stream_state_pre_v11_tokenizer` coroutine, one event."""
+        if prefix == "" and event == "start_map":
+            st.bare_object = True  # a bare top-level object is one call
+        if st.bare_object:
+            prefix = f"item.{prefix}" if prefix else "item"
+        if prefix == "item" and event == "start_map":
+            st.phase = WAITING_FOR_TOOL_KEY
+            starting = True
+        if prefix == "item" and event == "map_key" and value == "name":
+            st.phase = PARSING_NAME
+        if prefix == "item.name" and event == "string":
+            name = value
+            st.phase = PARSING_NAME_COMPLETED
+        if prefix == "item" and event == "map_key" and value == "arguments":
+            st.phase = WAITING_FOR_ARGUMENTS_START
+        if prefix == "item.arguments" and event == "start_map":
+            st.phase = PARSING_ARGUMENTS
+        if prefix == "item.arguments" and event == "end_map":
+            st.phase = PARSING_ARGUMENTS_COMPLETED
+        if prefix == "item.arguments" and event == "string":
+            string_args = value
+        if prefix == "item" and event == "end_map":
+            st.phase = ALL_TOOLS_COMPLETE if st.bare_object else TOOL_COMPLETE
+        if prefix == "" and event == "end_array":
+            st.phase = ALL_TOOLS_COMPLETE
+        return name, string_args, starting
