@@ -229,6 +229,27 @@ def _cases(config: str) -> list[Case]:
         _responses("resp_basic", config, "Hi there", instructions="Be brief."),
         _responses("resp_tools", config, RESPONSES_TOOL_INPUT, tools=[RESPONSES_TOOL]),
         Case(
+            f"{config}_tokenize_chat",
+            config,
+            "/tokenize",
+            {"model": CONFIGS[config].served_model_name, "messages": [U("Hi"), A("Hello"), U("Weather?")], **tools},
+            {},
+        ),
+        Case(
+            f"{config}_tokenize_prompt",
+            config,
+            "/tokenize",
+            {"model": CONFIGS[config].served_model_name, "prompt": "Hello [INST] wörld", "return_token_strs": True},
+            {},
+        ),
+        Case(
+            f"{config}_detokenize",
+            config,
+            "/detokenize",
+            {"model": CONFIGS[config].served_model_name, "tokens": [1, 3, 1072, 1105, 2156, 4, 9, 2]},
+            {},
+        ),
+        Case(
             f"{config}_completion",
             config,
             CMPL,

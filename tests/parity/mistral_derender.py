@@ -2,8 +2,8 @@
 
     python -m tests.parity.mistral_derender [--port PORT]     # record (VLLM_ORACLE_PYTHON)
 
-Configs: the v13 fixture (`[THINK]`, `[TOOL_CALLS]name[ARGS]{...}`) and the v7 fixture
-(`[TOOL_CALLS][{...}]`, no reasoning) with `--reasoning-parser mistral --tool-call-parser mistral
+Configs: the v13 fixture (`[THINK]`, `[TOOL_CALLS]name[ARGS]{...}`), the v11 fixture
+(plain-text `<think>`, `[CALL_ID]`) and the v7 fixture (`[TOOL_CALLS][{...}]`, no reasoning) with `--reasoning-parser mistral --tool-call-parser mistral
 --enable-auto-tool-choice`. Each case is one engine output (text segments and special tokens,
 encoded with the fixture's mistral-common tokenizer), derendered in batch and streamed in chunks
 of 1, 3 and 7 tokens (the returned `stream_state` echoed into the next call, as an llm-d client
@@ -43,7 +43,7 @@ CONFIGS: dict[str, ServerConfig] = {
             tool_call_parser="mistral",
             enable_auto_tool_choice=True,
         )
-        for name, family in (("dv13", "v13"), ("dv7", "v7"))
+        for name, family in (("dv13", "v13"), ("dv11", "v11"), ("dv7", "v7"))
     )
 }
 WEATHER_TOOL: dict[str, Any] = {
@@ -117,7 +117,73 @@ CASES_LIST = [
         (T("No tools. "), S("[TOOL_CALLS]"), T("get_weather"), S("[ARGS]"), T('{"city": "Rome"}')),
         tool_choice="none",
     ),
+    Case("dv13_content_braces", "dv13", (T('Use {"a": [1]} or {b} here.'),)),
+    Case("dv13_name_only_end", "dv13", (T("Let me see."), S("[TOOL_CALLS]"), T("get_weather"))),
+    Case(
+        "dv13_nested_args",
+        "dv13",
+        (
+            S("[TOOL_CALLS]"),
+            T("get_weather"),
+            S("[ARGS]"),
+            T('{"city": "Paris", "opts": {"a": [1, {"b": null}], "t": true}, "note": "x}y"}'),
+        ),
+    ),
+    Case("dv13_think_unclosed", "dv13", (S("[THINK]"), T("Still thinking about {this}."))),
+    Case("dv11_content", "dv11", (T("Hello! How can I help you today?"),), tools=False),
+    Case(
+        "dv11_think_text_tool",
+        "dv11",
+        (
+            T("<think>Weather needed.</think>"),
+            S("[TOOL_CALLS]"),
+            T("get_weather"),
+            S("[CALL_ID]"),
+            T("abc123XYZ"),
+            S("[ARGS]"),
+            T('{"city": "Paris"}'),
+        ),
+    ),
     Case("dv7_content", "dv7", (T("Hello! How can I help you today?"),), tools=False),
+    Case(
+        "dv7_bare_object",
+        "dv7",
+        (S("[TOOL_CALLS]"), T('{"name": "get_weather", "arguments": {"city": "Paris"}} Anything else?')),
+    ),
+    Case(
+        "dv7_string_args",
+        "dv7",
+        (S("[TOOL_CALLS]"), T('[{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}]')),
+    ),
+    Case(
+        "dv7_nested_args",
+        "dv7",
+        (
+            S("[TOOL_CALLS]"),
+            T(
+                '[{"name": "get_weather", "arguments": {"city": "Paris", "opts": {"a": [1, {"b": null}], "t": true}, "days": 12}}]'
+            ),
+        ),
+    ),
+    Case("dv7_invalid_json", "dv7", (T("Hmm "), S("[TOOL_CALLS]"), T('[{"name": get_weather}] and more'))),
+    Case(
+        "dv7_required_bare",
+        "dv7",
+        (T('[{"name": "get_weather", "arguments": {"city": "Oslo"}}]'),),
+        tool_choice="required",
+    ),
+    Case(
+        "dv7_trailing_content",
+        "dv7",
+        (S("[TOOL_CALLS]"), T('[{"name": "get_weather", "arguments": {"city": "Rome"}}] Done.')),
+    ),
+    Case(
+        "dv7_tool_choice_none",
+        "dv7",
+        (S("[TOOL_CALLS]"), T('[{"name": "get_weather", "arguments": {"city": "Rome"}}]')),
+        tool_choice="none",
+    ),
+    Case("dv7_name_only", "dv7", (S("[TOOL_CALLS]"), T('[{"name": "get_weather"}]'))),
     Case(
         "dv7_tool",
         "dv7",
