@@ -38,19 +38,25 @@ from benchmarks.renderer_bench import payload as renderer_payload
 from tests.mistral_fixture import VERSIONS, build_mistral_model
 
 
-def payload(seed: int, words_scale: int) -> dict[str, Any]:
-    """renderer_bench's chat with a 9-character tool-call id (mistral-common requires one)."""
+def _cut(text: str, scale: float) -> str:
+    """The first `scale` of `text`, at a word boundary."""
+    keep = int(len(text) * scale)
+    return text if keep >= len(text) else text[:keep].rsplit(" ", 1)[0]
+
+
+def payload(seed: int, scale: float) -> dict[str, Any]:
+    """renderer_bench's chat with a 9-character tool-call id (mistral-common requires one), its
+    texts cut to `scale` of their length: the fixture keeps 8k Tekken ranks, so text takes more
+    tokens than on a full vocabulary, and the cut brings the prompt back near 9k tokens."""
     body = renderer_payload(seed)
     for message in body["messages"]:
         for call in message.get("tool_calls") or []:
             call["id"] = "call12345"
         if message.get("role") == "tool":
             message["tool_call_id"] = "call12345"
-    # The fixture keeps 8k Tekken ranks, so text takes more tokens than on a full vocabulary:
-    # drop whole turns from the front until the prompt is near 9k tokens.
-    messages = body["messages"]
-    while words_scale and len(messages) > 6 and sum(len(str(m.get("content") or "")) for m in messages) > words_scale:
-        del messages[1:3]
+        for key in ("content", "reasoning"):
+            if isinstance(message.get(key), str):
+                message[key] = _cut(message[key], scale)
     return body
 
 
@@ -60,14 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=40, help="timed requests per server")
     parser.add_argument("--rounds", type=int, default=4, help="alternations between the servers")
     parser.add_argument("--variants", type=int, default=4, help="distinct payloads")
-    parser.add_argument("--chars", type=int, default=26000, help="cap on the chat's content characters")
+    parser.add_argument("--scale", type=float, default=0.77, help="share of each message's text kept")
     parser.add_argument("--fresh", action="store_true", help="time payloads neither server has seen")
     parser.add_argument("--oracle-python", default=DEFAULT_ORACLE_PYTHON, help="python of a vLLM 0.33 env")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
 
-    bodies = [orjson.dumps(payload(1000 + i, args.chars)) for i in range(args.variants)]
-    timed = [orjson.dumps(payload(100_000 + i, args.chars)) for i in range(args.requests)] if args.fresh else None
+    bodies = [orjson.dumps(payload(1000 + i, args.scale)) for i in range(args.variants)]
+    timed = [orjson.dumps(payload(100_000 + i, args.scale)) for i in range(args.requests)] if args.fresh else None
     server_args = ["--served-model-name", MODEL_NAME, "--max-model-len", "32768"]
     folder = Path(tempfile.mkdtemp(prefix="mistral-bench-"))
     try:

@@ -19,6 +19,8 @@ is `mistral`.
 
 from __future__ import annotations
 
+import copy
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -77,6 +79,79 @@ class MistralTokenizer:
             vocab[self.raw.id_to_piece(index)] = index
         self._vocab = dict(sorted(vocab.items(), key=lambda item: item[1]))
         self.tokenizer_file = Path(self.raw.file_path) if self.is_tekken else None
+        if self.is_tekken:
+            self._memoize_tekken_encode()
+        self._memoize_tool_schema_checks()
+
+    def _memoize_tool_schema_checks(self, entries: int = 1024) -> None:
+        """The validator checks every tool's parameters against the JSON Schema meta-schema on
+        every request (most of a warm render's time); a function that passed once passes again,
+        so passing functions are remembered by their JSON (failures are checked every time)."""
+        from cachetools import LRUCache
+
+        validator = self.mistral._chat_completion_request_validator
+        check = validator._validate_function
+        passed: LRUCache[str, bool] = LRUCache(maxsize=entries)
+        lock = threading.Lock()
+
+        def validate_function(function: Any) -> None:
+            key = function.model_dump_json()
+            with lock:
+                if key in passed:
+                    return
+            check(function)
+            with lock:
+                passed[key] = True
+
+        validator._validate_function = validate_function  # this instance only
+
+    def _memoize_tekken_encode(self, cache_chars: int = 32 * 1024 * 1024) -> None:
+        """Tekken's `encode`, same ids, faster: mistral-common shifts every id in Python through a
+        property (half its encode time), and chat history repeats from request to request, so
+        each text's ids are kept (LRU, bounded by `cache_chars` characters of text)."""
+        from cachetools import LRUCache
+
+        raw = self.raw
+        model = raw._model
+        shift = raw.num_special_tokens
+        bos_id, eos_id = raw.bos_id, raw.eos_id
+        cache: LRUCache[str, tuple[int, ...]] = LRUCache(maxsize=cache_chars, getsizeof=lambda ids: len(ids) + 64)
+        lock = threading.Lock()
+
+        def encode(s: str, bos: bool, eos: bool) -> list[int]:
+            with lock:
+                ids = cache.get(s)
+            if ids is None:
+                ids = tuple([t + shift for t in model.encode(s)])
+                if len(ids) + 64 <= cache_chars:
+                    with lock:
+                        cache[s] = ids
+            out = list(ids)
+            if bos:
+                out.insert(0, bos_id)
+            if eos:
+                out.append(eos_id)
+            return out
+
+        raw.encode = encode  # this instance only; the ids are the library's own
+
+    def encode_chat(self, request: Any) -> list[int]:
+        """`encode_chat_completion(request).tokens` without the text of the prompt, which
+        mistral-common decodes from the ids at the end (as long as the encoding) and we never read."""
+        if request.truncate_for_context_length:
+            return list(self.mistral.encode_chat_completion(request).tokens)
+        validated = self.mistral._chat_completion_request_validator.validate_request(request)
+        instruct_request = self.mistral._instruct_request_normalizer.from_chat_completion_request(validated)
+        return list(self._textless_instruct.encode_instruct(instruct_request).tokens)
+
+    @property
+    def _textless_instruct(self) -> Any:
+        instruct = getattr(self, "_textless", None)
+        if instruct is None:
+            instruct = copy.copy(self.instruct)  # shares the vocabulary; only `decode` differs
+            instruct.decode = lambda tokens, special_token_policy=None: ""
+            self._textless = instruct
+        return instruct
 
     def _special_text(self, token_id: int) -> str:
         from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy

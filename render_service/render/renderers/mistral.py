@@ -133,7 +133,7 @@ class MistralRenderer(NoFillInTheMiddle):
                 continue_final_message=continue_final,
                 reasoning_effort=effort,
             )
-            return list(self.tokenizer.mistral.encode_chat_completion(request).tokens)
+            return self.tokenizer.encode_chat(request)
         except (AssertionError, MistralCommonException) as exc:
             raise BadRequestError(str(exc)) from exc
         except Exception as exc:  # vLLM logs these and answers 400 with the message as well
