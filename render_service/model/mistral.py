@@ -113,6 +113,9 @@ class MistralTokenizer:
 
         raw = self.raw
         model = raw._model
+        # Tekken registers no tiktoken special tokens (mistral-common handles them itself), so
+        # `encode` and `encode_ordinary` give the same ids; the latter skips the special-token scan.
+        bpe = model.encode_ordinary if not model.special_tokens_set else model.encode
         shift = raw.num_special_tokens
         bos_id, eos_id = raw.bos_id, raw.eos_id
         cache: LRUCache[str, tuple[int, ...]] = LRUCache(maxsize=cache_chars, getsizeof=lambda ids: len(ids) + 64)
@@ -122,7 +125,7 @@ class MistralTokenizer:
             with lock:
                 ids = cache.get(s)
             if ids is None:
-                ids = tuple([t + shift for t in model.encode(s)])
+                ids = tuple([t + shift for t in bpe(s)])
                 if len(ids) + 64 <= cache_chars:
                     with lock:
                         cache[s] = ids

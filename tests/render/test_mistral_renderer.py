@@ -67,3 +67,29 @@ def test_vllm_mistral_request_checks(v13_dir: Path) -> None:
     with pytest.raises(BadRequestError, match="reasoning_effort=huge is not supported by Mistral models"):
         renderer.check_request({"messages": [], "reasoning_effort": "huge"})
     renderer.check_request({"messages": [], "reasoning_effort": "high"})
+
+
+def test_the_fast_paths_give_mistral_commons_ids(v13_dir: Path) -> None:
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+    from render_service.model.backends import SELF_TEST_CORPUS
+    from render_service.model.mistral import MistralTokenizer
+
+    tok = MistralTokenizer(v13_dir)
+    for text in SELF_TEST_CORPUS:
+        for bos in (False, True):
+            assert tok.raw.encode(text, bos, False) == Tekkenizer.encode(tok.raw, text, bos, False)
+            assert tok.raw.encode(text, bos, False) == Tekkenizer.encode(tok.raw, text, bos, False)  # cached
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    for messages in (
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": SELF_TEST_CORPUS[10]}],
+        [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Yo", "reasoning": "hm"},
+            {"role": "user", "content": "?"},
+        ],
+    ):
+        request = ChatCompletionRequest.from_openai(messages=messages, tools=tools)
+        assert tok.encode_chat(request) == tok.mistral.encode_chat_completion(request).tokens
+        assert tok.encode_chat(request) == tok.mistral.encode_chat_completion(request).tokens  # warm
