@@ -286,7 +286,7 @@ def _sampling_values(
         )
         if chat and settings.enable_auto_tool_choice and settings.tool_call_parser:
             # A parser's own JSON schema for forced calls (Mistral before v11), replacing response_format's.
-            own = getattr(parsers.tool_parser_class(settings.tool_call_parser), "forced_call_schema", None)
+            own = getattr(parsers.TOOL_PARSERS.get(settings.tool_call_parser), "forced_call_schema", None)
             schema = own(body, ctx.model.hf_tokenizer) if own is not None else None
             if schema is not None:
                 structured_outputs = structured.make_structured_outputs(json=schema)
