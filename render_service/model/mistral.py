@@ -28,6 +28,25 @@ from typing import Any
 # The special tokens that survive `skip_special_tokens` (vLLM's `to_decode_special_tokens`).
 KEPT_SPECIAL_TOKENS = ("[TOOL_CALLS]", "[ARGS]", "[THINK]", "[/THINK]")
 REPLACEMENT_CHAR = "\ufffd"
+# vLLM hands out a Tekken piece that is an incomplete UTF-8 sequence as `bytes`, which its render
+# tier then cannot put in a stream_state (a 400 mid-stream). Here such a piece is this marker and
+# the bytes in hex: a string the state carries as JSON. U+FDD0 is a noncharacter, not in any piece.
+BYTE_PIECE_MARK = "\ufdd0"
+
+
+def _byte_piece(raw: bytes) -> str:
+    return BYTE_PIECE_MARK + raw.hex()
+
+
+def _piece_bytes(token: Any) -> bytes | None:
+    if isinstance(token, bytes):
+        return token
+    if isinstance(token, str) and token.startswith(BYTE_PIECE_MARK):
+        try:
+            return bytes.fromhex(token[len(BYTE_PIECE_MARK) :])
+        except ValueError:
+            return None
+    return None
 
 
 class MistralUnavailableError(RuntimeError):
@@ -226,7 +245,7 @@ class MistralTokenizer:
         if self.is_tekken and any(REPLACEMENT_CHAR in t for t in tokens):
             # A piece with an incomplete UTF-8 sequence: hand out its bytes instead.
             tokens = [
-                self.raw.id_to_byte_piece(i, SpecialTokenPolicy.KEEP)
+                _byte_piece(self.raw.id_to_byte_piece(i, SpecialTokenPolicy.KEEP))
                 if i not in self.special_id_set
                 else self.raw.decode([i], SpecialTokenPolicy.KEEP)
                 for i in kept
@@ -239,8 +258,10 @@ class MistralTokenizer:
         kept = frozenset(KEPT_SPECIAL_TOKENS)
         if self.is_tekken:
             pieces = [t for t in tokens if t in kept or t not in self.special_token_set]
-            if any(isinstance(t, bytes) for t in pieces):
-                return str(self.raw.decode([self._piece_id(t) for t in pieces], SpecialTokenPolicy.KEEP))
+            as_bytes = [_piece_bytes(t) for t in pieces]
+            if any(b is not None for b in as_bytes):
+                ids = [self._piece_id(b if b is not None else t) for t, b in zip(pieces, as_bytes, strict=True)]
+                return str(self.raw.decode(ids, SpecialTokenPolicy.KEEP))
             return "".join(pieces)
         out: list[str] = []
         regular: list[str] = []
