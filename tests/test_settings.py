@@ -58,7 +58,7 @@ def test_vllm_flags_parse() -> None:
     "values, message",
     [
         ({"reasoning_parser": "nope"}, "--reasoning-parser 'nope' is not supported"),
-        ({"tool_call_parser": "mistral"}, "--tool-call-parser 'mistral' is not supported"),
+        ({"tool_call_parser": "muse_glimmer"}, "--tool-call-parser 'muse_glimmer' is not supported"),
         ({"enable_auto_tool_choice": True}, "--enable-auto-tool-choice requires --tool-call-parser"),
         ({"redis_url": "redis://x"}, "--snapshot-key"),
         ({"mm_cache_redis": True}, "--mm-cache-redis needs --redis-url"),

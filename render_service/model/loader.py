@@ -103,6 +103,10 @@ def load_model(settings: Settings) -> Model:
     path = resolve_model_path(settings.model, settings.revision)
     tokenizer_source = settings.tokenizer or settings.model
     tokenizer_path = resolve_model_path(tokenizer_source, settings.tokenizer_revision or settings.revision)
+    config = _read_json(path / "config.json") or {}
+    renderer_mode = _renderer_mode(settings, config, tokenizer_path)
+    if renderer_mode == "mistral":  # no HF tokenizer: mistral-common's, as vLLM loads it
+        return _load_mistral_model(settings, path, tokenizer_path, config)
     from transformers import AutoTokenizer
 
     try:
@@ -117,7 +121,6 @@ def load_model(settings: Settings) -> Model:
         if isinstance(getattr(hf_tokenizer, leftover, None), (dict, list)):
             setattr(hf_tokenizer, leftover, type(getattr(hf_tokenizer, leftover))())
 
-    config = _read_json(path / "config.json") or {}
     tokenizer_config = _read_json(tokenizer_path / "tokenizer_config.json") or {}
     max_model_len = _max_model_len(config, tokenizer_config, settings.max_model_len)
     default_sampling = _default_sampling(path, settings)
@@ -159,7 +162,7 @@ def load_model(settings: Settings) -> Model:
         eos_token_id=hf_tokenizer.eos_token_id,
         tokenizer_files=files,
     )
-    model.renderer_mode = _renderer_mode(settings, config, tokenizer_path)
+    model.renderer_mode = renderer_mode
     try:  # a vision-language model with no native image processor needs vLLM's (render_service/adapter)
         adapter_multimodal.check_model(path, settings, model.renderer_mode)
     except AdapterUnavailable as exc:
@@ -180,6 +183,51 @@ def load_model(settings: Settings) -> Model:
     except RuntimeError as exc:  # e.g. the Harmony library or its vocabulary is missing
         raise ModelLoadError(str(exc)) from exc
     logger.info("renderer: %s", model.renderer_mode)
+    release_freed_memory()
+    return model
+
+
+def _load_mistral_model(settings: Settings, path: Path, tokenizer_path: Path, config: dict[str, Any]) -> Model:
+    """A Mistral-format model: vLLM's `MistralTokenizer` (mistral-common) instead of an HF tokenizer."""
+    from render_service.model.mistral import MistralBackend, MistralTokenizer
+
+    tool_parser = settings.tool_call_parser if settings.enable_auto_tool_choice else None
+    harmony_only = [name for name in (settings.reasoning_parser, tool_parser) if name in ("openai_gptoss", "openai")]
+    if harmony_only:
+        raise ModelLoadError(f"the {', '.join(harmony_only)} parser(s) parse gpt-oss (Harmony) output only")
+    try:
+        tokenizer = MistralTokenizer(tokenizer_path)
+    except RuntimeError as exc:  # mistral-common is not installed
+        raise ModelLoadError(str(exc)) from exc
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load the Mistral tokenizer from {tokenizer_path}: {exc}") from exc
+    default_sampling = _default_sampling(path, settings)
+    override_max_tokens = (
+        default_sampling.get("max_tokens")
+        if settings.generation_config not in ("auto", "vllm")
+        else settings.override_generation_config.get("max_new_tokens")
+    )
+    files = {}
+    if tokenizer.tokenizer_file is not None:
+        files[tokenizer.tokenizer_file.name] = tokenizer.tokenizer_file.read_bytes()
+    model = Model(
+        path=path,
+        root=settings.model,
+        hf_tokenizer=tokenizer,
+        backend=MistralBackend(tokenizer),
+        chat_template=None,
+        flag_chat_template=None,
+        special_tokens=dict(tokenizer.special_tokens_map),
+        max_model_len=_max_model_len(config, {}, settings.max_model_len),
+        vocab_size=max(len(tokenizer), int((config.get("text_config") or config).get("vocab_size") or 0)),
+        default_sampling=default_sampling,
+        override_max_tokens=override_max_tokens,
+        eos_token_id=tokenizer.eos_token_id,
+        tokenizer_files=files,
+        renderer_mode="mistral",
+    )
+    model.renderer = renderers.create_renderer("mistral", tokenizer, model.encode)
+    logger.info("renderer: mistral (mistral-common %s, tokenizer v%d)", tokenizer.library_version, tokenizer.version)
     release_freed_memory()
     return model
 

@@ -287,6 +287,12 @@ def _sampling_values(
             enable_auto_tool_choice=settings.enable_auto_tool_choice,
             reasoning_parser=settings.reasoning_parser,
         )
+        if chat and settings.enable_auto_tool_choice and settings.tool_call_parser:
+            # A parser's own JSON schema for forced calls (Mistral before v11), replacing response_format's.
+            own = getattr(parsers.TOOL_PARSERS.get(settings.tool_call_parser), "forced_call_schema", None)
+            schema = own(body, ctx.model.hf_tokenizer) if own is not None else None
+            if schema is not None:
+                structured_outputs = structured.make_structured_outputs(json=schema)
     defaults = ctx.model.default_sampling
     values: dict[str, Any] = {}
     for name, fallback in DEFAULT_SAMPLING_FLOATS.items():
@@ -594,11 +600,17 @@ def render_chat(
     if body.get("use_beam_search"):
         raise BadRequestError("Beam search is not supported by the render endpoint")
     settings = ctx.settings
+    # A renderer's own request checks run first (Mistral: `validate_request_params`).
+    renderer_checks = getattr(ctx.model.renderer, "check_request", None)
+    if renderer_checks is not None:
+        renderer_checks(body)
     tool_choice = body.get("tool_choice", "none")
     tools = body.get("tools")
     harmony = ctx.model.renderer_mode == "harmony"
-    # vLLM checks tool_choice against the parser flags only for HF templates (`render_chat`).
-    if not harmony and not ctx.has_tool_parser and tool_choice not in (None, "none"):
+    # vLLM checks tool_choice against the parser flags only for HF templates (`render_chat`):
+    # Harmony and Mistral models render tools without a tool parser.
+    own_tools = harmony or ctx.model.renderer_mode == "mistral"
+    if not own_tools and not ctx.has_tool_parser and tool_choice not in (None, "none"):
         if tool_choice == "auto" and not settings.enable_auto_tool_choice:
             raise BadRequestError(
                 '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'

@@ -99,8 +99,8 @@ def test_a_vllm_name_without_the_extra_fails_at_start_naming_it(
 ) -> None:
     monkeypatch.setattr(adapter, "vllm_installed", lambda: False)  # as in the default install
     with pytest.raises(SettingsError, match=r"render-service\[vllm\]") as info:
-        Settings(model=str(qwen3_model_dir), tool_call_parser="mistral").validate()
-    assert "--tool-call-parser 'mistral' is not supported natively" in str(info.value)
+        Settings(model=str(qwen3_model_dir), tool_call_parser="muse_glimmer").validate()
+    assert "--tool-call-parser 'muse_glimmer' is not supported natively" in str(info.value)
     with pytest.raises(SettingsError, match=r"render-service\[vllm\]"):
         Settings(model=str(qwen3_model_dir), reasoning_parser="olmo3").validate()
     with pytest.raises(SettingsError, match=r"--tool-parser-plugin .*render-service\[vllm\]"):

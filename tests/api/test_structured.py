@@ -1015,7 +1015,7 @@ def test_unknown_tool_parser_rejected() -> None:
         S.structured_outputs_wire(
             _case_body("chat", {"tools": [STRICT_TOOL]}),
             chat=True,
-            tool_parser="mistral",
+            tool_parser="muse_glimmer",
             enable_auto_tool_choice=True,
             reasoning_parser=None,
         )

@@ -61,7 +61,7 @@ def test_unknown_tokenizer_mode_fails_at_start() -> None:
     assert Settings(model="m", tokenizer_mode="DeepSeek_V4").validate().tokenizer_mode == "deepseek_v4"
 
 
-@pytest.mark.parametrize("mode", ["mistral", "cohere", "inkling", "kimi_audio", "alpamayo2_super", "terratorch"])
+@pytest.mark.parametrize("mode", ["cohere", "inkling", "kimi_audio", "alpamayo2_super", "terratorch"])
 def test_a_renderer_we_lack_fails_at_start_naming_it(qwen3_model_dir: Path, mode: str) -> None:
     with pytest.raises(ModelLoadError, match=f"vLLM's '{mode}' renderer"):
         load_model(Settings(model=str(qwen3_model_dir), tokenizer_mode=mode).validate())

@@ -46,7 +46,7 @@ TOKENIZER_MODES = (
     "mistral",
     "terratorch",
 )
-NATIVE_MODES = ("hf", "deepseek_v32", "deepseek_v4", "deepseek_v41", "kimi_k3", "harmony")
+NATIVE_MODES = ("hf", "deepseek_v32", "deepseek_v4", "deepseek_v41", "kimi_k3", "harmony", "mistral")
 # Renderer kinds vLLM picks from the model, not from --tokenizer-mode: gpt-oss (`model_type`
 # gpt_oss) renders through Harmony whatever the tokenizer mode (`OnlineRenderer.use_harmony`).
 MODEL_TYPE_RENDERERS = {"gpt_oss": "harmony"}
@@ -69,7 +69,6 @@ _MISSING = {
     "cohere": "vLLM's melody-based Cohere renderer",
     "inkling": "vLLM's Inkling renderer",
     "kimi_audio": "vLLM's Kimi-Audio tokenizer",
-    "mistral": "vLLM's Mistral renderer (mistral-common)",
     "terratorch": "vLLM's TerraTorch renderer (pooling models)",
 }
 
@@ -137,4 +136,8 @@ def create_renderer(mode: str, hf_tokenizer: Any, encode: Callable[[str, bool], 
         from render_service.render.renderers.harmony import HarmonyRenderer
 
         return HarmonyRenderer()
+    if mode == "mistral":  # `hf_tokenizer` is the mistral-common tokenizer (model/mistral.py)
+        from render_service.render.renderers.mistral import MistralRenderer
+
+        return MistralRenderer(hf_tokenizer)
     raise UnsupportedRendererError(mode, f"--tokenizer-mode {mode}")

@@ -1,0 +1,300 @@
+"""The tokenizer of a Mistral-format model, with vLLM 0.33's `MistralTokenizer` semantics.
+
+vLLM serves a `--tokenizer-mode mistral` model (a folder with `tekken.json` or
+`tokenizer.model.v*`) through transformers' `MistralCommonBackend`, which wraps mistral-common's
+tokenizer in test validation mode, and adapts it in `vllm/tokenizers/mistral.py`. This module is
+that adapter written for this service: the same backend, the same answers to what render,
+detokenization and the parsers ask of a tokenizer:
+
+- `encode(text, add_special_tokens)`: mistral-common's encode, BOS only when asked, never EOS,
+  and special-token text in the input is plain text;
+- `convert_ids_to_tokens(..., skip_special_tokens=True)` keeps `[TOOL_CALLS]`, `[ARGS]` and
+  `[THINK]`/`[/THINK]` (the parsers need them); `convert_tokens_to_string` drops every other
+  special token and reassembles Tekken byte pieces (which may be `bytes`);
+- `get_vocab()`: piece -> lowest id; no added vocabulary.
+
+mistral-common is the optional `mistral` extra; nothing imports this module unless the renderer
+is `mistral`.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+# The special tokens that survive `skip_special_tokens` (vLLM's `to_decode_special_tokens`).
+KEPT_SPECIAL_TOKENS = ("[TOOL_CALLS]", "[ARGS]", "[THINK]", "[/THINK]")
+REPLACEMENT_CHAR = "\ufffd"
+# vLLM hands out a Tekken piece that is an incomplete UTF-8 sequence as `bytes`, which its render
+# tier then cannot put in a stream_state (a 400 mid-stream). Here such a piece is this marker and
+# the bytes in hex: a string the state carries as JSON. U+FDD0 is a noncharacter, not in any piece.
+BYTE_PIECE_MARK = "\ufdd0"
+
+
+def _byte_piece(raw: bytes) -> str:
+    return BYTE_PIECE_MARK + raw.hex()
+
+
+def _piece_bytes(token: Any) -> bytes | None:
+    if isinstance(token, bytes):
+        return token
+    if isinstance(token, str) and token.startswith(BYTE_PIECE_MARK):
+        try:
+            return bytes.fromhex(token[len(BYTE_PIECE_MARK) :])
+        except ValueError:
+            return None
+    return None
+
+
+class MistralUnavailableError(RuntimeError):
+    """mistral-common (the `mistral` extra) is not installed."""
+
+
+def _library_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mistral_common")
+    except PackageNotFoundError:
+        return None
+
+
+class MistralTokenizer:
+    """A Mistral-format tokenizer (Tekken or SentencePiece) as vLLM 0.33 sees it."""
+
+    def __init__(self, path: str | Path) -> None:
+        try:
+            from mistral_common.protocol.instruct.validator import ValidationMode
+            from mistral_common.tokens.tokenizers.sentencepiece import SentencePieceTokenizer
+            from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+            from transformers.tokenization_mistral_common import MistralCommonBackend
+        except ImportError as exc:
+            raise MistralUnavailableError(
+                "Mistral-format models render through mistral-common: install render-service[mistral]"
+            ) from exc
+        # As vLLM loads it: transformers' backend over mistral-common, in test validation mode.
+        self.backend = MistralCommonBackend.from_pretrained(str(path), mode=ValidationMode.test)
+        self.mistral = self.backend.tokenizer  # mistral_common MistralTokenizer
+        self.instruct = self.mistral.instruct_tokenizer
+        self.raw = self.instruct.tokenizer  # Tekkenizer or SentencePieceTokenizer
+        self.version = int(str(self.raw.version.value).split("v")[-1])
+        self.is_tekken = isinstance(self.raw, Tekkenizer)
+        if not (self.is_tekken or isinstance(self.raw, SentencePieceTokenizer)):
+            raise TypeError(f"unsupported Mistral tokenizer: {type(self.raw).__name__}")
+        self.library_version = _library_version()
+        self.vocab_size: int = int(self.backend.vocab_size)
+        self.special_ids: list[int] = [i for i in range(self.vocab_size) if self.raw.is_special(i)]
+        self.special_id_set = frozenset(self.special_ids)
+        self.special_tokens: list[str] = [self._special_text(i) for i in self.special_ids]
+        self.special_token_set = frozenset(self.special_tokens)
+        self._kept_on_skip = frozenset(
+            self.raw.get_special_token(token) for token in KEPT_SPECIAL_TOKENS if self._has_special(token)
+        )
+        vocab: dict[str, int] = {}
+        for index in range(self.vocab_size - 1, -1, -1):  # reversed: the lowest id wins
+            vocab[self.raw.id_to_piece(index)] = index
+        self._vocab = dict(sorted(vocab.items(), key=lambda item: item[1]))
+        self.tokenizer_file = Path(self.raw.file_path) if self.is_tekken else None
+        if self.is_tekken:
+            self._memoize_tekken_encode()
+        self._memoize_tool_schema_checks()
+
+    def _memoize_tool_schema_checks(self, entries: int = 1024) -> None:
+        """The validator checks every tool's parameters against the JSON Schema meta-schema on
+        every request (most of a warm render's time); a function that passed once passes again,
+        so passing functions are remembered by their JSON (failures are checked every time)."""
+        from cachetools import LRUCache
+
+        validator = self.mistral._chat_completion_request_validator
+        check = validator._validate_function
+        passed: LRUCache[str, bool] = LRUCache(maxsize=entries)
+        lock = threading.Lock()
+
+        def validate_function(function: Any) -> None:
+            key = function.model_dump_json()
+            with lock:
+                if key in passed:
+                    return
+            check(function)
+            with lock:
+                passed[key] = True
+
+        validator._validate_function = validate_function  # this instance only
+
+    def _memoize_tekken_encode(self, cache_chars: int = 32 * 1024 * 1024) -> None:
+        """Tekken's `encode`, same ids, faster: mistral-common shifts every id in Python through a
+        property (half its encode time), and chat history repeats from request to request, so
+        each text's ids are kept (LRU, bounded by `cache_chars` characters of text)."""
+        from cachetools import LRUCache
+
+        raw = self.raw
+        model = raw._model
+        # Tekken registers no tiktoken special tokens (mistral-common handles them itself), so
+        # `encode` and `encode_ordinary` give the same ids; the latter skips the special-token scan.
+        bpe = model.encode_ordinary if not model.special_tokens_set else model.encode
+        shift = raw.num_special_tokens
+        bos_id, eos_id = raw.bos_id, raw.eos_id
+        cache: LRUCache[str, tuple[int, ...]] = LRUCache(maxsize=cache_chars, getsizeof=lambda ids: len(ids) + 64)
+        lock = threading.Lock()
+
+        def encode(s: str, bos: bool, eos: bool) -> list[int]:
+            with lock:
+                ids = cache.get(s)
+            if ids is None:
+                ids = tuple([t + shift for t in bpe(s)])
+                if len(ids) + 64 <= cache_chars:
+                    with lock:
+                        cache[s] = ids
+            out = list(ids)
+            if bos:
+                out.insert(0, bos_id)
+            if eos:
+                out.append(eos_id)
+            return out
+
+        raw.encode = encode  # this instance only; the ids are the library's own
+
+    def encode_chat(self, request: Any) -> list[int]:
+        """`encode_chat_completion(request).tokens` without the text of the prompt, which
+        mistral-common decodes from the ids at the end (as long as the encoding) and we never read."""
+        if request.truncate_for_context_length:
+            return list(self.mistral.encode_chat_completion(request).tokens)
+        validated = self.mistral._chat_completion_request_validator.validate_request(request)
+        instruct_request = self.mistral._instruct_request_normalizer.from_chat_completion_request(validated)
+        return list(self._textless_instruct.encode_instruct(instruct_request).tokens)
+
+    @property
+    def _textless_instruct(self) -> Any:
+        instruct = getattr(self, "_textless", None)
+        if instruct is None:
+            instruct = copy.copy(self.instruct)  # shares the vocabulary; only `decode` differs
+            instruct.decode = lambda tokens, special_token_policy=None: ""
+            self._textless = instruct
+        return instruct
+
+    def _special_text(self, token_id: int) -> str:
+        from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
+
+        return str(self.raw.decode([token_id], special_token_policy=SpecialTokenPolicy.KEEP))
+
+    def _has_special(self, token: str) -> bool:
+        try:
+            return bool(self.raw.is_special(token))
+        except Exception:  # older Tekken files raise for a marker they do not define
+            return False
+
+    # -- what the rest of the service asks of a tokenizer ------------------------------------------
+
+    @property
+    def is_fast(self) -> bool:
+        return True  # vLLM's MistralTokenizer says so: detokenization takes the fast path
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        return self.special_ids
+
+    @property
+    def all_special_tokens(self) -> list[str]:
+        return self.special_tokens
+
+    @property
+    def special_tokens_map(self) -> dict[str, str]:
+        return {"bos_token": self._special_text(self.bos_token_id), "eos_token": self._special_text(self.eos_token_id)}
+
+    @property
+    def bos_token_id(self) -> int:
+        return int(self.raw.bos_id)
+
+    @property
+    def eos_token_id(self) -> int:
+        return int(self.raw.eos_id)
+
+    @property
+    def pad_token_id(self) -> int:
+        return int(self.raw.pad_id)
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def get_vocab(self) -> dict[str, int]:
+        return self._vocab
+
+    def get_added_vocab(self) -> dict[str, int]:
+        return {}
+
+    @property
+    def added_tokens_decoder(self) -> dict[int, Any]:
+        return {}  # Mistral tokenizers have no added vocabulary (the file digest covers the specials)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return list(self.raw.encode(text, bos=add_special_tokens, eos=False))
+
+    def decode(self, ids: Sequence[int] | int, skip_special_tokens: bool = False) -> str:
+        return str(self.backend.decode(ids, skip_special_tokens=skip_special_tokens))
+
+    def convert_ids_to_tokens(self, ids: Sequence[int], skip_special_tokens: bool = False) -> list[Any]:
+        from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
+
+        if not skip_special_tokens:
+            return [self.raw.id_to_piece(i) for i in ids]
+        kept = [i for i in ids if i in self._kept_on_skip or i not in self.special_id_set]
+        tokens: list[Any] = [self.raw.id_to_piece(i) for i in kept]
+        if self.is_tekken and any(REPLACEMENT_CHAR in t for t in tokens):
+            # A piece with an incomplete UTF-8 sequence: hand out its bytes instead.
+            tokens = [
+                _byte_piece(self.raw.id_to_byte_piece(i, SpecialTokenPolicy.KEEP))
+                if i not in self.special_id_set
+                else self.raw.decode([i], SpecialTokenPolicy.KEEP)
+                for i in kept
+            ]
+        return tokens
+
+    def convert_tokens_to_string(self, tokens: Sequence[Any]) -> str:
+        from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
+
+        kept = frozenset(KEPT_SPECIAL_TOKENS)
+        if self.is_tekken:
+            pieces = [t for t in tokens if t in kept or t not in self.special_token_set]
+            as_bytes = [_piece_bytes(t) for t in pieces]
+            if any(b is not None for b in as_bytes):
+                ids = [self._piece_id(b if b is not None else t) for t, b in zip(pieces, as_bytes, strict=True)]
+                return str(self.raw.decode(ids, SpecialTokenPolicy.KEEP))
+            return "".join(pieces)
+        out: list[str] = []
+        regular: list[str] = []
+        for token in tokens:
+            if token in kept:
+                if regular:
+                    out.append(self.raw.decode(regular, SpecialTokenPolicy.IGNORE))
+                    regular = []
+                out.append(token)
+            else:
+                regular.append(token)
+        if regular:
+            out.append(self.raw.decode(regular, SpecialTokenPolicy.IGNORE))
+        return "".join(out)
+
+    def _piece_id(self, piece: str | bytes) -> int:
+        """A Tekken piece (text or raw bytes) back to its id; unknown pieces are `<unk>`."""
+        raw_bytes = piece.encode("utf-8") if isinstance(piece, str) else piece
+        found = self.raw._tekken_token2id_nospecial.get(raw_bytes)
+        if found is not None:
+            return int(self.raw.num_special_tokens + found)
+        text = raw_bytes.decode("utf-8", errors="replace")
+        special = self.raw._special_tokens_reverse_vocab.get(text)
+        return int(special) if special is not None else int(self.raw.unk_id)
+
+
+class MistralBackend:
+    """The encode backend for a Mistral model (the loader's `TokenizerBackend`)."""
+
+    name = "mistral-common"
+
+    def __init__(self, tokenizer: MistralTokenizer) -> None:
+        self._tokenizer = tokenizer
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens)

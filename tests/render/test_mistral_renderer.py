@@ -1,0 +1,95 @@
+"""The `mistral` renderer: selection, loading and vLLM's Mistral-only request checks.
+
+Prompt parity with vLLM is in tests/parity/test_mistral_parity.py (goldens from vLLM 0.33).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mistral_common", reason="the mistral extra is not installed")
+
+from render_service.audit.fingerprint import fingerprint
+from render_service.exceptions import BadRequestError
+from render_service.model.loader import ModelLoadError, load_model
+from render_service.render.renderers.mistral import truncate_tool_call_ids
+from render_service.settings import Settings
+from tests.mistral_fixture import build_mistral_model
+
+
+@pytest.fixture(scope="module")
+def v13_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_mistral_model(tmp_path_factory.mktemp("v13"), "v13")
+
+
+def test_a_mistral_folder_loads_the_mistral_renderer(v13_dir: Path) -> None:
+    settings = Settings(model=str(v13_dir)).validate()
+    model = load_model(settings)
+    assert model.renderer_mode == model.renderer.mode == "mistral"
+    assert model.backend.name == "mistral-common" and model.chat_template is None
+    assert model.encode("Hi", True)[0] == model.hf_tokenizer.bos_token_id
+    values = fingerprint(settings, model)["values"]
+    assert values["renderer"]["mode"] == "mistral"
+    assert values["renderer"]["details"]["tokenizer_version"] == 13
+    assert list(values["tokenizer_files"]) == ["tekken.json"]
+
+
+def test_mistral_mode_without_a_mistral_tokenizer_fails_at_start(qwen3_model_dir: Path) -> None:
+    with pytest.raises(ModelLoadError, match="cannot load the Mistral tokenizer"):
+        load_model(Settings(model=str(qwen3_model_dir), tokenizer_mode="mistral").validate())
+
+
+def test_without_the_extra_the_start_error_names_it(v13_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "mistral_common.protocol.instruct.validator", None)
+    with pytest.raises(ModelLoadError, match=r"render-service\[mistral\]"):
+        load_model(Settings(model=str(v13_dir)).validate())
+
+
+def test_tool_call_ids_keep_their_last_nine_characters() -> None:
+    messages = [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_0123456789", "type": "function"}]},
+        {"role": "tool", "tool_call_id": "call_0123456789", "content": "x"},
+        {"role": "tool", "tool_call_id": "short", "content": "y"},
+    ]
+    out = truncate_tool_call_ids(messages)
+    assert out[0]["tool_calls"][0]["id"] == out[1]["tool_call_id"] == "123456789"
+    assert out[2]["tool_call_id"] == "short"
+    assert messages[0]["tool_calls"][0]["id"] == "call_0123456789"  # the request is not changed
+
+
+def test_vllm_mistral_request_checks(v13_dir: Path) -> None:
+    renderer = load_model(Settings(model=str(v13_dir)).validate()).renderer
+    with pytest.raises(BadRequestError, match="chat_template is not supported for Mistral tokenizers"):
+        renderer.check_request({"messages": [], "chat_template_kwargs": {}})
+    with pytest.raises(BadRequestError, match="reasoning_effort=huge is not supported by Mistral models"):
+        renderer.check_request({"messages": [], "reasoning_effort": "huge"})
+    renderer.check_request({"messages": [], "reasoning_effort": "high"})
+
+
+def test_the_fast_paths_give_mistral_commons_ids(v13_dir: Path) -> None:
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+    from render_service.model.backends import SELF_TEST_CORPUS
+    from render_service.model.mistral import MistralTokenizer
+
+    tok = MistralTokenizer(v13_dir)
+    for text in SELF_TEST_CORPUS:
+        for bos in (False, True):
+            assert tok.raw.encode(text, bos, False) == Tekkenizer.encode(tok.raw, text, bos, False)
+            assert tok.raw.encode(text, bos, False) == Tekkenizer.encode(tok.raw, text, bos, False)  # cached
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    for messages in (
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": SELF_TEST_CORPUS[10]}],
+        [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Yo", "reasoning": "hm"},
+            {"role": "user", "content": "?"},
+        ],
+    ):
+        request = ChatCompletionRequest.from_openai(messages=messages, tools=tools)
+        assert tok.encode_chat(request) == tok.mistral.encode_chat_completion(request).tokens
+        assert tok.encode_chat(request) == tok.mistral.encode_chat_completion(request).tokens  # warm
