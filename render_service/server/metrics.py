@@ -12,6 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from render_service.render.history import HistoryRenderer
     from render_service.render.prefix import PrefixGuard
     from render_service.render.segments import SegmentEncoder
 
@@ -124,10 +125,12 @@ class Metrics:
             registry=r,
         )
 
-    def watch_prompt_reuse(self, segments: SegmentEncoder | None, guard: PrefixGuard | None) -> None:
-        """Export the segment cache's and the prefix guard's counters (read at scrape time: the
-        render path only bumps plain integers)."""
-        self.registry.register(_PromptReuseCollector(segments, guard))
+    def watch_prompt_reuse(
+        self, segments: SegmentEncoder | None, guard: PrefixGuard | None, history: HistoryRenderer | None = None
+    ) -> None:
+        """Export the segment cache's, the prefix guard's and incremental templating's counters
+        (read at scrape time: the render path only bumps plain integers)."""
+        self.registry.register(_PromptReuseCollector(segments, guard, history))
 
     def export(self) -> bytes:
         return generate_latest(self.registry)
@@ -171,9 +174,12 @@ class EndpointMetrics:
 
 
 class _PromptReuseCollector(Collector):
-    def __init__(self, segments: SegmentEncoder | None, guard: PrefixGuard | None) -> None:
+    def __init__(
+        self, segments: SegmentEncoder | None, guard: PrefixGuard | None, history: HistoryRenderer | None
+    ) -> None:
         self._segments = segments
         self._guard = guard
+        self._history = history
 
     def collect(self) -> Iterator[Metric]:
         enabled = GaugeMetricFamily("render_segment_cache_enabled", "Segment cache on (1) or off (0)")
@@ -231,3 +237,22 @@ class _PromptReuseCollector(Collector):
                 gauge = GaugeMetricFamily(name, help_text)
                 gauge.add_metric([], value)
                 yield gauge
+        if self._history is not None:
+            history = self._history.stats()
+            for name, help_text, value in (
+                (
+                    "render_history_incremental",
+                    "Chat prompts templated from the previous turn's prompt + the new messages",
+                    history.incremental,
+                ),
+                ("render_history_full", "Chat prompts with a known previous turn rendered in full", history.full),
+                ("render_history_verified", "Incremental renders checked against a full render", history.verified),
+                (
+                    "render_history_mismatches",
+                    "Checked incremental renders that differed (that kind of turn then renders in full)",
+                    history.mismatches,
+                ),
+            ):
+                counter = CounterMetricFamily(name, help_text)
+                counter.add_metric([], value)
+                yield counter

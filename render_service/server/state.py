@@ -74,7 +74,7 @@ class State:
                 self.settings.served_names, self.settings.lora_module_paths, shared=False
             )
         self.context = render.make_context(model, self.settings, self.adapters)
-        self.metrics.watch_prompt_reuse(self.context.segments, self.context.prefix_guard)
+        self.metrics.watch_prompt_reuse(self.context.segments, self.context.prefix_guard, self.context.history)
         self._fingerprint_generation = self.adapters.current_generation()
         self._fingerprint = fingerprint(self.settings, model, self.adapters.fingerprint_value())
         self._fingerprint_components = components_header(self._fingerprint)

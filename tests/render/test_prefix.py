@@ -132,6 +132,14 @@ def test_header_and_metrics_over_http(qwen3_model_dir: Path) -> None:
     assert 'render_prefix_checks_total{status="extends"} 10.0' in metrics
     assert "render_segment_cache_enabled 1.0" in metrics
     assert "render_segment_cache_hits_total" in metrics and "render_segment_cache_bytes" in metrics
+    history = {
+        name: float(metrics.split(f"\nrender_history_{name}_total ", 1)[1].split("\n", 1)[0])
+        for name in ("incremental", "full", "verified", "mismatches")
+    }
+    # Every turn after the first had its previous prompt on this worker: templated from it, or in full.
+    assert history["incremental"] + history["full"] == 11
+    assert history["incremental"] >= 1 and history["verified"] >= 1
+    assert history["mismatches"] <= history["verified"]
 
 
 def test_audit_reports_a_template_that_drops_history(qwen3_model_dir: Path) -> None:
