@@ -98,6 +98,8 @@ class Settings:
     mm_cache_bytes: int = 512 << 20
     # Token ids of prompt pieces between added tokens, reused across turns (render/segments.py); 0: off.
     segment_cache_bytes: int = 128 << 20
+    # Template every chat prompt in full: turns incremental templating (render/history.py) off.
+    full_templating: bool = False
     mm_cache_redis: bool = False  # share processed images between replicas through --redis-url
     mm_cache_redis_ttl_seconds: int = 600
     mm_cache_redis_max_entry_bytes: int = 32 << 20
@@ -579,6 +581,12 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         default=128 << 20,
         help="per-worker cache of the token ids of prompt pieces between special tokens, and of recent "
         "conversations' prompts (a turn re-sending its history reuses them); 0 turns it off",
+    )
+    parser.add_argument(
+        "--full-templating",
+        action="store_true",
+        help="template every chat prompt in full: turns off incremental templating (a turn whose history this "
+        "worker rendered is templated from its previous prompt, checked per kind of turn); the segment cache stays",
     )
     parser.add_argument(
         "--mm-cache-redis",

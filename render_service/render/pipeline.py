@@ -532,8 +532,9 @@ def make_context(model: Model, settings: Settings, adapters: AdapterRegistry | N
     if cache is None:
         logger.info("segment cache off: %s", why_not)
     guard = prefix.guard_for(cache, segmenter, model.encode)
-    # Incremental templating goes with the segment cache (--segment-cache-bytes 0 turns both off).
-    memo = history.HistoryRenderer() if settings.segment_cache_bytes > 0 else None
+    # Incremental templating goes with the segment cache (--segment-cache-bytes 0 turns both off);
+    # --full-templating turns it off alone.
+    memo = history.HistoryRenderer() if settings.segment_cache_bytes > 0 and not settings.full_templating else None
     return RenderContext(
         model, settings, vision, limits, adapters=adapters, segments=cache, prefix_guard=guard, history=memo
     )

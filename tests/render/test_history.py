@@ -158,3 +158,20 @@ def test_an_error_in_a_new_message_reads_as_for_the_whole_request(contexts: Any)
     incremental_error = _ids(incremental, body)
     assert isinstance(incremental_error, tuple) and incremental_error == _ids(full, body)
     assert "messages.2" in json.dumps(incremental_error[1])
+
+
+def test_full_templating_keeps_the_segment_cache_and_renders_every_turn_in_full(tmp_path: Path) -> None:
+    """`--full-templating` is the operator's switch for templates they do not want judged by the
+    per-kind check: no incremental renders, the segment cache still on, the same ids."""
+    from benchmarks.agent_turns import conversation
+
+    folder = build_example_model(tmp_path / "m", "qwen3")
+    default = Settings(model=str(folder), served_model_name=["m"]).validate()
+    forced = Settings(model=str(folder), served_model_name=["m"], full_templating=True).validate()
+    model = load_model(default)
+    incremental, full = render.make_context(model, default), render.make_context(model, forced)
+    assert full.history is None and full.segments is not None
+    for body in conversation(turns=8, seed=3):
+        body.update(model="m", tool_choice="none")
+        assert _ids(incremental, body) == _ids(full, body)
+    assert incremental.history is not None and incremental.history.stats().incremental >= 1
