@@ -604,6 +604,9 @@ class Vouch:
     echo: _Echo | None = None  # the digest of the echo as received
     request_digest: bytes | None = None  # of the chat request and prompt ids as received
     vouched: Vouched = Vouched.NOTHING
+    # The stream id and position the store was asked for (found or not): asked once per chunk, so
+    # a miss or a rejected snapshot is one Redis round trip and counted once.
+    looked_up: tuple[str, int] | None = None
 
 
 async def vouch(ctx: DerenderContext, body: Any) -> Vouch:
@@ -629,13 +632,14 @@ async def vouch(ctx: DerenderContext, body: Any) -> Vouch:
     if not (isinstance(sid, str) and len(sid) <= 64 and isinstance(ids, list)):
         return Vouch(request_digest=request_digest)
     snapshot = await ctx.store.get(snapshot_key(ctx.fingerprint, sid, len(ids)))
+    looked_up = (sid, len(ids))
     echo = _Echo.of(ids, value.get("output_chunk_lens", [])) if snapshot is not None else None
     if snapshot is None or not _snapshot_matches(ctx, snapshot, sid, len(ids), echo):
-        return Vouch(snapshot, request_digest=request_digest)
+        return Vouch(snapshot, request_digest=request_digest, looked_up=looked_up)
     vouched = Vouched.ECHO
     if request_digest is not None and snapshot.get("rq") == request_digest:
         vouched |= Vouched.REQUEST
-    return Vouch(snapshot, echo, request_digest, vouched)
+    return Vouch(snapshot, echo, request_digest, vouched, looked_up)
 
 
 def _vllm_state(state: dict[str, Any]) -> dict[str, Any]:
@@ -867,7 +871,7 @@ async def _parsed_stream(
     elif not ctx.compact:
         echo = _Echo.of(state["output_token_ids"], state["output_chunk_lens"])
     snapshot = None
-    if vouch.snapshot is not None:
+    if vouch.snapshot is not None or (vouch.looked_up is not None and vouch.looked_up == (sid, position)):
         snapshot = vouch.snapshot
     elif sid is not None and ctx.store is not None and isinstance(sid, str) and len(sid) <= 64:
         snapshot = await ctx.store.get(snapshot_key(ctx.fingerprint, sid, position), required=compact_continuation)
