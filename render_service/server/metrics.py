@@ -173,6 +173,14 @@ class EndpointMetrics:
         child.inc()
 
 
+def _unlabelled(
+    family: type[CounterMetricFamily | GaugeMetricFamily], name: str, help_text: str, value: float
+) -> Metric:
+    metric = family(name, help_text)
+    metric.add_metric([], value)
+    return metric
+
+
 class _PromptReuseCollector(Collector):
     def __init__(
         self, segments: SegmentEncoder | None, guard: PrefixGuard | None, history: HistoryRenderer | None
@@ -199,9 +207,7 @@ class _PromptReuseCollector(Collector):
                     stats.reused_tokens,
                 ),
             ):
-                counter = CounterMetricFamily(name, help_text)
-                counter.add_metric([], value)
-                yield counter
+                yield _unlabelled(CounterMetricFamily, name, help_text, value)
             for name, help_text, value in (
                 ("render_segment_cache_bytes", "Bytes held by the segment cache (pieces)", stats.bytes),
                 ("render_segment_cache_entries", "Pieces held by the segment cache", stats.entries),
@@ -211,9 +217,7 @@ class _PromptReuseCollector(Collector):
                     stats.max_bytes,
                 ),
             ):
-                gauge = GaugeMetricFamily(name, help_text)
-                gauge.add_metric([], value)
-                yield gauge
+                yield _unlabelled(GaugeMetricFamily, name, help_text, value)
         if self._guard is not None:
             statuses, causes, records, held = self._guard.stats()
             checks = CounterMetricFamily(
@@ -234,9 +238,7 @@ class _PromptReuseCollector(Collector):
                 ("render_prefix_records", "Recent prompts held for the next turn's check", records),
                 ("render_prefix_record_bytes", "Bytes held by those prompts", held),
             ):
-                gauge = GaugeMetricFamily(name, help_text)
-                gauge.add_metric([], value)
-                yield gauge
+                yield _unlabelled(GaugeMetricFamily, name, help_text, value)
         if self._history is not None:
             history = self._history.stats()
             for name, help_text, value in (
@@ -253,6 +255,4 @@ class _PromptReuseCollector(Collector):
                     history.mismatches,
                 ),
             ):
-                counter = CounterMetricFamily(name, help_text)
-                counter.add_metric([], value)
-                yield counter
+                yield _unlabelled(CounterMetricFamily, name, help_text, value)
