@@ -22,7 +22,7 @@
 # 8. size     the image size as buildah reports it, and the base for comparison.
 #
 # Environment: IMAGE (localhost/render-service:dev), BASE_IMAGE (localhost/debian-python:bookworm),
-# SUITE (bookworm), MIRROR (a Debian mirror URL; default: debootstrap's own), WORK (/var/tmp/render-service-image),
+# SUITE (bookworm), MIRROR (a Debian mirror URL; default: debootstrap's own), WORK ($XDG_CACHE_HOME/render-service-image, or ~/.cache/...),
 # STORAGE_DRIVER (vfs), REBUILD_BASE (0), BUILD_CA (the host CA bundle, if any), PORT (a free one).
 set -euo pipefail
 
@@ -32,7 +32,7 @@ IMAGE=${IMAGE:-localhost/render-service:dev}
 BASE_IMAGE=${BASE_IMAGE:-localhost/debian-python:bookworm}
 SUITE=${SUITE:-bookworm}
 MIRROR=${MIRROR:-}
-WORK=${WORK:-/var/tmp/render-service-image}
+WORK=${WORK:-${XDG_CACHE_HOME:-$HOME/.cache}/render-service-image}
 STORAGE_DRIVER=${STORAGE_DRIVER:-vfs}
 REBUILD_BASE=${REBUILD_BASE:-0}
 PORT=${PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
