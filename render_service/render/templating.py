@@ -819,6 +819,8 @@ def _hf_tojson(
         key = orjson.dumps(value)
     except (TypeError, orjson.JSONEncodeError):  # non-string keys, big ints, lone surrogates: no memo
         return _TOJSON.encode(value)
+    if b"null" in key:  # orjson writes NaN and infinities as null, json.dumps does not: no memo
+        return _TOJSON.encode(value)
     text = _TOJSON_MEMO.get(key)
     if text is None:
         text = _TOJSON.encode(value)

@@ -66,3 +66,14 @@ def test_template_errors_are_400_with_hf_message(tokenizer) -> None:
     template = "{{ raise_exception('only user messages, please') }}"
     with pytest.raises(BadRequestError, match="only user messages, please"):
         templating.render_prompt(tokenizer, template, [{"role": "user", "content": "x"}], None, {})
+
+
+def test_tojson_memo_never_confuses_values_orjson_writes_alike() -> None:
+    """`tojson` memoises dicts by their orjson bytes; orjson writes NaN and infinities as null
+    where json.dumps writes NaN/Infinity, so such dicts must not share an entry with null ones."""
+    import json
+
+    from render_service.render.templating import _hf_tojson
+
+    for value in ({"a": None}, {"a": float("nan")}, {"a": None}, {"a": float("inf")}, {"a": [None, 1.5]}):
+        assert _hf_tojson(value) == json.dumps(value, ensure_ascii=False)
