@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from render_service.model.loader import Model, load_model
 from render_service.server.app import create_app
 from render_service.settings import Settings
-from tests.gateway.scripted_engine import Script, ScriptedEngine, free_port, scripted_engine, serve_in_thread
+from tests.gateway.scripted_engine import Script, ScriptedEngine, scripted_engine, serve_in_thread
 
 MODEL = "tinyqwen3"
 
@@ -104,6 +105,14 @@ def sse_events(response: httpx.Response) -> list[Any]:
     return events
 
 
+# Bound and never listening: connecting is refused, and no other process can take the port
+# meanwhile (a merely free port was once taken by a parallel run's server, which answered 404).
+_REFUSING_SOCKETS: list[socket.socket] = []
+
+
 def unused_url() -> str:
     """A loopback URL nothing listens on (connection refused)."""
-    return f"http://127.0.0.1:{free_port()}"
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    _REFUSING_SOCKETS.append(sock)
+    return f"http://127.0.0.1:{sock.getsockname()[1]}"
