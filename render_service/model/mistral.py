@@ -20,10 +20,13 @@ is `mistral`.
 from __future__ import annotations
 
 import copy
+import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger("render_service.model.mistral")
 
 # The special tokens that survive `skip_special_tokens` (vLLM's `to_decode_special_tokens`).
 KEPT_SPECIAL_TOKENS = ("[TOOL_CALLS]", "[ARGS]", "[THINK]", "[/THINK]")
@@ -47,6 +50,66 @@ def _piece_bytes(token: Any) -> bytes | None:
         except ValueError:
             return None
     return None
+
+
+# Text a Mistral prompt holds besides prose: markers that are special tokens elsewhere (plain text
+# to Tekken's `encode`), JSON as tools and tool calls are written, long runs, digits, whitespace.
+MISTRAL_SELF_TEST_CORPUS = (
+    '[INST]hello[/INST] [TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}</s>[THINK]x[/THINK]',
+    '[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]',
+    "\u2581\u2581 sentencepiece marks and <s> </s> <unk> [IMG] [SYSTEM_PROMPT]",
+    "x" * 5000,
+    "0123456789" * 300,
+    " \n" * 700 + "\t" * 300,
+)
+
+
+def tekken_fastokens(
+    ranks: dict[bytes, int], pattern: str, shift: int, library_encode: Callable[[str], list[int]]
+) -> Callable[[str], list[int]] | None:
+    """fastokens over Tekken's BPE ranks, giving the library's shifted ids, or None when it
+    cannot load them or differs from `library_encode` on the self-test corpus.
+
+    fastokens wants ids from 0 without gaps, and Tekken's text ids start after its special
+    tokens; the gap is filled with two-byte tokens that begin with a byte UTF-8 never uses, so
+    text can never produce them (and the self-test would see it if it did).
+    """
+    import base64
+    import tempfile
+
+    from render_service.model.backends import SELF_TEST_CORPUS
+
+    try:
+        import fastokens
+    except ImportError:
+        return None
+    fillers: list[bytes] = []
+    for lead in range(0xFF, 0xF7, -1):  # 0xF8-0xFF never occur in UTF-8
+        fillers.extend(piece for piece in (bytes([lead, low]) for low in range(256)) if piece not in ranks)
+        if len(fillers) >= shift:
+            break
+    if len(fillers) < shift:
+        return None
+    lines = [f"{base64.b64encode(piece).decode()} {index}" for index, piece in enumerate(fillers[:shift])]
+    lines.extend(f"{base64.b64encode(piece).decode()} {rank + shift}" for piece, rank in ranks.items())
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            ranks_file = Path(directory) / "tekken.tiktoken"
+            ranks_file.write_text("\n".join(lines) + "\n", encoding="ascii")
+            tokenizer = fastokens.Tokenizer.from_tiktoken(str(ranks_file), pattern=pattern, special_tokens={})
+    except Exception as exc:  # a pattern or vocabulary fastokens does not take
+        logger.warning("fastokens cannot load this Tekken vocabulary (%s); encoding with tiktoken", exc)
+        return None
+
+    def encode(text: str) -> list[int]:
+        ids: list[int] = tokenizer.encode_ordinary(text).ids
+        return ids
+
+    for text in (*SELF_TEST_CORPUS, *MISTRAL_SELF_TEST_CORPUS):
+        if encode(text) != library_encode(text):
+            logger.warning("fastokens differs from mistral-common on %r; encoding with tiktoken", text[:40])
+            return None
+    return encode
 
 
 class MistralUnavailableError(RuntimeError):
@@ -98,8 +161,9 @@ class MistralTokenizer:
             vocab[self.raw.id_to_piece(index)] = index
         self._vocab = dict(sorted(vocab.items(), key=lambda item: item[1]))
         self.tokenizer_file = Path(self.raw.file_path) if self.is_tekken else None
+        self.encoder = "sentencepiece"
         if self.is_tekken:
-            self._memoize_tekken_encode()
+            self._fast_tekken_encode()
         self._memoize_tool_schema_checks()
 
     def _memoize_tool_schema_checks(self, entries: int = 1024) -> None:
@@ -124,12 +188,13 @@ class MistralTokenizer:
 
         validator._validate_function = validate_function  # this instance only
 
-    def _memoize_tekken_encode(self, cache_chars: int = 32 * 1024 * 1024) -> None:
-        """Tekken's `encode`, same ids, faster: mistral-common shifts every id in Python through a
-        property (half its encode time), and chat history repeats from request to request, so
-        each text's ids are kept (LRU, bounded by `cache_chars` characters of text)."""
-        from cachetools import LRUCache
-
+    def _fast_tekken_encode(self, cache_chars: int = 32 * 1024 * 1024) -> None:
+        """Tekken's `encode`, same ids, faster. mistral-common encodes with tiktoken and then
+        shifts every id past the special tokens in Python; here the same ranks, already shifted,
+        go to fastokens (several times faster on text it has not seen), once it has encoded a
+        self-test corpus exactly as the library does. Without that, the library's encoder with
+        the ids of each text kept (LRU, bounded by `cache_chars` characters: chat history repeats
+        from request to request)."""
         raw = self.raw
         model = raw._model
         # Tekken registers no tiktoken special tokens (mistral-common handles them itself), so
@@ -137,6 +202,27 @@ class MistralTokenizer:
         bpe = model.encode_ordinary if not model.special_tokens_set else model.encode
         shift = raw.num_special_tokens
         bos_id, eos_id = raw.bos_id, raw.eos_id
+
+        def library_encode(s: str) -> list[int]:
+            return [t + shift for t in bpe(s)]
+
+        fast = tekken_fastokens(raw._tekken_token2id_nospecial, model._pat_str, shift, library_encode)
+        if fast is not None:
+
+            def fast_encode(s: str, bos: bool, eos: bool) -> list[int]:
+                out: list[int] = fast(s)
+                if bos:
+                    out.insert(0, bos_id)
+                if eos:
+                    out.append(eos_id)
+                return out
+
+            raw.encode = fast_encode  # this instance only; the ids are proven the library's own
+            self.encoder = "fastokens"
+            return
+
+        from cachetools import LRUCache
+
         cache: LRUCache[str, tuple[int, ...]] = LRUCache(maxsize=cache_chars, getsizeof=lambda ids: len(ids) + 64)
         lock = threading.Lock()
 
@@ -144,7 +230,7 @@ class MistralTokenizer:
             with lock:
                 ids = cache.get(s)
             if ids is None:
-                ids = tuple([t + shift for t in bpe(s)])
+                ids = tuple(library_encode(s))
                 if len(ids) + 64 <= cache_chars:
                     with lock:
                         cache[s] = ids
@@ -156,6 +242,7 @@ class MistralTokenizer:
             return out
 
         raw.encode = encode  # this instance only; the ids are the library's own
+        self.encoder = "tiktoken"
 
     def encode_chat(self, request: Any) -> list[int]:
         """`encode_chat_completion(request).tokens` without the text of the prompt, which

@@ -93,3 +93,35 @@ def test_the_fast_paths_give_mistral_commons_ids(v13_dir: Path) -> None:
         request = ChatCompletionRequest.from_openai(messages=messages, tools=tools)
         assert tok.encode_chat(request) == tok.mistral.encode_chat_completion(request).tokens
         assert tok.encode_chat(request) == tok.mistral.encode_chat_completion(request).tokens  # warm
+
+
+def test_tekken_text_encodes_with_fastokens_and_the_library_ids(v13_dir: Path) -> None:
+    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+    from render_service.model.mistral import MistralTokenizer
+
+    tok = MistralTokenizer(v13_dir)
+    assert tok.encoder == "fastokens"
+    texts = [
+        "".join(chr(code) for code in range(32, 0x800)),  # every 1- and 2-byte UTF-8 character
+        "naïve café 東京 🎉 [INST] [/INST] </s> " * 50,
+        '{"name": "run_query", "arguments": {"sql": "SELECT 1", "limit": 10}}',
+    ]
+    for text in texts:
+        ids = tok.raw.encode(text, False, False)
+        assert ids == Tekkenizer.encode(tok.raw, text, False, False)
+        assert min(ids) >= tok.raw.num_special_tokens  # never a filler id
+
+
+def test_fastokens_is_not_used_when_it_differs_from_the_library(v13_dir: Path) -> None:
+    from render_service.model.mistral import MistralTokenizer, tekken_fastokens
+
+    raw = MistralTokenizer(v13_dir).raw
+    shift = raw.num_special_tokens
+
+    def library(text: str) -> list[int]:
+        return [rank + shift for rank in raw._model.encode_ordinary(text)]
+
+    ranks, pattern = raw._tekken_token2id_nospecial, raw._model._pat_str
+    assert tekken_fastokens(ranks, pattern, shift, library) is not None
+    assert tekken_fastokens(ranks, pattern, shift, lambda text: library(text)[::-1]) is None
