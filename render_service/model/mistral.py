@@ -19,7 +19,6 @@ is `mistral`.
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -245,22 +244,70 @@ class MistralTokenizer:
         self.encoder = "tiktoken"
 
     def encode_chat(self, request: Any) -> list[int]:
-        """`encode_chat_completion(request).tokens` without the text of the prompt, which
-        mistral-common decodes from the ids at the end (as long as the encoding) and we never read."""
-        if request.truncate_for_context_length:
+        """`encode_chat_completion(request).tokens`: the library's steps (validate, normalize,
+        encode each message with the version's own encoders), without its `Tokenized` result,
+        a pydantic model that checks every id again and decodes the whole prompt to text, which
+        is never read here (a third of a warm render). Versions whose prompt assembly is not
+        the two known loops, and truncation, go through the library's own call."""
+        if request.truncate_for_context_length or not self._known_assembly:
             return list(self.mistral.encode_chat_completion(request).tokens)
         validated = self.mistral._chat_completion_request_validator.validate_request(request)
-        instruct_request = self.mistral._instruct_request_normalizer.from_chat_completion_request(validated)
-        return list(self._textless_instruct.encode_instruct(instruct_request).tokens)
+        return self._assemble(self.mistral._instruct_request_normalizer.from_chat_completion_request(validated))
 
     @property
-    def _textless_instruct(self) -> Any:
-        instruct = getattr(self, "_textless", None)
-        if instruct is None:
-            instruct = copy.copy(self.instruct)  # shares the vocabulary; only `decode` differs
-            instruct.decode = lambda tokens, special_token_policy=None: ""
-            self._textless = instruct
-        return instruct
+    def _known_assembly(self) -> bool:
+        from mistral_common.tokens.tokenizers.instruct import InstructTokenizerBase, InstructTokenizerV2
+
+        own = type(self.instruct).encode_instruct
+        return own is InstructTokenizerBase.encode_instruct or own is InstructTokenizerV2.encode_instruct
+
+    def _assemble(self, request: Any) -> list[int]:
+        """mistral-common 1.13's `encode_instruct` (with V2's tool-result check first), keeping
+        the ids only: BOS, then each message's ids from the version's encoder, in order."""
+        from mistral_common.exceptions import TokenizerException
+        from mistral_common.protocol.instruct.messages import (
+            AssistantMessage,
+            SystemMessage,
+            ToolMessage,
+            UserMessage,
+        )
+        from mistral_common.tokens.tokenizers.instruct import InstructTokenizerV2
+
+        instruct = self.instruct
+        if isinstance(instruct, InstructTokenizerV2):
+            instruct._validate_tool_results(request=request)
+        instruct.validate_messages(request.messages)
+        first_user, last_user = instruct.find_first_last_user(request)
+        last = len(request.messages) - 1
+        parts: list[list[int] | None] = []
+        for index, message in enumerate(request.messages):
+            ids: list[int] | None
+            if isinstance(message, UserMessage):
+                ids, _, _ = instruct.encode_user_message(
+                    message,
+                    request.available_tools,
+                    index == last_user,
+                    index == first_user,
+                    system_prompt=request.system_prompt,
+                    force_img_first=True,
+                    settings=request.settings,
+                )
+            elif isinstance(message, ToolMessage):
+                ids, _, _ = instruct.encode_tool_message(message, index < last_user)
+            elif isinstance(message, AssistantMessage):
+                ids = instruct.encode_assistant_message(message=message, is_before_last_user_message=index < last_user)
+                if message.prefix:
+                    assert index == last
+            elif isinstance(message, SystemMessage):
+                ids, _ = instruct.encode_system_message(message)
+            else:
+                raise TokenizerException(f"Unknown message type {type(message)}")
+            parts.append(ids)
+        tokens: list[int] = instruct.start()
+        for ids in parts:
+            if ids is not None:
+                tokens.extend(ids)
+        return tokens
 
     def _special_text(self, token_id: int) -> str:
         from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
