@@ -25,11 +25,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
+from cachetools import LRUCache
+
 logger = logging.getLogger("render_service.model.mistral")
 
 # The special tokens that survive `skip_special_tokens` (vLLM's `to_decode_special_tokens`).
 KEPT_SPECIAL_TOKENS = ("[TOOL_CALLS]", "[ARGS]", "[THINK]", "[/THINK]")
 REPLACEMENT_CHAR = "\ufffd"
+# Distinct tool lists kept converted, and the largest one kept (its JSON, in bytes).
+TOOLS_CACHE_ENTRIES = 256
+TOOLS_CACHE_MAX_KEY = 1 << 20
 # vLLM hands out a Tekken piece that is an incomplete UTF-8 sequence as `bytes`, which its render
 # tier then cannot put in a stream_state (a 400 mid-stream). Here such a piece is this marker and
 # the bytes in hex: a string the state carries as JSON. U+FDD0 is a noncharacter, not in any piece.
@@ -164,28 +170,75 @@ class MistralTokenizer:
         if self.is_tekken:
             self._fast_tekken_encode()
         self._memoize_tool_schema_checks()
+        # Tool lists converted to mistral-common's models, by their JSON (`chat_request`).
+        self._tools_cache: LRUCache[bytes, list[Any]] = LRUCache(maxsize=TOOLS_CACHE_ENTRIES)
+        self._tools_lock = threading.Lock()
 
     def _memoize_tool_schema_checks(self, entries: int = 1024) -> None:
         """The validator checks every tool's parameters against the JSON Schema meta-schema on
         every request (most of a warm render's time); a function that passed once passes again,
-        so passing functions are remembered by their JSON (failures are checked every time)."""
-        from cachetools import LRUCache
-
+        so passing functions are remembered: the very objects `chat_request` reuses for a tool
+        list it has seen, and any other by its JSON (failures are checked every time)."""
         validator = self.mistral._chat_completion_request_validator
         check = validator._validate_function
         passed: LRUCache[str, bool] = LRUCache(maxsize=entries)
+        # id -> the object itself: holding it keeps the id from being reused by another object.
+        passed_objects: LRUCache[int, Any] = LRUCache(maxsize=entries)
         lock = threading.Lock()
 
         def validate_function(function: Any) -> None:
+            with lock:
+                if passed_objects.get(id(function)) is function:
+                    return
             key = function.model_dump_json()
             with lock:
                 if key in passed:
+                    passed_objects[id(function)] = function
                     return
             check(function)
             with lock:
                 passed[key] = True
+                passed_objects[id(function)] = function
 
         validator._validate_function = validate_function  # this instance only
+
+    def chat_request(
+        self, messages: list[Any], tools: list[dict[str, Any]] | None, continue_final: bool, reasoning_effort: Any
+    ) -> Any:
+        """`ChatCompletionRequest.from_openai(messages, tools, continue_final_message, reasoning_effort)`,
+        the library's own steps in its order, minus two per-request costs: a pydantic `TypeAdapter`
+        built to check a flag that is already a bool, and the conversion of a tool list this
+        tokenizer has converted before (kept by its JSON; tools are read, never changed, by
+        validation and encoding)."""
+        from mistral_common.protocol.instruct.converters import convert_openai_messages, convert_openai_tools
+        from mistral_common.protocol.instruct.request import ChatCompletionRequest, _map_continue_final_message
+
+        converted = _map_continue_final_message(
+            messages=convert_openai_messages(messages), continue_final_message=bool(continue_final)
+        )
+        return ChatCompletionRequest.model_validate(
+            {
+                "messages": converted,
+                "tools": None if tools is None else self._converted_tools(tools, convert_openai_tools),
+                "random_seed": None,
+                "reasoning_effort": reasoning_effort,
+            },
+            extra="ignore",
+        )
+
+    def _converted_tools(self, tools: list[dict[str, Any]], convert: Callable[[list[Any]], list[Any]]) -> list[Any]:
+        try:
+            key = orjson.dumps(tools)
+        except TypeError:  # not plain JSON: convert it every time
+            return convert(tools)
+        with self._tools_lock:
+            converted = self._tools_cache.get(key)
+        if converted is None:
+            converted = convert(tools)  # raises for invalid tools, which are not kept
+            if len(key) <= TOOLS_CACHE_MAX_KEY:
+                with self._tools_lock:
+                    self._tools_cache[key] = converted
+        return list(converted)
 
     def _fast_tekken_encode(self, cache_chars: int = 32 * 1024 * 1024) -> None:
         """Tekken's `encode`, same ids, faster. mistral-common encodes with tiktoken and then
@@ -219,8 +272,6 @@ class MistralTokenizer:
             raw.encode = fast_encode  # this instance only; the ids are proven the library's own
             self.encoder = "fastokens"
             return
-
-        from cachetools import LRUCache
 
         cache: LRUCache[str, tuple[int, ...]] = LRUCache(maxsize=cache_chars, getsizeof=lambda ids: len(ids) + 64)
         lock = threading.Lock()

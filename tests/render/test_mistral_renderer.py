@@ -125,3 +125,38 @@ def test_fastokens_is_not_used_when_it_differs_from_the_library(v13_dir: Path) -
     ranks, pattern = raw._tekken_token2id_nospecial, raw._model._pat_str
     assert tekken_fastokens(ranks, pattern, shift, library) is not None
     assert tekken_fastokens(ranks, pattern, shift, lambda text: library(text)[::-1]) is None
+
+
+def test_chat_request_is_from_openais_request(v13_dir: Path) -> None:
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+
+    from render_service.model.mistral import MistralTokenizer
+
+    tok = MistralTokenizer(v13_dir)
+    tools = [
+        {"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}},
+        {"type": "function", "function": {"name": "g", "parameters": {"type": "object", "properties": {}}}},
+    ]
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Yo", "reasoning": "hm"},
+        {"role": "user", "content": "?"},
+        {"role": "assistant", "content": "partial"},
+    ]
+    for continue_final in (False, True):
+        for effort in (None, "high"):
+            for _ in range(2):  # the second time the tools come from the cache
+                ours = tok.chat_request(messages, tools, continue_final, effort)
+                theirs = ChatCompletionRequest.from_openai(
+                    messages=messages, tools=tools, continue_final_message=continue_final, reasoning_effort=effort
+                )
+                assert ours == theirs
+    assert tok.chat_request(messages, None, False, None) == ChatCompletionRequest.from_openai(messages=messages)
+    bad = [{"type": "function", "function": {"parameters": {}}}]  # no name: the library's error, never kept
+    for _ in range(2):
+        with pytest.raises(Exception) as ours_error:
+            tok.chat_request(messages, bad, False, None)
+        with pytest.raises(Exception) as theirs_error:
+            ChatCompletionRequest.from_openai(messages=messages, tools=bad)
+        assert str(ours_error.value) == str(theirs_error.value)
