@@ -19,9 +19,11 @@ is `mistral`.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +175,10 @@ class MistralTokenizer:
         # Tool lists converted to mistral-common's models, by their JSON (`chat_request`).
         self._tools_cache: LRUCache[bytes, list[Any]] = LRUCache(maxsize=TOOLS_CACHE_ENTRIES)
         self._tools_lock = threading.Lock()
+        # Their `[AVAILABLE_TOOLS]` blocks, by the identity of the tool objects (`_tools_block`).
+        self._tools_blocks: LRUCache[tuple[int, ...], tuple[tuple[Any, ...], list[int]]] = LRUCache(
+            maxsize=TOOLS_CACHE_ENTRIES
+        )
 
     def _memoize_tool_schema_checks(self, entries: int = 1024) -> None:
         """The validator checks every tool's parameters against the JSON Schema meta-schema on
@@ -330,19 +336,25 @@ class MistralTokenizer:
         instruct.validate_messages(request.messages)
         first_user, last_user = instruct.find_first_last_user(request)
         last = len(request.messages) - 1
+        tools_at = self._tools_position
         parts: list[list[int] | None] = []
         for index, message in enumerate(request.messages):
             ids: list[int] | None
             if isinstance(message, UserMessage):
+                is_last, is_first = index == last_user, index == first_user
+                # The tools block, when this message carries it, comes from the cache (see below).
+                tools_here = tools_at is not None and bool(request.available_tools) and tools_at(is_first, is_last)
                 ids, _, _ = instruct.encode_user_message(
                     message,
-                    request.available_tools,
-                    index == last_user,
-                    index == first_user,
+                    None if tools_here else request.available_tools,
+                    is_last,
+                    is_first,
                     system_prompt=request.system_prompt,
                     force_img_first=True,
                     settings=request.settings,
                 )
+                if tools_here:
+                    ids = [*self._tools_block(request.available_tools), *ids]
             elif isinstance(message, ToolMessage):
                 ids, _, _ = instruct.encode_tool_message(message, index < last_user)
             elif isinstance(message, AssistantMessage):
@@ -359,6 +371,43 @@ class MistralTokenizer:
             if ids is not None:
                 tokens.extend(ids)
         return tokens
+
+    @cached_property
+    def _tools_position(self) -> Callable[[bool, bool], bool] | None:
+        """Whether a user message (is_first, is_last) carries the tools block, when this version's
+        user-message encoder is the library's V7/V2 pair, whose block is
+        `[AVAILABLE_TOOLS] json.dumps(tools) [/AVAILABLE_TOOLS]` before the model settings and
+        `[INST]`; None for any other encoder (the tools then go to it every time)."""
+        from mistral_common.tokens.tokenizers.instruct import (
+            InstructTokenizerV2,
+            InstructTokenizerV7,
+            UserMessagePosition,
+        )
+
+        own = type(self.instruct).encode_user_message
+        if own is not InstructTokenizerV7.encode_user_message and own is not InstructTokenizerV2.encode_user_message:
+            return None
+        if self.instruct._message_position_to_encode_tools_settings == UserMessagePosition.first:
+            return lambda is_first, is_last: is_first
+        return lambda is_first, is_last: is_last
+
+    def _tools_block(self, tools: list[Any]) -> list[int]:
+        """`[AVAILABLE_TOOLS] ... [/AVAILABLE_TOOLS]` as the library writes it, once per tool list
+        (the same tool objects: `chat_request` reuses them for a list it has seen)."""
+        key = tuple(id(tool) for tool in tools)
+        with self._tools_lock:
+            entry = self._tools_blocks.get(key)
+        if entry is not None and all(a is b for a, b in zip(entry[0], tools, strict=True)):
+            return entry[1]
+        dumped = [tool.model_dump(exclude={"function": {"strict": True}}) for tool in tools]
+        ids = [
+            self.instruct.BEGIN_AVAILABLE_TOOLS,
+            *self.raw.encode(json.dumps(dumped, ensure_ascii=False), bos=False, eos=False),
+            self.instruct.END_AVAILABLE_TOOLS,
+        ]
+        with self._tools_lock:  # the tools are kept with their ids, so no id is reused meanwhile
+            self._tools_blocks[key] = (tuple(tools), ids)
+        return ids
 
     def _special_text(self, token_id: int) -> str:
         from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy

@@ -160,3 +160,30 @@ def test_chat_request_is_from_openais_request(v13_dir: Path) -> None:
         with pytest.raises(Exception) as theirs_error:
             ChatCompletionRequest.from_openai(messages=messages, tools=bad)
         assert str(ours_error.value) == str(theirs_error.value)
+
+
+@pytest.mark.parametrize("version", ["v7", "v11", "v13"])
+def test_the_cached_tools_block_is_the_librarys(version: str, tmp_path: Path) -> None:
+    """The tools block goes before the first user message (v13) or the last (v7, v11); it is built
+    once per tool list and reused, and each prompt equals mistral-common's."""
+    from render_service.model.mistral import MistralTokenizer
+
+    tok = MistralTokenizer(build_mistral_model(tmp_path / version, version))
+    tools = [
+        {"type": "function", "function": {"name": "f", "description": "é", "parameters": {"type": "object"}}},
+        {"type": "function", "function": {"name": "g", "parameters": {"type": "object"}, "strict": True}},
+    ]
+    chats = [
+        [{"role": "user", "content": "one"}],
+        [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "one"},
+            {"role": "assistant", "content": "two"},
+            {"role": "user", "content": "three"},
+        ],
+    ]
+    for messages in chats:
+        for tool_list in (tools, tools[:1], tools):
+            request = tok.chat_request(messages, tool_list, False, None)
+            assert tok.encode_chat(request) == tok.mistral.encode_chat_completion(request).tokens
+    assert len(tok._tools_blocks) == 2  # one block per distinct list, however often it is sent
