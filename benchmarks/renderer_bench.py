@@ -138,14 +138,21 @@ async def measure(
         latencies: dict[str, list[float]] = {name: [] for name in servers}
         per_round = max(1, requests // rounds)
         timed = timed or bodies
+        timed_ids: dict[str, dict[int, list[int]]] = {name: {} for name in servers}
         for round_index in range(rounds):
             for name, server in servers.items():
                 before = server.cpu_seconds_precise() or 0.0
                 for index in range(per_round):
+                    position = (round_index * per_round + index) % len(timed)
                     started = asyncio.get_running_loop().time()
-                    await _post(clients[name], timed[(round_index * per_round + index) % len(timed)])
+                    answer = await _post(clients[name], timed[position])
                     latencies[name].append(asyncio.get_running_loop().time() - started)
+                    timed_ids[name][position] = answer["token_ids"]
                 cpu[name] += (server.cpu_seconds_precise() or 0.0) - before
+        # The timed payloads too (with --fresh, seen first in the timed rounds) gave the same ids.
+        reference = next(iter(timed_ids.values()))
+        if any(ids != reference for ids in timed_ids.values()):
+            raise SystemExit("ABORT: ours and vLLM disagree on the token_ids of a timed payload")
         total = per_round * rounds
         return {
             "prompt_tokens": sum(tokens) / len(tokens),

@@ -227,7 +227,12 @@ def _load_mistral_model(settings: Settings, path: Path, tokenizer_path: Path, co
         renderer_mode="mistral",
     )
     model.renderer = renderers.create_renderer("mistral", tokenizer, model.encode)
-    logger.info("renderer: mistral (mistral-common %s, tokenizer v%d)", tokenizer.library_version, tokenizer.version)
+    logger.info(
+        "renderer: mistral (mistral-common %s, tokenizer v%d, text encoder %s)",
+        tokenizer.library_version,
+        tokenizer.version,
+        tokenizer.encoder,
+    )
     release_freed_memory()
     return model
 

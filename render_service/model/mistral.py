@@ -19,15 +19,25 @@ is `mistral`.
 
 from __future__ import annotations
 
-import copy
+import json
+import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
+
+import orjson
+from cachetools import LRUCache
+
+logger = logging.getLogger("render_service.model.mistral")
 
 # The special tokens that survive `skip_special_tokens` (vLLM's `to_decode_special_tokens`).
 KEPT_SPECIAL_TOKENS = ("[TOOL_CALLS]", "[ARGS]", "[THINK]", "[/THINK]")
 REPLACEMENT_CHAR = "\ufffd"
+# Distinct tool lists kept converted, and the largest one kept (its JSON, in bytes).
+TOOLS_CACHE_ENTRIES = 256
+TOOLS_CACHE_MAX_KEY = 1 << 20
 # vLLM hands out a Tekken piece that is an incomplete UTF-8 sequence as `bytes`, which its render
 # tier then cannot put in a stream_state (a 400 mid-stream). Here such a piece is this marker and
 # the bytes in hex: a string the state carries as JSON. U+FDD0 is a noncharacter, not in any piece.
@@ -47,6 +57,66 @@ def _piece_bytes(token: Any) -> bytes | None:
         except ValueError:
             return None
     return None
+
+
+# Text a Mistral prompt holds besides prose: markers that are special tokens elsewhere (plain text
+# to Tekken's `encode`), JSON as tools and tool calls are written, long runs, digits, whitespace.
+MISTRAL_SELF_TEST_CORPUS = (
+    '[INST]hello[/INST] [TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}</s>[THINK]x[/THINK]',
+    '[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]',
+    "\u2581\u2581 sentencepiece marks and <s> </s> <unk> [IMG] [SYSTEM_PROMPT]",
+    "x" * 5000,
+    "0123456789" * 300,
+    " \n" * 700 + "\t" * 300,
+)
+
+
+def tekken_fastokens(
+    ranks: dict[bytes, int], pattern: str, shift: int, library_encode: Callable[[str], list[int]]
+) -> Callable[[str], list[int]] | None:
+    """fastokens over Tekken's BPE ranks, giving the library's shifted ids, or None when it
+    cannot load them or differs from `library_encode` on the self-test corpus.
+
+    fastokens wants ids from 0 without gaps, and Tekken's text ids start after its special
+    tokens; the gap is filled with two-byte tokens that begin with a byte UTF-8 never uses, so
+    text can never produce them (and the self-test would see it if it did).
+    """
+    import base64
+    import tempfile
+
+    from render_service.model.backends import SELF_TEST_CORPUS
+
+    try:
+        import fastokens
+    except ImportError:
+        return None
+    fillers: list[bytes] = []
+    for lead in range(0xFF, 0xF7, -1):  # 0xF8-0xFF never occur in UTF-8
+        fillers.extend(piece for piece in (bytes([lead, low]) for low in range(256)) if piece not in ranks)
+        if len(fillers) >= shift:
+            break
+    if len(fillers) < shift:
+        return None
+    lines = [f"{base64.b64encode(piece).decode()} {index}" for index, piece in enumerate(fillers[:shift])]
+    lines.extend(f"{base64.b64encode(piece).decode()} {rank + shift}" for piece, rank in ranks.items())
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            ranks_file = Path(directory) / "tekken.tiktoken"
+            ranks_file.write_text("\n".join(lines) + "\n", encoding="ascii")
+            tokenizer = fastokens.Tokenizer.from_tiktoken(str(ranks_file), pattern=pattern, special_tokens={})
+    except Exception as exc:  # a pattern or vocabulary fastokens does not take
+        logger.warning("fastokens cannot load this Tekken vocabulary (%s); encoding with tiktoken", exc)
+        return None
+
+    def encode(text: str) -> list[int]:
+        ids: list[int] = tokenizer.encode_ordinary(text).ids
+        return ids
+
+    for text in (*SELF_TEST_CORPUS, *MISTRAL_SELF_TEST_CORPUS):
+        if encode(text) != library_encode(text):
+            logger.warning("fastokens differs from mistral-common on %r; encoding with tiktoken", text[:40])
+            return None
+    return encode
 
 
 class MistralUnavailableError(RuntimeError):
@@ -98,38 +168,91 @@ class MistralTokenizer:
             vocab[self.raw.id_to_piece(index)] = index
         self._vocab = dict(sorted(vocab.items(), key=lambda item: item[1]))
         self.tokenizer_file = Path(self.raw.file_path) if self.is_tekken else None
+        self.encoder = "sentencepiece"
         if self.is_tekken:
-            self._memoize_tekken_encode()
+            self._fast_tekken_encode()
         self._memoize_tool_schema_checks()
+        # Tool lists converted to mistral-common's models, by their JSON (`chat_request`).
+        self._tools_cache: LRUCache[bytes, list[Any]] = LRUCache(maxsize=TOOLS_CACHE_ENTRIES)
+        self._tools_lock = threading.Lock()
+        # Their `[AVAILABLE_TOOLS]` blocks, by the identity of the tool objects (`_tools_block`).
+        self._tools_blocks: LRUCache[tuple[int, ...], tuple[tuple[Any, ...], list[int]]] = LRUCache(
+            maxsize=TOOLS_CACHE_ENTRIES
+        )
 
     def _memoize_tool_schema_checks(self, entries: int = 1024) -> None:
         """The validator checks every tool's parameters against the JSON Schema meta-schema on
         every request (most of a warm render's time); a function that passed once passes again,
-        so passing functions are remembered by their JSON (failures are checked every time)."""
-        from cachetools import LRUCache
-
+        so passing functions are remembered: the very objects `chat_request` reuses for a tool
+        list it has seen, and any other by its JSON (failures are checked every time)."""
         validator = self.mistral._chat_completion_request_validator
         check = validator._validate_function
         passed: LRUCache[str, bool] = LRUCache(maxsize=entries)
+        # id -> the object itself: holding it keeps the id from being reused by another object.
+        passed_objects: LRUCache[int, Any] = LRUCache(maxsize=entries)
         lock = threading.Lock()
 
         def validate_function(function: Any) -> None:
+            with lock:
+                if passed_objects.get(id(function)) is function:
+                    return
             key = function.model_dump_json()
             with lock:
                 if key in passed:
+                    passed_objects[id(function)] = function
                     return
             check(function)
             with lock:
                 passed[key] = True
+                passed_objects[id(function)] = function
 
         validator._validate_function = validate_function  # this instance only
 
-    def _memoize_tekken_encode(self, cache_chars: int = 32 * 1024 * 1024) -> None:
-        """Tekken's `encode`, same ids, faster: mistral-common shifts every id in Python through a
-        property (half its encode time), and chat history repeats from request to request, so
-        each text's ids are kept (LRU, bounded by `cache_chars` characters of text)."""
-        from cachetools import LRUCache
+    def chat_request(
+        self, messages: list[Any], tools: list[dict[str, Any]] | None, continue_final: bool, reasoning_effort: Any
+    ) -> Any:
+        """`ChatCompletionRequest.from_openai(messages, tools, continue_final_message, reasoning_effort)`,
+        the library's own steps in its order, minus two per-request costs: a pydantic `TypeAdapter`
+        built to check a flag that is already a bool, and the conversion of a tool list this
+        tokenizer has converted before (kept by its JSON; tools are read, never changed, by
+        validation and encoding)."""
+        from mistral_common.protocol.instruct.converters import convert_openai_messages, convert_openai_tools
+        from mistral_common.protocol.instruct.request import ChatCompletionRequest, _map_continue_final_message
 
+        converted = _map_continue_final_message(
+            messages=convert_openai_messages(messages), continue_final_message=bool(continue_final)
+        )
+        return ChatCompletionRequest.model_validate(
+            {
+                "messages": converted,
+                "tools": None if tools is None else self._converted_tools(tools, convert_openai_tools),
+                "random_seed": None,
+                "reasoning_effort": reasoning_effort,
+            },
+            extra="ignore",
+        )
+
+    def _converted_tools(self, tools: list[dict[str, Any]], convert: Callable[[list[Any]], list[Any]]) -> list[Any]:
+        try:
+            key = orjson.dumps(tools)
+        except TypeError:  # not plain JSON: convert it every time
+            return convert(tools)
+        with self._tools_lock:
+            converted = self._tools_cache.get(key)
+        if converted is None:
+            converted = convert(tools)  # raises for invalid tools, which are not kept
+            if len(key) <= TOOLS_CACHE_MAX_KEY:
+                with self._tools_lock:
+                    self._tools_cache[key] = converted
+        return list(converted)
+
+    def _fast_tekken_encode(self, cache_chars: int = 32 * 1024 * 1024) -> None:
+        """Tekken's `encode`, same ids, faster. mistral-common encodes with tiktoken and then
+        shifts every id past the special tokens in Python; here the same ranks, already shifted,
+        go to fastokens (several times faster on text it has not seen), once it has encoded a
+        self-test corpus exactly as the library does. Without that, the library's encoder with
+        the ids of each text kept (LRU, bounded by `cache_chars` characters: chat history repeats
+        from request to request)."""
         raw = self.raw
         model = raw._model
         # Tekken registers no tiktoken special tokens (mistral-common handles them itself), so
@@ -137,6 +260,25 @@ class MistralTokenizer:
         bpe = model.encode_ordinary if not model.special_tokens_set else model.encode
         shift = raw.num_special_tokens
         bos_id, eos_id = raw.bos_id, raw.eos_id
+
+        def library_encode(s: str) -> list[int]:
+            return [t + shift for t in bpe(s)]
+
+        fast = tekken_fastokens(raw._tekken_token2id_nospecial, model._pat_str, shift, library_encode)
+        if fast is not None:
+
+            def fast_encode(s: str, bos: bool, eos: bool) -> list[int]:
+                out: list[int] = fast(s)
+                if bos:
+                    out.insert(0, bos_id)
+                if eos:
+                    out.append(eos_id)
+                return out
+
+            raw.encode = fast_encode  # this instance only; the ids are proven the library's own
+            self.encoder = "fastokens"
+            return
+
         cache: LRUCache[str, tuple[int, ...]] = LRUCache(maxsize=cache_chars, getsizeof=lambda ids: len(ids) + 64)
         lock = threading.Lock()
 
@@ -144,7 +286,7 @@ class MistralTokenizer:
             with lock:
                 ids = cache.get(s)
             if ids is None:
-                ids = tuple([t + shift for t in bpe(s)])
+                ids = tuple(library_encode(s))
                 if len(ids) + 64 <= cache_chars:
                     with lock:
                         cache[s] = ids
@@ -156,24 +298,116 @@ class MistralTokenizer:
             return out
 
         raw.encode = encode  # this instance only; the ids are the library's own
+        self.encoder = "tiktoken"
 
     def encode_chat(self, request: Any) -> list[int]:
-        """`encode_chat_completion(request).tokens` without the text of the prompt, which
-        mistral-common decodes from the ids at the end (as long as the encoding) and we never read."""
-        if request.truncate_for_context_length:
+        """`encode_chat_completion(request).tokens`: the library's steps (validate, normalize,
+        encode each message with the version's own encoders), without its `Tokenized` result,
+        a pydantic model that checks every id again and decodes the whole prompt to text, which
+        is never read here (a third of a warm render). Versions whose prompt assembly is not
+        the two known loops, and truncation, go through the library's own call."""
+        if request.truncate_for_context_length or not self._known_assembly:
             return list(self.mistral.encode_chat_completion(request).tokens)
         validated = self.mistral._chat_completion_request_validator.validate_request(request)
-        instruct_request = self.mistral._instruct_request_normalizer.from_chat_completion_request(validated)
-        return list(self._textless_instruct.encode_instruct(instruct_request).tokens)
+        return self._assemble(self.mistral._instruct_request_normalizer.from_chat_completion_request(validated))
 
     @property
-    def _textless_instruct(self) -> Any:
-        instruct = getattr(self, "_textless", None)
-        if instruct is None:
-            instruct = copy.copy(self.instruct)  # shares the vocabulary; only `decode` differs
-            instruct.decode = lambda tokens, special_token_policy=None: ""
-            self._textless = instruct
-        return instruct
+    def _known_assembly(self) -> bool:
+        from mistral_common.tokens.tokenizers.instruct import InstructTokenizerBase, InstructTokenizerV2
+
+        own = type(self.instruct).encode_instruct
+        return own is InstructTokenizerBase.encode_instruct or own is InstructTokenizerV2.encode_instruct
+
+    def _assemble(self, request: Any) -> list[int]:
+        """mistral-common 1.13's `encode_instruct` (with V2's tool-result check first), keeping
+        the ids only: BOS, then each message's ids from the version's encoder, in order."""
+        from mistral_common.exceptions import TokenizerException
+        from mistral_common.protocol.instruct.messages import (
+            AssistantMessage,
+            SystemMessage,
+            ToolMessage,
+            UserMessage,
+        )
+        from mistral_common.tokens.tokenizers.instruct import InstructTokenizerV2
+
+        instruct = self.instruct
+        if isinstance(instruct, InstructTokenizerV2):
+            instruct._validate_tool_results(request=request)
+        instruct.validate_messages(request.messages)
+        first_user, last_user = instruct.find_first_last_user(request)
+        last = len(request.messages) - 1
+        tools_at = self._tools_position
+        parts: list[list[int] | None] = []
+        for index, message in enumerate(request.messages):
+            ids: list[int] | None
+            if isinstance(message, UserMessage):
+                is_last, is_first = index == last_user, index == first_user
+                # The tools block, when this message carries it, comes from the cache (see below).
+                tools_here = tools_at is not None and bool(request.available_tools) and tools_at(is_first, is_last)
+                ids, _, _ = instruct.encode_user_message(
+                    message,
+                    None if tools_here else request.available_tools,
+                    is_last,
+                    is_first,
+                    system_prompt=request.system_prompt,
+                    force_img_first=True,
+                    settings=request.settings,
+                )
+                if tools_here:
+                    ids = [*self._tools_block(request.available_tools), *ids]
+            elif isinstance(message, ToolMessage):
+                ids, _, _ = instruct.encode_tool_message(message, index < last_user)
+            elif isinstance(message, AssistantMessage):
+                ids = instruct.encode_assistant_message(message=message, is_before_last_user_message=index < last_user)
+                if message.prefix:
+                    assert index == last
+            elif isinstance(message, SystemMessage):
+                ids, _ = instruct.encode_system_message(message)
+            else:
+                raise TokenizerException(f"Unknown message type {type(message)}")
+            parts.append(ids)
+        tokens: list[int] = instruct.start()
+        for ids in parts:
+            if ids is not None:
+                tokens.extend(ids)
+        return tokens
+
+    @cached_property
+    def _tools_position(self) -> Callable[[bool, bool], bool] | None:
+        """Whether a user message (is_first, is_last) carries the tools block, when this version's
+        user-message encoder is the library's V7/V2 pair, whose block is
+        `[AVAILABLE_TOOLS] json.dumps(tools) [/AVAILABLE_TOOLS]` before the model settings and
+        `[INST]`; None for any other encoder (the tools then go to it every time)."""
+        from mistral_common.tokens.tokenizers.instruct import (
+            InstructTokenizerV2,
+            InstructTokenizerV7,
+            UserMessagePosition,
+        )
+
+        own = type(self.instruct).encode_user_message
+        if own is not InstructTokenizerV7.encode_user_message and own is not InstructTokenizerV2.encode_user_message:
+            return None
+        if self.instruct._message_position_to_encode_tools_settings == UserMessagePosition.first:
+            return lambda is_first, is_last: is_first
+        return lambda is_first, is_last: is_last
+
+    def _tools_block(self, tools: list[Any]) -> list[int]:
+        """`[AVAILABLE_TOOLS] ... [/AVAILABLE_TOOLS]` as the library writes it, once per tool list
+        (the same tool objects: `chat_request` reuses them for a list it has seen)."""
+        key = tuple(id(tool) for tool in tools)
+        with self._tools_lock:
+            entry = self._tools_blocks.get(key)
+        if entry is not None and all(a is b for a, b in zip(entry[0], tools, strict=True)):
+            return entry[1]
+        dumped = [tool.model_dump(exclude={"function": {"strict": True}}) for tool in tools]
+        ids = [
+            self.instruct.BEGIN_AVAILABLE_TOOLS,
+            *self.raw.encode(json.dumps(dumped, ensure_ascii=False), bos=False, eos=False),
+            self.instruct.END_AVAILABLE_TOOLS,
+        ]
+        with self._tools_lock:  # the tools are kept with their ids, so no id is reused meanwhile
+            self._tools_blocks[key] = (tuple(tools), ids)
+        return ids
 
     def _special_text(self, token_id: int) -> str:
         from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy

@@ -93,3 +93,97 @@ def test_the_fast_paths_give_mistral_commons_ids(v13_dir: Path) -> None:
         request = ChatCompletionRequest.from_openai(messages=messages, tools=tools)
         assert tok.encode_chat(request) == tok.mistral.encode_chat_completion(request).tokens
         assert tok.encode_chat(request) == tok.mistral.encode_chat_completion(request).tokens  # warm
+
+
+def test_tekken_text_encodes_with_fastokens_and_the_library_ids(v13_dir: Path) -> None:
+    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+    from render_service.model.mistral import MistralTokenizer
+
+    tok = MistralTokenizer(v13_dir)
+    assert tok.encoder == "fastokens"
+    texts = [
+        "".join(chr(code) for code in range(32, 0x800)),  # every 1- and 2-byte UTF-8 character
+        "naïve café 東京 🎉 [INST] [/INST] </s> " * 50,
+        '{"name": "run_query", "arguments": {"sql": "SELECT 1", "limit": 10}}',
+    ]
+    for text in texts:
+        ids = tok.raw.encode(text, False, False)
+        assert ids == Tekkenizer.encode(tok.raw, text, False, False)
+        assert min(ids) >= tok.raw.num_special_tokens  # never a filler id
+
+
+def test_fastokens_is_not_used_when_it_differs_from_the_library(v13_dir: Path) -> None:
+    from render_service.model.mistral import MistralTokenizer, tekken_fastokens
+
+    raw = MistralTokenizer(v13_dir).raw
+    shift = raw.num_special_tokens
+
+    def library(text: str) -> list[int]:
+        return [rank + shift for rank in raw._model.encode_ordinary(text)]
+
+    ranks, pattern = raw._tekken_token2id_nospecial, raw._model._pat_str
+    assert tekken_fastokens(ranks, pattern, shift, library) is not None
+    assert tekken_fastokens(ranks, pattern, shift, lambda text: library(text)[::-1]) is None
+
+
+def test_chat_request_is_from_openais_request(v13_dir: Path) -> None:
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+
+    from render_service.model.mistral import MistralTokenizer
+
+    tok = MistralTokenizer(v13_dir)
+    tools = [
+        {"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}},
+        {"type": "function", "function": {"name": "g", "parameters": {"type": "object", "properties": {}}}},
+    ]
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Yo", "reasoning": "hm"},
+        {"role": "user", "content": "?"},
+        {"role": "assistant", "content": "partial"},
+    ]
+    for continue_final in (False, True):
+        for effort in (None, "high"):
+            for _ in range(2):  # the second time the tools come from the cache
+                ours = tok.chat_request(messages, tools, continue_final, effort)
+                theirs = ChatCompletionRequest.from_openai(
+                    messages=messages, tools=tools, continue_final_message=continue_final, reasoning_effort=effort
+                )
+                assert ours == theirs
+    assert tok.chat_request(messages, None, False, None) == ChatCompletionRequest.from_openai(messages=messages)
+    bad = [{"type": "function", "function": {"parameters": {}}}]  # no name: the library's error, never kept
+    for _ in range(2):
+        with pytest.raises(Exception) as ours_error:
+            tok.chat_request(messages, bad, False, None)
+        with pytest.raises(Exception) as theirs_error:
+            ChatCompletionRequest.from_openai(messages=messages, tools=bad)
+        assert str(ours_error.value) == str(theirs_error.value)
+
+
+@pytest.mark.parametrize("version", ["v7", "v11", "v13"])
+def test_the_cached_tools_block_is_the_librarys(version: str, tmp_path: Path) -> None:
+    """The tools block goes before the first user message (v13) or the last (v7, v11); it is built
+    once per tool list and reused, and each prompt equals mistral-common's."""
+    from render_service.model.mistral import MistralTokenizer
+
+    tok = MistralTokenizer(build_mistral_model(tmp_path / version, version))
+    tools = [
+        {"type": "function", "function": {"name": "f", "description": "é", "parameters": {"type": "object"}}},
+        {"type": "function", "function": {"name": "g", "parameters": {"type": "object"}, "strict": True}},
+    ]
+    chats = [
+        [{"role": "user", "content": "one"}],
+        [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "one"},
+            {"role": "assistant", "content": "two"},
+            {"role": "user", "content": "three"},
+        ],
+    ]
+    for messages in chats:
+        for tool_list in (tools, tools[:1], tools):
+            request = tok.chat_request(messages, tool_list, False, None)
+            assert tok.encode_chat(request) == tok.mistral.encode_chat_completion(request).tokens
+    assert len(tok._tools_blocks) == 2  # one block per distinct list, however often it is sent

@@ -124,15 +124,9 @@ class MistralRenderer(NoFillInTheMiddle):
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, continue_final: bool, effort: Any
     ) -> list[int]:
         from mistral_common.exceptions import MistralCommonException
-        from mistral_common.protocol.instruct.request import ChatCompletionRequest
 
         try:
-            request = ChatCompletionRequest.from_openai(
-                messages=[_adapt_content(m) for m in messages],
-                tools=tools,
-                continue_final_message=continue_final,
-                reasoning_effort=effort,
-            )
+            request = self.tokenizer.chat_request([_adapt_content(m) for m in messages], tools, continue_final, effort)
             return self.tokenizer.encode_chat(request)
         except (AssertionError, MistralCommonException) as exc:
             raise BadRequestError(str(exc)) from exc
