@@ -451,7 +451,7 @@ def process(
     image: np.ndarray, config: VisionConfig, digest: str, options: ImageOptions | None = None
 ) -> ProcessedImage:
     new_h, new_w = _grid(image.shape[0], image.shape[1], config, options)
-    planes = resize_planar(image, new_h, new_w, as_uint8=True)
+    planes = resize_planar(image, new_h, new_w)
     rows, gh, gw = patchify(planes, config.patch_size, config.merge_size, config.temporal_patch_size)
     grid_field = _grid_field(gh, gw)
     # vLLM builds the item from a set of field names, so its key order varies per vLLM process
