@@ -462,7 +462,7 @@ def _json_b64_msgpack(item: dict[str, Any], pixels: np.ndarray) -> bytes:
     at = encoded.find(_STANDIN_BYTES)
     if at < 0 or encoded.find(_STANDIN_BYTES, at + 1) >= 0:
         raise RuntimeError("the pixel stand-in must occur exactly once in the encoded item")
-    data = memoryview(np.ascontiguousarray(pixels)).cast("B")
+    data = np.ascontiguousarray(pixels).data.cast("B")
     head = encoded[:at] + ext_header(len(data), _RAW_VIEW)
     tail = encoded[at + len(_STANDIN_BYTES) :]
     lead = -len(head) % 3
