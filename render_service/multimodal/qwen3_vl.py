@@ -56,6 +56,7 @@ from PIL import Image, ImageOps
 from pybase64 import b64encode as _b64encode
 
 from render_service.exceptions import BadRequestError
+from render_service.multimodal import turbo_jpeg
 from render_service.multimodal.resample import resize_planar
 
 SUPPORTED_MODEL_TYPES = ("qwen3_vl",)
@@ -197,8 +198,13 @@ def _needs_conversion(image: Image.Image) -> bool:
     return _has_transparency(image) or image.mode != "RGB"
 
 
-def decode_rgb(image: Image.Image) -> np.ndarray:
-    """vLLM's ImageMediaIO.load_bytes after `open`: EXIF transpose, load, RGB conversion."""
+def decode_rgb(image: Image.Image, data: bytes | None = None) -> np.ndarray:
+    """vLLM's ImageMediaIO.load_bytes after `open`: EXIF transpose, load, RGB conversion.
+    `data`: the bytes `image` was opened from, for the direct JPEG decode (`turbo_jpeg.decode`)."""
+    if data is not None:
+        pixels = turbo_jpeg.decode(image, data)
+        if pixels is not None:
+            return pixels
     try:
         try:
             # In place: vLLM's copy (exif_transpose without in_place) has the same pixels, and
@@ -664,6 +670,7 @@ class _Pending:
     """An image opened and hashed, its cache missed: decode and process still to do."""
 
     image: Image.Image
+    data: bytes
     digest: str
     options: ImageOptions
     tensors: bool
@@ -839,11 +846,11 @@ class ImageProcessor:
             return cached
         if image is None:
             image = _open(data, self.max_image_pixels)
-        return _Pending(image, digest, options, tensors)
+        return _Pending(image, data, digest, options, tensors)
 
     def _finish(self, pending: _Pending) -> ProcessedImage:
         """Decode, process and cache (thread-safe: Pillow's decode and NumPy's work release the GIL)."""
-        pixels = decode_rgb(pending.image)
+        pixels = decode_rgb(pending.image, pending.data)
         processed = (process if pending.tensors else process_light)(
             pixels, self.config, pending.digest, pending.options
         )
