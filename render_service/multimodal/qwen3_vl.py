@@ -3,7 +3,8 @@
 What vLLM 0.33 does for an `image_url` part, step by step, and what this module reproduces:
 
 1. Load: Pillow opens the bytes (formats allow-list), applies the EXIF orientation, converts
-   to RGB (transparent images over a white background).
+   to RGB (transparent images over a white background). RGB JPEGs without a transposing
+   orientation decode straight to an array through libjpeg-turbo (`turbo_jpeg`), the same pixels.
 2. Hash (`MultiModalHasher.hash_kwargs`, blake3): the framed byte stream of
    `image=<original bytes>` (plus the decode settings when the mode was converted) and
    `model_id=<model as given on the command line>`. Engines key their encoder caches on it.
