@@ -42,6 +42,8 @@ def test_fast_resize_matches_reference(h: int, w: int, oh: int, ow: int) -> None
         (37, 33, 1000, 29),  # a strong upscale of one axis, a slight downscale of the other
         (1, 1, 32, 32),
         (256, 256, 256, 256),  # nothing to do
+        (1500, 64, 1100, 64),  # height only across many tiles (the interleaved-rows path)
+        (1100, 70, 1500, 96),  # both passes, the height pass over planes across many tiles
     ],
 )
 def test_edge_sizes_match_reference(h: int, w: int, oh: int, ow: int) -> None:
