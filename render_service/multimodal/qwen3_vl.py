@@ -3,7 +3,8 @@
 What vLLM 0.33 does for an `image_url` part, step by step, and what this module reproduces:
 
 1. Load: Pillow opens the bytes (formats allow-list), applies the EXIF orientation, converts
-   to RGB (transparent images over a white background).
+   to RGB (transparent images over a white background). RGB JPEGs without a transposing
+   orientation decode straight to an array through libjpeg-turbo (`turbo_jpeg`), the same pixels.
 2. Hash (`MultiModalHasher.hash_kwargs`, blake3): the framed byte stream of
    `image=<original bytes>` (plus the decode settings when the mode was converted) and
    `model_id=<model as given on the command line>`. Engines key their encoder caches on it.
@@ -56,6 +57,7 @@ from PIL import Image, ImageOps
 from pybase64 import b64encode as _b64encode
 
 from render_service.exceptions import BadRequestError
+from render_service.multimodal import turbo_jpeg
 from render_service.multimodal.resample import resize_planar
 
 SUPPORTED_MODEL_TYPES = ("qwen3_vl",)
@@ -197,8 +199,13 @@ def _needs_conversion(image: Image.Image) -> bool:
     return _has_transparency(image) or image.mode != "RGB"
 
 
-def decode_rgb(image: Image.Image) -> np.ndarray:
-    """vLLM's ImageMediaIO.load_bytes after `open`: EXIF transpose, load, RGB conversion."""
+def decode_rgb(image: Image.Image, data: bytes | None = None) -> np.ndarray:
+    """vLLM's ImageMediaIO.load_bytes after `open`: EXIF transpose, load, RGB conversion.
+    `data`: the bytes `image` was opened from, for the direct JPEG decode (`turbo_jpeg.decode`)."""
+    if data is not None:
+        pixels = turbo_jpeg.decode(image, data)
+        if pixels is not None:
+            return pixels
     try:
         try:
             # In place: vLLM's copy (exif_transpose without in_place) has the same pixels, and
@@ -434,6 +441,52 @@ def _tensor(dtype: str, array: np.ndarray) -> tuple[str, tuple[int, ...], msgspe
     return dtype, tuple(array.shape), msgspec.msgpack.Ext(_RAW_VIEW, np.ascontiguousarray(array).data)
 
 
+# Stands in for the pixel bytes while the rest of an item is encoded (as msgpack's fixext 16), so
+# the megabytes of pixels are base64-encoded straight from the patchified array.
+_PIXELS_STANDIN = msgspec.msgpack.Ext(_RAW_VIEW, b"\x00render-pixels\x00\xff")
+_STANDIN_BYTES = b"\xd8" + bytes([_RAW_VIEW]) + _PIXELS_STANDIN.data
+
+
+def ext_header(size: int, code: int) -> bytes:
+    """msgpack's header of an extension value of `size` bytes (the shortest form, as msgspec writes)."""
+    fixed = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}.get(size)
+    if fixed is not None:
+        return bytes((fixed, code))
+    if size < 1 << 8:
+        return bytes((0xC7, size, code))
+    if size < 1 << 16:
+        return b"\xc8" + size.to_bytes(2, "big") + bytes((code,))
+    return b"\xc9" + size.to_bytes(4, "big") + bytes((code,))
+
+
+def _json_b64_msgpack(item: dict[str, Any], pixels: np.ndarray) -> bytes:
+    """`b'"' + b64encode(msgpack(item)) + b'"'` where the item's one `_PIXELS_STANDIN` stands for
+    the raw bytes of `pixels`, without building the msgpack document or the unquoted base64: base64
+    maps every 3 input bytes to 4 characters on their own, so the document is encoded in three
+    pieces cut at multiples of 3 (head and first bytes, the bulk of the pixels straight from their
+    array, the last bytes and tail) and the quotes are joined on in the one copy."""
+    encoded = _encoder.encode(item)
+    at = encoded.find(_STANDIN_BYTES)
+    if at < 0 or encoded.find(_STANDIN_BYTES, at + 1) >= 0:
+        raise RuntimeError("the pixel stand-in must occur exactly once in the encoded item")
+    data = np.ascontiguousarray(pixels).data.cast("B")
+    head = encoded[:at] + ext_header(len(data), _RAW_VIEW)
+    tail = encoded[at + len(_STANDIN_BYTES) :]
+    lead = -len(head) % 3
+    if len(data) < lead:  # too few pixels to align on: one piece
+        return b'"' + _b64encode(head + bytes(data) + tail) + b'"'
+    bulk_end = lead + (len(data) - lead) // 3 * 3
+    return b"".join(
+        (
+            b'"',
+            _b64encode(head + data[:lead]),
+            _b64encode(data[lead:bulk_end]),
+            _b64encode(bytes(data[bulk_end:]) + tail),
+            b'"',
+        )
+    )
+
+
 def _grid(height: int, width: int, config: VisionConfig, options: ImageOptions | None) -> tuple[int, int]:
     """The resized (height, width) of an image under the processor's bounds."""
     min_pixels, max_pixels = (
@@ -451,19 +504,19 @@ def process(
     image: np.ndarray, config: VisionConfig, digest: str, options: ImageOptions | None = None
 ) -> ProcessedImage:
     new_h, new_w = _grid(image.shape[0], image.shape[1], config, options)
-    planes = resize_planar(image, new_h, new_w, as_uint8=True)
+    planes = resize_planar(image, new_h, new_w)
     rows, gh, gw = patchify(planes, config.patch_size, config.merge_size, config.temporal_patch_size)
     grid_field = _grid_field(gh, gw)
     # vLLM builds the item from a set of field names, so its key order varies per vLLM process
     # (hash seed); the engine decodes a map, so either order is the same item.
     item = {
         "pixel_values": {
-            "data": _tensor("uint8", rows),
+            "data": ("uint8", rows.shape, _PIXELS_STANDIN),
             "field": ("flat", {"keep_on_cpu": False, "slices": [[(0, rows.shape[0], None)]], "dim": 0}),
         },
         "image_grid_thw": grid_field,
     }
-    kwargs_data = b'"' + _b64encode(_encoder.encode(item)) + b'"'
+    kwargs_data = _json_b64_msgpack(item, rows)
     metadata = _b64encode(_encoder.encode({"image_grid_thw": grid_field})).decode("ascii")
     return ProcessedImage(
         mm_hash=digest,
@@ -618,6 +671,7 @@ class _Pending:
     """An image opened and hashed, its cache missed: decode and process still to do."""
 
     image: Image.Image
+    data: bytes
     digest: str
     options: ImageOptions
     tensors: bool
@@ -793,11 +847,11 @@ class ImageProcessor:
             return cached
         if image is None:
             image = _open(data, self.max_image_pixels)
-        return _Pending(image, digest, options, tensors)
+        return _Pending(image, data, digest, options, tensors)
 
     def _finish(self, pending: _Pending) -> ProcessedImage:
         """Decode, process and cache (thread-safe: Pillow's decode and NumPy's work release the GIL)."""
-        pixels = decode_rgb(pending.image)
+        pixels = decode_rgb(pending.image, pending.data)
         processed = (process if pending.tensors else process_light)(
             pixels, self.config, pending.digest, pending.options
         )

@@ -16,11 +16,16 @@ Exact partial sums make the result independent of BLAS's summation order; adding
 bias (0.5 after scaling), clamping to 0..255 and truncating is then ATen's `(acc + bias) >> p`
 followed by its clamp. `resize_bicubic_aa_reference` is the direct integer transcription the
 fast path is tested against.
+
+The height pass (the only one for most photos, whose width is already a multiple of the patch
+grid) runs on the decoded interleaved rows as they are and in tiles of output rows, so the float
+copies stay in the cache and the result is de-interleaved into planes by its final uint8 cast.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import cache, lru_cache
 
 import numpy as np
@@ -29,6 +34,9 @@ _A = -0.5  # Keys' cubic with a = -0.5, as PIL and ATen's antialiased kernel use
 # Outputs per band block: small enough to skip most zeros, big enough for BLAS (measured best for
 # 720p-4k: 8 for the height pass, whose products are wide; 32 for the width pass, whose are tall).
 _BLOCK = {1: 8, 2: 32}
+# Output rows per tile of the height pass: its float rows (~15 KB each at 1280 RGB pixels) stay
+# in the L2 cache between the cast, the products, the bias, the clamp and the final cast.
+_TILE_ROWS = 32
 _F32_EXACT = 1 << 24  # integers up to this (and their power-of-two scalings) are exact in float32
 
 
@@ -146,26 +154,52 @@ def _bands(
 
 
 def _pass(src: np.ndarray, axis: int, out_size: int, dtype: type, last: bool = False) -> np.ndarray:
-    """One axis of a (C, H, W) float array, rounded and clamped as ATen's uint8 pass (values stay
-    integral floats in 0..255; with `last`, a uint8 array, the truncation done by the cast)."""
-    blocks = _bands(src.shape[axis], out_size, dtype, _BLOCK[axis])
-    shape = list(src.shape)
-    shape[axis] = out_size
-    dst: np.ndarray = np.empty(shape, dtype=dtype)
-    if axis == 1:  # height: block @ rows, batched over channels
-        for out0, out1, in0, in1, block in blocks:
-            np.matmul(block, src[:, in0:in1, :], out=dst[:, out0:out1, :])
-    else:  # width: columns @ block^T, channels and rows flattened
-        flat_src = src.reshape(-1, src.shape[2])
-        flat_dst = dst.reshape(-1, out_size)
-        for out0, out1, in0, in1, block in blocks:
-            np.matmul(flat_src[:, in0:in1], block.T, out=flat_dst[:, out0:out1])
+    """The width pass of a (C, H, W) float array, rounded and clamped as ATen's uint8 pass (values
+    stay integral floats in 0..255; with `last`, a uint8 array, the truncation done by the cast)."""
+    assert axis == 2
+    blocks = _bands(src.shape[2], out_size, dtype, _BLOCK[2])
+    dst: np.ndarray = np.empty((*src.shape[:2], out_size), dtype=dtype)
+    # columns @ block^T, channels and rows flattened
+    flat_src = src.reshape(-1, src.shape[2])
+    flat_dst = dst.reshape(-1, out_size)
+    for out0, out1, in0, in1, block in blocks:
+        np.matmul(flat_src[:, in0:in1], block.T, out=flat_dst[:, out0:out1])
     dst += 0.5  # the rounding bias, 1 << (precision - 1), after scaling by 2^-precision
     np.clip(dst, 0, 255, out=dst)
     if last:  # float -> uint8 truncates, and the values are in 0..255.5: the shift, in the cast
         return dst.astype(np.uint8)
     np.trunc(dst, out=dst)  # the arithmetic shift (a floor: negatives were clamped to 0 already)
     return dst
+
+
+def _height_pass(src: np.ndarray, out_size: int, dtype: type, write: Callable[[int, int, np.ndarray], None]) -> None:
+    """The height pass of a (B, H, N) stack (B=1, N=W*C for interleaved pixels; B=C, N=W for
+    planes), any numeric dtype holding integral 0..255, in tiles of output rows: each tile's input
+    rows are cast to `dtype`, multiplied by the band blocks, biased and clamped while they are in
+    the cache, then handed to `write(row0, row1, tile)` (a (B, rows, N) float array whose
+    truncation to uint8 is ATen's shift). Whole-image float passes moved ~4x more memory."""
+    batch, in_size, width = src.shape
+    blocks = _bands(in_size, out_size, dtype, _BLOCK[1])
+    per_tile = max(1, _TILE_ROWS // _BLOCK[1])
+    tiles = [blocks[i : i + per_tile] for i in range(0, len(blocks), per_tile)]
+    convert = src.dtype != dtype
+    rows_in = max(max(b[3] for b in tile) - min(b[2] for b in tile) for tile in tiles)
+    floats: np.ndarray | None = np.empty((batch, rows_in, width), dtype=dtype) if convert else None
+    tile_out: np.ndarray = np.empty((batch, _BLOCK[1] * per_tile, width), dtype=dtype)
+    for tile in tiles:
+        row0, row1 = tile[0][0], tile[-1][1]
+        first, end = min(b[2] for b in tile), max(b[3] for b in tile)
+        if floats is not None:
+            rows = floats[:, : end - first]
+            np.copyto(rows, src[:, first:end], casting="unsafe")
+        else:
+            rows = src[:, first:end]
+        out = tile_out[:, : row1 - row0]
+        for out0, out1, in0, in1, block in tile:
+            np.matmul(block, rows[:, in0 - first : in1 - first], out=out[:, out0 - row0 : out1 - row0])
+        out += 0.5  # the rounding bias, 1 << (precision - 1), after scaling by 2^-precision
+        np.clip(out, 0, 255, out=out)
+        write(row0, row1, out)
 
 
 @cache
@@ -181,27 +215,48 @@ def _single_threaded_blas() -> None:
     threadpool_limits(limits=1, user_api="blas")
 
 
-def resize_planar(image: np.ndarray, height: int, width: int, as_uint8: bool = False) -> np.ndarray:
-    """(H, W, C) uint8 -> (C, height, width) array of integral values 0..255 (float32/64, or the
-    input's uint8 transposed when nothing is resized), bit-exact with ATen's uint8 AA bicubic.
-    `as_uint8`: a C-contiguous uint8 array instead (what patchify copies fastest)."""
-    chw = image.transpose(2, 0, 1)
-    need_w, need_h = image.shape[1] != width, image.shape[0] != height
+def pass_dtype(in_height: int, in_width: int, height: int, width: int) -> type:
+    """float32 where every partial sum of both passes is exact in its mantissa, else float64."""
+    bound = max(
+        _bound(in_width, width) if in_width != width else 0,
+        _bound(in_height, height) if in_height != height else 0,
+    )
+    return np.float32 if bound < _F32_EXACT else np.float64
+
+
+def resize_planar(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """(H, W, C) uint8 -> C-contiguous (C, height, width) uint8 planes, bit-exact with ATen's uint8
+    AA bicubic (what patchify copies fastest)."""
+    in_height, in_width, channels = image.shape
+    need_w, need_h = in_width != width, in_height != height
     if not (need_w or need_h):
-        return np.ascontiguousarray(chw) if as_uint8 else chw
-    bound = max(_bound(image.shape[1], width) if need_w else 0, _bound(image.shape[0], height) if need_h else 0)
-    dtype = np.float32 if bound < _F32_EXACT else np.float64
+        return np.ascontiguousarray(image.transpose(2, 0, 1))
+    dtype = pass_dtype(in_height, in_width, height, width)
     _single_threaded_blas()
-    planes = np.array(chw, dtype=dtype, order="C")
     if need_w:  # width first, as ATen (its uint8 intermediate is our clamped, truncated floats)
-        planes = _pass(planes, 2, width, dtype, last=as_uint8 and not need_h)
-    if need_h:
-        planes = _pass(planes, 1, height, dtype, last=as_uint8)
-    return planes
+        planes: np.ndarray = np.array(image.transpose(2, 0, 1), dtype=dtype, order="C")
+        planes = _pass(planes, 2, width, dtype, last=not need_h)
+        if not need_h:
+            return planes
+        stack = planes  # (C, H, width): one band product per channel
+    else:  # height only (most photos: their width is already a multiple of the patch grid)
+        stack = image.reshape(1, in_height, in_width * channels)  # interleaved rows, no copy
+    out = np.empty((channels, height, width), dtype=np.uint8)
+
+    def write(row0: int, row1: int, tile: np.ndarray) -> None:
+        if need_w:
+            target = tile
+        else:  # (1, rows, W*C) interleaved -> (C, rows, W): de-interleaved by the cast's copy
+            target = tile[0].reshape(row1 - row0, width, channels).transpose(2, 0, 1)
+        # float -> uint8 truncates, and the values are in 0..255.5: ATen's shift, in the cast
+        np.copyto(out[:, row0:row1], target, casting="unsafe")
+
+    _height_pass(stack, height, dtype, write)
+    return out
 
 
 def resize_bicubic_aa(image: np.ndarray, height: int, width: int) -> np.ndarray:
     """Resize an (H, W, C) uint8 array to (height, width, C)."""
     if image.shape[0] == height and image.shape[1] == width:
         return image
-    return np.ascontiguousarray(resize_planar(image, height, width).transpose(1, 2, 0)).astype(np.uint8)
+    return np.ascontiguousarray(resize_planar(image, height, width).transpose(1, 2, 0))

@@ -277,3 +277,20 @@ def test_a_batch_raises_the_first_failure_in_request_order(monkeypatch: pytest.M
         with processor.batch() as batch:
             batch.add(_png(320, 200, 32), None, True)
             raise multimodal.BadRequestError("a later image refused")
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 4, 7, 8, 15, 16, 17, 255, 256, 65535, 65536, 70001])
+def test_ext_header_is_msgspecs(size: int) -> None:
+    encoded = msgspec.msgpack.encode(msgspec.msgpack.Ext(3, b"\x07" * size))
+    assert encoded == multimodal.ext_header(size, 3) + b"\x07" * size
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 4, 5, 6, 100, 101, 102, 65536, 65537, 65538])
+def test_pieced_base64_equals_the_whole_documents(size: int) -> None:
+    # every residue of the head and of the pixel count mod 3, around each ext header size
+    pixels = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8)
+    for extra in ("", "x", "xy"):
+        item = {"a" + extra: {"data": ("uint8", (size,), multimodal._PIXELS_STANDIN), "n": [1, None]}, "b": 2}
+        whole = {"a" + extra: {"data": ("uint8", (size,), msgspec.msgpack.Ext(3, pixels.tobytes())), "n": [1, None]}}
+        expected = b'"' + base64.b64encode(msgspec.msgpack.encode({**whole, "b": 2})) + b'"'
+        assert multimodal._json_b64_msgpack(item, pixels) == expected

@@ -30,6 +30,7 @@ def test_fast_resize_matches_reference(h: int, w: int, oh: int, ow: int) -> None
     assert got.dtype == np.uint8 and got.shape == (oh, ow, 3)
     assert np.array_equal(got, expected), int(np.abs(got.astype(int) - expected.astype(int)).max())
     planar = resize_planar(image, oh, ow)
+    assert planar.dtype == np.uint8 and planar.flags.c_contiguous
     assert np.array_equal(planar.transpose(1, 2, 0), expected)
 
 
@@ -41,6 +42,8 @@ def test_fast_resize_matches_reference(h: int, w: int, oh: int, ow: int) -> None
         (37, 33, 1000, 29),  # a strong upscale of one axis, a slight downscale of the other
         (1, 1, 32, 32),
         (256, 256, 256, 256),  # nothing to do
+        (1500, 64, 1100, 64),  # height only across many tiles (the interleaved-rows path)
+        (1100, 70, 1500, 96),  # both passes, the height pass over planes across many tiles
     ],
 )
 def test_edge_sizes_match_reference(h: int, w: int, oh: int, ow: int) -> None:
@@ -53,8 +56,7 @@ def test_edge_sizes_match_reference(h: int, w: int, oh: int, ow: int) -> None:
 
 
 def test_float_type_is_chosen_by_the_exactness_bound() -> None:
-    image = np.zeros((150, 2000, 3), dtype=np.uint8)
     assert resample._bound(2000, 37) >= 1 << 24
-    assert resize_planar(image, 150, 37).dtype == np.float64
+    assert resample.pass_dtype(150, 2000, 150, 37) is np.float64
     assert resample._bound(720, 704) < 1 << 24
-    assert resize_planar(np.zeros((720, 1280, 3), dtype=np.uint8), 704, 1280).dtype == np.float32
+    assert resample.pass_dtype(720, 1280, 704, 1280) is np.float32
