@@ -41,10 +41,6 @@ from render_service.server.state import State
 
 logger = logging.getLogger("render_service.gateway")
 
-STOP_STRINGS_WITH_PARSERS = (
-    "stop strings on a stream whose output goes through reasoning or tool parsers are not supported by "
-    "the gateway yet (a --tokens-only engine cannot apply them); use stream=false or stop_token_ids"
-)
 CLIENT_CLOSED = 499  # nginx's "client closed request": what the metrics record for a disconnect
 
 
@@ -56,8 +52,6 @@ DONE = b"data: [DONE]\n\n"
 
 
 def _refuse_unsupported(state: State, body: dict[str, Any]) -> None:
-    if body.get("stop") and body.get("stream") and state.derender.has_parser:
-        raise BadRequestError(STOP_STRINGS_WITH_PARSERS, param="stop")
     if state.context.vision is not None and media.image_urls(body.get("messages"), include_data=True):
         raise BadRequestError("image inputs are not supported by the gateway yet; use /v1/chat/completions/render")
     if body.get("stream") and adapter.runtime(state.context) is not None:
