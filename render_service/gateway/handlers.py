@@ -381,16 +381,12 @@ async def messages(state: State, request: Request, body: Any) -> Any:
 
 # -- /v1/responses ---------------------------------------------------------------------------
 
-OUTPUT_LOGPROBS = "message.output_text.logprobs"
-
 
 @json_endpoint("responses")
 async def responses(state: State, request: Request, body: Any) -> Any:
     """The Responses API on vLLM's simple path (one generation; no stored responses, as our render)."""
     arrived = time.perf_counter()
     body = object_body(body)
-    if OUTPUT_LOGPROBS in (body.get("include") or []) or body.get("top_logprobs"):
-        raise BadRequestError("output logprobs are not supported by the gateway's Responses API yet", param="include")
     if body.get("background"):
         raise BadRequestError(
             "background responses need a response store; the gateway is stateless", param="background"
@@ -407,6 +403,9 @@ async def responses(state: State, request: Request, body: Any) -> Any:
     sampling: dict[str, Any] = rendered["sampling_params"]
     model = _model_name(state, body)
     chat = gateway_responses.chat_view(body, sampling)
+    with_logprobs = gateway_responses.output_logprobs(body)
+    if with_logprobs:  # resolved by the chat derender, as vLLM resolves both alike
+        chat.update(logprobs=True, top_logprobs=body.get("top_logprobs") or 0)
     if rendered["stream"]:
         chat["stream_options"] = {"include_usage": True}
 
@@ -420,10 +419,13 @@ async def responses(state: State, request: Request, body: Any) -> Any:
     engine_choice = generated["choices"][0]
     finish = engine_choice.get("finish_reason")
     message = answer["choices"][0]["message"]
+    logprobs = gateway_responses.text_logprobs(answer["choices"][0].get("logprobs")) if with_logprobs else None
     if state.derender.has_parser:
-        output = gateway_responses.output_items(body, message, finish)
+        if not chat["include_reasoning"]:
+            logprobs = None  # vLLM drops them with the reasoning
+        output = gateway_responses.output_items(body, message, finish, logprobs)
     else:
-        output = gateway_responses.plain_output(message.get("content") or "", finish)
+        output = gateway_responses.plain_output(message.get("content") or "", finish, logprobs)
     output_tokens = len(engine_choice.get("token_ids") or [])
     return gateway_responses.envelope(
         body,
