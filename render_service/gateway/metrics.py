@@ -70,6 +70,7 @@ class GatewayMetrics:
         self.pd_requests = Counter(
             "render_gateway_pd_requests",
             "Requests through the prefill/decode pools, by outcome: remote_prefill (KV handed off), "
+            "prompt_keyed (handed off through a connector keyed by the prompt, --prefill-kv-by-prompt), "
             "recompute (prefill failed, decoded alone), prefill_failed (503), prefill_rejected (the "
             "prefill engine's 4xx), passthrough (the request carried its own kv_transfer_params)",
             ["outcome"],
