@@ -17,9 +17,16 @@ shown for scale.
 
 The engine is the scripted fake engine of tests/gateway (vLLM 0.33's generate protocol, a token
 every --itl-ms), started as a child process, unless --engine-url names a real `--tokens-only`
-engine (then --model must be the engine's model). Run from the repository root:
+engine (then --model must be the engine's model), or --vllm-engine starts a real vLLM CPU engine
+with its tokenizer (VLLM_ENGINE_PYTHON, the tiny random-weight Qwen3 of the live tests): then a
+third path, `vllm`, sends the chat request to that engine's own /v1/chat/completions (`vllm
+serve` on the same engine settings), and the engine's API server process is measured alone for
+its CPU per output token. The gateway's own share of TTFT comes from its
+`render_gateway_added_latency_seconds` histogram (to_engine: arrival to the generate request
+written; to_client: the engine's first chunk to its SSE bytes). Run from the repository root:
 
     python -m benchmarks.gateway_bench --requests 200 --concurrency 8 --tokens 64
+    VLLM_ENGINE_PYTHON=.../bin/python python -m benchmarks.gateway_bench --vllm-engine --concurrency 4 --tokens 32
 """
 
 from __future__ import annotations
