@@ -183,8 +183,8 @@ class TestKVHandoff:
     ) -> None:
         prefill, decode, store = pair
 
-        def gateway(**pools: Any) -> Any:
-            settings = gateway_settings(weighted_model, [], engine_timeout=120.0, **pools)
+        def gateway(engines: list[str], **pools: Any) -> Any:
+            settings = gateway_settings(weighted_model, engines, engine_timeout=120.0, **pools)
             settings.served_model_name = [SERVED_NAME]
             return gateway_app(live_model, settings)
 
@@ -192,7 +192,7 @@ class TestKVHandoff:
         for index, stream in enumerate((False, True)):
             # A prompt of several KV blocks, new to both engines (each case its own).
             chat = {**CHAT, "messages": [{"role": "user", "content": f"{index}. " + story * 40}]}
-            with gateway(prefill_engine=[prefill.url], decode_engine=[decode.url], prefill_kv_by_prompt=True) as pd:
+            with gateway([], prefill_engine=[prefill.url], decode_engine=[decode.url], prefill_kv_by_prompt=True) as pd:
                 if stream:
                     events = sse_events(
                         httpx.post(f"{pd}/v1/chat/completions", json={**chat, "stream": True}, timeout=300)
@@ -211,7 +211,7 @@ class TestKVHandoff:
             assert len(injected) == index + 1 and injected[-1] >= 256, injected
             assert len(list(store.glob("*/*.safetensors"))) == 2 * (index + 1)  # 2 layers per prompt
             # The single-engine answer: the prefill engine alone (it computed this prompt itself).
-            with gateway(engine=[prefill.url]) as single:
+            with gateway([prefill.url]) as single:
                 reference = httpx.post(f"{single}/v1/chat/completions", json=chat, timeout=300).json()
             if stream:
                 assert answer_text == reference["choices"][0]["message"]["content"]
