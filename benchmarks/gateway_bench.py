@@ -17,9 +17,16 @@ shown for scale.
 
 The engine is the scripted fake engine of tests/gateway (vLLM 0.33's generate protocol, a token
 every --itl-ms), started as a child process, unless --engine-url names a real `--tokens-only`
-engine (then --model must be the engine's model). Run from the repository root:
+engine (then --model must be the engine's model), or --vllm-engine starts a real vLLM CPU engine
+with its tokenizer (VLLM_ENGINE_PYTHON, the tiny random-weight Qwen3 of the live tests): then a
+third path, `vllm`, sends the chat request to that engine's own /v1/chat/completions (`vllm
+serve` on the same engine settings), and the engine's API server process is measured alone for
+its CPU per output token. The gateway's own share of TTFT comes from its
+`render_gateway_added_latency_seconds` histogram (to_engine: arrival to the generate request
+written; to_client: the engine's first chunk to its SSE bytes). Run from the repository root:
 
     python -m benchmarks.gateway_bench --requests 200 --concurrency 8 --tokens 64
+    VLLM_ENGINE_PYTHON=.../bin/python python -m benchmarks.gateway_bench --vllm-engine --concurrency 4 --tokens 32
 """
 
 from __future__ import annotations
@@ -37,7 +44,9 @@ from typing import Any
 import httpx
 
 from benchmarks._common import (
+    CLK_TCK,
     Server,
+    _stat_fields,
     example_model_dir,
     fmt,
     format_table,
@@ -135,17 +144,76 @@ async def run_round(url: str, body: dict[str, Any], requests: int, concurrency: 
     return {"ttfts": ttfts, "gaps": gaps, "tokens": tokens}
 
 
-# -- the benchmark -----------------------------------------------------------------------------
+# -- the benchmark ---------------------------------------------------------------------------
+
+
+def own_cpu_seconds(pid: int) -> float:
+    """utime+stime of `pid` alone (all its threads, none of its children): vLLM's API server
+    without its engine-core child."""
+    fields = _stat_fields(pid)
+    return 0.0 if fields is None else (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+Histogram = dict[str, tuple[dict[float, float], float, float]]  # phase -> (cumulative buckets, sum, count)
+
+
+def added_latency_histogram(metrics_text: str) -> Histogram:
+    """The gateway's `render_gateway_added_latency_seconds` series for chat completions, by phase."""
+    out: Histogram = {}
+    for phase in ("to_engine", "to_client"):
+        buckets: dict[float, float] = {}
+        total = count = 0.0
+        for line in metrics_text.splitlines():
+            if not line.startswith("render_gateway_added_latency_seconds") or f'phase="{phase}"' not in line:
+                continue
+            if 'endpoint="chat_completions"' not in line:
+                continue
+            name, value = line.rsplit(" ", 1)
+            if name.startswith("render_gateway_added_latency_seconds_bucket"):
+                bound = name.split('le="')[1].split('"')[0]
+                buckets[float("inf") if bound == "+Inf" else float(bound)] = float(value)
+            elif name.startswith("render_gateway_added_latency_seconds_sum"):
+                total = float(value)
+            elif name.startswith("render_gateway_added_latency_seconds_count"):
+                count = float(value)
+        out[phase] = (buckets, total, count)
+    return out
+
+
+def added_latency(before: Histogram, after: Histogram) -> dict[str, dict[str, float]]:
+    """The gateway's own share of TTFT over the measured rounds: per phase, the mean and the p50
+    read from the histogram's buckets (linear within the bucket)."""
+    out: dict[str, dict[str, float]] = {}
+    for phase, (buckets, total, count) in after.items():
+        old_buckets, old_total, old_count = before.get(phase, ({}, 0.0, 0.0))
+        count -= old_count
+        if count <= 0:
+            continue
+        p50, below, low = float("nan"), 0.0, 0.0
+        for bound in sorted(buckets):
+            cumulative = buckets[bound] - old_buckets.get(bound, 0.0)
+            if cumulative >= count / 2:
+                p50 = low + (bound - low) * (count / 2 - below) / max(cumulative - below, 1.0)
+                break
+            below, low = cumulative, bound
+        out[phase] = {"mean_ms": (total - old_total) / count * 1000, "p50_ms": p50 * 1000, "count": count}
+    return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="model folder (default: the tiny Qwen3 example model)")
     parser.add_argument("--engine-url", help="a real --tokens-only engine instead of the fake one")
+    parser.add_argument(
+        "--vllm-engine",
+        action="store_true",
+        help="start a real vLLM CPU engine with its tokenizer (VLLM_ENGINE_PYTHON; tiny random-weight Qwen3) and "
+        "add a third path, `vllm serve`'s own /v1/chat/completions on that same engine",
+    )
     parser.add_argument("--requests", type=int, default=200, help="streamed requests per path and round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per path")
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--tokens", type=int, default=64, help="output tokens per request (fake engine)")
+    parser.add_argument("--tokens", type=int, default=64, help="output tokens per request")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--idle-seconds", type=float, default=3.0, help="how long the gateway's idle CPU is sampled")
     parser.add_argument(
@@ -157,67 +225,89 @@ def main() -> int:
         serve_fake_engine(int(args.fake_engine[0]), json.loads(args.fake_engine[1]), float(args.fake_engine[2]))
         return 0
 
-    model_dir = example_model_dir(args.model)
     scratch = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
-    engine = (
-        Server("engine", args.engine_url.rstrip("/"), None)
-        if args.engine_url
-        else start_fake_engine(model_dir, args.tokens, args.itl_ms / 1000, scratch / "engine.log")
-    )
+    vllm_process = None
+    if args.vllm_engine:
+        from tests.integration.engine_fixture import build_weighted_model, start_engine
+
+        model_dir = str(build_weighted_model())
+        vllm_process = start_engine(model_dir, max_model_len=4096, tokens_only=False)
+        engine = Server("vllm", vllm_process.url, vllm_process.process.pid)
+    else:
+        model_dir = example_model_dir(args.model)
+        engine = (
+            Server("engine", args.engine_url.rstrip("/"), None)
+            if args.engine_url
+            else start_fake_engine(model_dir, args.tokens, args.itl_ms / 1000, scratch / "engine.log")
+        )
     gateway = None
     try:
+        extra = ["--max-model-len", "4096", "--served-model-name", "tinyqwen3"] if args.vllm_engine else []
         gateway = start_render_service(
-            model_dir, free_port(), ["--engine", engine.url, "--workers", "1"], log=scratch / "gateway.log"
+            model_dir, free_port(), ["--engine", engine.url, "--workers", "1", *extra], log=scratch / "gateway.log"
         )
         served = httpx.get(f"{gateway.url}/v1/models").json()["data"][0]["id"]
-        chat = {
+        chat: dict[str, Any] = {
             "model": served,
             "messages": [{"role": "user", "content": "Tell me about the fox."}],
             "max_tokens": args.tokens,
             "temperature": 0,
             "stream": True,
         }
+        if args.vllm_engine or args.engine_url:
+            chat.update(ignore_eos=True, return_token_ids=True)  # every request streams --tokens tokens
         rendered = httpx.post(f"{gateway.url}/v1/chat/completions/render", json=chat).json()
         paths = {
             "direct": (f"{engine.url}/inference/v1/generate", rendered),
             "gateway": (f"{gateway.url}/v1/chat/completions", chat),
         }
-        for url, body in paths.values():  # warm both paths (connections, caches)
+        if args.vllm_engine:
+            paths["vllm"] = (f"{engine.url}/v1/chat/completions", chat)
+        for url, body in paths.values():  # warm every path (connections, caches)
             asyncio.run(run_round(url, body, args.concurrency * 2, args.concurrency))
+        metrics_before = added_latency_histogram(httpx.get(f"{gateway.url}/metrics").text)
         # The gateway's CPU when idle (its event-loop lag probe, engine health probes), subtracted below.
         idle_start, idle_cpu = time.perf_counter(), gateway.cpu_seconds() or 0.0
         time.sleep(args.idle_seconds)
         idle_rate = ((gateway.cpu_seconds() or 0.0) - idle_cpu) / (time.perf_counter() - idle_start)
         results: dict[str, dict[str, Any]] = {
-            name: {"ttfts": [], "gaps": [], "tokens": 0, "gateway_cpu": 0.0, "engine_cpu": 0.0, "seconds": 0.0}
+            name: {"ttfts": [], "gaps": [], "tokens": 0, "gateway_cpu": 0.0, "api_cpu": 0.0, "engine_cpu": 0.0}
+            | {"seconds": 0.0}
             for name in paths
         }
         for _ in range(args.rounds):
             for name, (url, body) in paths.items():
                 gateway_cpu, engine_cpu = gateway.cpu_seconds() or 0.0, engine.cpu_seconds() or 0.0
+                api_cpu = own_cpu_seconds(engine.pid) if engine.pid else 0.0
                 started = time.perf_counter()
                 round_result = asyncio.run(run_round(url, body, args.requests, args.concurrency))
-                results[name]["seconds"] += time.perf_counter() - started
                 into = results[name]
+                into["seconds"] += time.perf_counter() - started
                 into["ttfts"] += round_result["ttfts"]
                 into["gaps"] += round_result["gaps"]
                 into["tokens"] += round_result["tokens"]
                 into["gateway_cpu"] += (gateway.cpu_seconds() or 0.0) - gateway_cpu
                 into["engine_cpu"] += (engine.cpu_seconds() or 0.0) - engine_cpu
+                into["api_cpu"] += (own_cpu_seconds(engine.pid) if engine.pid else 0.0) - api_cpu
+        own = added_latency(metrics_before, added_latency_histogram(httpx.get(f"{gateway.url}/metrics").text))
     finally:
         if gateway is not None:
             gateway.stop()
-        engine.stop()
+        if vllm_process is not None:
+            vllm_process.stop()
+        else:
+            engine.stop()
 
     def ms(values: list[float], q: float) -> float:
         return percentile(values, q) * 1000
+
+    def per_token(seconds: float, tokens: int) -> float | None:
+        return seconds / tokens * 1e6 if tokens and engine.pid else None
 
     rows = []
     for r in results.values():
         r["gateway_cpu"] = max(0.0, r["gateway_cpu"] - idle_rate * r["seconds"])
     for name, r in results.items():
-        per_token = r["gateway_cpu"] / r["tokens"] * 1e6 if r["tokens"] else None
-        engine_per_token = r["engine_cpu"] / r["tokens"] * 1e6 if r["tokens"] and engine.pid else None
         rows.append(
             [
                 name,
@@ -227,32 +317,50 @@ def main() -> int:
                 fmt(ms(r["ttfts"], 99)),
                 fmt(ms(r["gaps"], 50), 3),
                 fmt(ms(r["gaps"], 99), 3),
-                fmt(per_token, 1),
-                fmt(engine_per_token, 1),
+                fmt(r["gateway_cpu"] / r["tokens"] * 1e6 if r["tokens"] else None, 1),
+                fmt(per_token(r["api_cpu"], r["tokens"]), 1),
+                fmt(per_token(r["engine_cpu"], r["tokens"]), 1),
             ]
         )
-    direct, through = results["direct"], results["gateway"]
-    added = {
-        "ttft_p50_ms": ms(through["ttfts"], 50) - ms(direct["ttfts"], 50),
-        "ttft_p99_ms": ms(through["ttfts"], 99) - ms(direct["ttfts"], 99),
-        "itl_p50_ms": ms(through["gaps"], 50) - ms(direct["gaps"], 50),
-        "itl_p99_ms": ms(through["gaps"], 99) - ms(direct["gaps"], 99),
-        "gateway_cpu_us_per_token": through["gateway_cpu"] / through["tokens"] * 1e6 if through["tokens"] else None,
-    }
-    headers = ["path", "requests", "tokens", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "gw CPU/tok", "eng CPU/tok"]
+    through = results["gateway"]
+
+    def versus(other: str) -> dict[str, float]:
+        base = results[other]
+        return {
+            "ttft_p50_ms": ms(through["ttfts"], 50) - ms(base["ttfts"], 50),
+            "ttft_p99_ms": ms(through["ttfts"], 99) - ms(base["ttfts"], 99),
+            "itl_p50_ms": ms(through["gaps"], 50) - ms(base["gaps"], 50),
+            "itl_p99_ms": ms(through["gaps"], 99) - ms(base["gaps"], 99),
+        }
+
+    added = {name: versus(name) for name in paths if name != "gateway"}
+    headers = ["path", "requests", "tokens", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99"]
+    headers += ["gw CPU/tok", "eng API CPU/tok", "eng CPU/tok"]
+    kind = f"fake engine, {args.itl_ms:g} ms between tokens"
+    if args.vllm_engine or args.engine_url:
+        kind = "vLLM CPU engine (tiny random-weight Qwen3)" if args.vllm_engine else "real engine"
     title = (
-        f"{'fake' if engine.pid and not args.engine_url else 'real'} engine, {args.concurrency} concurrent, "
-        f"{args.tokens} tokens per request, {args.itl_ms:g} ms between tokens (ms; CPU in us per output token)"
+        f"{kind}, "
+        f"{args.concurrency} concurrent, {args.tokens} tokens per request, {args.rounds} rounds "
+        "(ms; CPU in us per output token)"
     )
     print(format_table(headers, rows, title))
+    for name, diff in added.items():
+        print(
+            f"\ngateway vs {name}: TTFT p50 {diff['ttft_p50_ms']:+.2f} ms, p99 {diff['ttft_p99_ms']:+.2f} ms; "
+            f"inter-token p50 {diff['itl_p50_ms']:+.3f} ms, p99 {diff['itl_p99_ms']:+.3f} ms"
+        )
     print(
-        f"\ngateway adds: TTFT p50 {added['ttft_p50_ms']:.2f} ms, p99 {added['ttft_p99_ms']:.2f} ms; "
-        f"inter-token p50 {added['itl_p50_ms']:.3f} ms, p99 {added['itl_p99_ms']:.3f} ms; "
-        f"{fmt(added['gateway_cpu_us_per_token'], 1)} us of gateway CPU per output token "
-        f"(its idle CPU, {idle_rate * 100:.2f}% of a core, subtracted)"
+        f"gateway CPU per output token: {fmt(rows[1][7])} us (its idle CPU, {idle_rate * 100:.2f}% of a core, "
+        "subtracted)" + (f"; vLLM's API server on its own path: {rows[2][8]} us" if args.vllm_engine else "")
     )
+    for phase, values in own.items():
+        print(
+            f"the gateway's own time ({phase}, from its metrics): mean {values['mean_ms']:.3f} ms, "
+            f"p50 ~{values['p50_ms']:.3f} ms"
+        )
     if args.json:
-        Path(args.json).write_text(json.dumps({"added": added, "args": vars(args)}, indent=2))
+        Path(args.json).write_text(json.dumps({"added": added, "own": own, "args": vars(args)}, indent=2))
     return 0
 
 

@@ -77,6 +77,9 @@ class Settings:
     prefill_engine: list[str] = field(default_factory=list)
     decode_engine: list[str] = field(default_factory=list)
     prefill_fallback_recompute: bool = False  # a failed prefill: decode-only (recompute) instead of an error
+    # The engines' KV connector finds a prefill's KV by the prompt (vLLM's ExampleConnector, LMCache):
+    # a prefill answered without kv_transfer_params has handed off, and the decode goes with the prompt alone.
+    prefill_kv_by_prompt: bool = False
     # Prefix affinity: requests sharing their first N prompt tokens go to the same healthy engine; 0: off.
     engine_affinity_prefix_tokens: int = 0
     # HTTPS, with vLLM's flags and meanings (uvicorn's options; ssl_cert_reqs as the ssl module's int).
@@ -177,6 +180,8 @@ class Settings:
             raise SettingsError("use either --engine or the --prefill-engine / --decode-engine pools, not both")
         if self.prefill_fallback_recompute and not self.decode_engine:
             raise SettingsError("--prefill-fallback-recompute needs --prefill-engine and --decode-engine")
+        if self.prefill_kv_by_prompt and not self.decode_engine:
+            raise SettingsError("--prefill-kv-by-prompt needs --prefill-engine and --decode-engine")
         if self.engine_affinity_prefix_tokens < 0:
             raise SettingsError("--engine-affinity-prefix-tokens must be 0 (off) or positive")
         if self.engine_timeout <= 0 or self.engine_health_interval <= 0:
@@ -536,6 +541,13 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="when no prefill engine can serve a request, generate on a decode engine alone "
         "(recomputing the prompt) instead of answering 503",
+    )
+    parser.add_argument(
+        "--prefill-kv-by-prompt",
+        action="store_true",
+        help="the engines' KV connector finds a prefill's KV by the prompt tokens (vLLM's ExampleConnector, "
+        "LMCache), so a prefill answered without kv_transfer_params has handed its KV off: the decode "
+        "request goes with the prompt alone (without this flag such a prefill counts as failed)",
     )
     parser.add_argument(
         "--engine-affinity-prefix-tokens",

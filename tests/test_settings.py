@@ -77,6 +77,7 @@ def test_vllm_flags_parse() -> None:
         ),
         ({"prefill_engine": ["p:8000"], "decode_engine": ["http://d:8000"]}, "--prefill-engine 'p:8000' must be"),
         ({"engine": ["http://e:8000"], "prefill_fallback_recompute": True}, "--prefill-fallback-recompute needs"),
+        ({"engine": ["http://e:8000"], "prefill_kv_by_prompt": True}, "--prefill-kv-by-prompt needs"),
         ({"engine_affinity_prefix_tokens": -1}, "--engine-affinity-prefix-tokens must be 0"),
     ],
 )
@@ -97,6 +98,7 @@ def test_gateway_pool_flags_parse() -> None:
             "--decode-engine",
             "http://d1:8000",
             "--prefill-fallback-recompute",
+            "--prefill-kv-by-prompt",
             "--engine-affinity-prefix-tokens",
             "256",
         ]
@@ -105,6 +107,7 @@ def test_gateway_pool_flags_parse() -> None:
     assert settings.prefill_engine == ["http://p1:8000", "http://p2:8000"]
     assert settings.decode_engine == ["http://d1:8000"] and settings.engine == []
     assert settings.prefill_fallback_recompute and settings.engine_affinity_prefix_tokens == 256
+    assert settings.prefill_kv_by_prompt
     assert settings.gateway_mode
     assert not Settings(model="m").validate().gateway_mode
 

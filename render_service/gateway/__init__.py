@@ -50,7 +50,11 @@ class Gateway:
             prefill = pool(settings.prefill_engine)
             self.pools.append(prefill)
             self.disagg = Disaggregated(
-                prefill, self.pool, self.metrics, fallback_recompute=settings.prefill_fallback_recompute
+                prefill,
+                self.pool,
+                self.metrics,
+                fallback_recompute=settings.prefill_fallback_recompute,
+                kv_by_prompt=settings.prefill_kv_by_prompt,
             )
 
     @staticmethod

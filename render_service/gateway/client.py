@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import orjson
 
 from render_service.exceptions import OverloadedError, RenderServiceError
+from render_service.gateway import connection
+from render_service.gateway.connection import Response, TransportError
 from render_service.gateway.pool import Engine, EnginePool, NoEngineError
 
 GENERATE_PATH = "/inference/v1/generate"
@@ -54,18 +55,18 @@ class EngineAnswerError(RenderServiceError):
         return self.raw if self.raw is not None else super().body()
 
 
-def _answer(response: httpx.Response, raw: bytes) -> EngineAnswerError:
+def _answer(response: Response, raw: bytes) -> EngineAnswerError:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        body = {"error": {"message": raw.decode(errors="replace")[:500] or response.reason_phrase}}
+        body = {"error": {"message": raw.decode(errors="replace")[:500] or f"HTTP {response.status_code}"}}
     return EngineAnswerError(response.status_code, body)
 
 
-def _transport_kind(exc: httpx.HTTPError) -> str:
-    if isinstance(exc, httpx.TimeoutException):
+def _transport_kind(exc: TransportError) -> str:
+    if isinstance(exc, (connection.ReadTimeout, connection.ConnectTimeout)):
         return "timeout"
-    if isinstance(exc, httpx.ConnectError):
+    if isinstance(exc, connection.ConnectError):
         return "connect"
     return "dropped"
 
@@ -92,35 +93,34 @@ async def generate(pool: EnginePool, body: dict[str, Any]) -> dict[str, Any]:
             pool.metrics.retries.inc()
         tried.add(engine)
         pool.acquire(engine)
+        response: Response | None = None
         try:
-            response = await pool.client.post(engine.url + GENERATE_PATH, content=orjson.dumps(body), headers=_JSON)
+            response = await pool.client.request("POST", engine.url + GENERATE_PATH, orjson.dumps(body))
+            raw = await response.read()
             if response.status_code == 200:
-                result: dict[str, Any] = orjson.loads(response.content)
+                result: dict[str, Any] = orjson.loads(raw)
                 pool.succeeded(engine)
                 return result
             if response.status_code < 500:
-                raise _answer(response, response.content)
-            last = EngineFailure(
-                "status", f"engine answered {response.status_code}", _answer(response, response.content)
-            )
-        except httpx.HTTPError as exc:
+                raise _answer(response, raw)
+            last = EngineFailure("status", f"engine answered {response.status_code}", _answer(response, raw))
+        except TransportError as exc:
             last = EngineFailure(_transport_kind(exc), f"{type(exc).__name__} from {engine.url}")
         except orjson.JSONDecodeError:
             last = EngineFailure("malformed", f"engine {engine.url} sent a body that is not JSON")
         finally:
+            if response is not None:
+                await response.aclose()
             pool.release(engine)
         pool.failed(engine, last.kind)
     raise _exhausted(last)
-
-
-_JSON = {"content-type": "application/json"}
 
 
 class EngineStream:
     """An open streaming generate whose first chunk has arrived: iterate for the engine's chunks
     (the first one included); `aclose()` closes the connection (the engine aborts if unfinished)."""
 
-    def __init__(self, pool: EnginePool, engine: Engine, response: httpx.Response, events: AsyncIterator[Any]) -> None:
+    def __init__(self, pool: EnginePool, engine: Engine, response: Response, events: AsyncIterator[Any]) -> None:
         self.pool = pool
         self.engine = engine
         self._response = response
@@ -132,6 +132,16 @@ class EngineStream:
     def first(self) -> dict[str, Any]:
         return self._first
 
+    @property
+    def sent_at(self) -> float:
+        """When the generate request was written to the engine's socket (perf_counter)."""
+        return self._response.sent_at
+
+    @property
+    def first_received_at(self) -> float:
+        """When the engine's first chunk arrived (perf_counter)."""
+        return self._response.first_body_at
+
     async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
         yield self._first
         try:
@@ -140,7 +150,7 @@ class EngineStream:
                     self.pool.failed(self.engine, "stream_error")
                     raise EngineFailure("stream_error", _error_message(event), EngineAnswerError(500, event))
                 yield event
-        except httpx.HTTPError as exc:
+        except TransportError as exc:
             kind = _transport_kind(exc)
             self.pool.failed(self.engine, kind)
             raise EngineFailure(kind, f"the engine's stream broke ({type(exc).__name__})") from None
@@ -157,23 +167,29 @@ def _error_message(event: dict[str, Any]) -> str:
     return str(error.get("message") if isinstance(error, dict) else error)
 
 
-async def _sse_events(response: httpx.Response) -> AsyncIterator[Any]:
+async def _sse_events(response: Response) -> AsyncIterator[Any]:
     """The JSON payloads of `data:` lines, up to `[DONE]`; a stream that ends without it is broken.
     Split on bytes and parsed by orjson straight from them: this runs once per generated token."""
     pending = b""
-    async for received in response.aiter_bytes():
+    received_bytes = response.aiter_bytes()
+    async for received in received_bytes:
         *lines, pending = (pending + received).split(b"\n")
         for line in lines:
             if not line.startswith(b"data:"):
                 continue
             payload = line[5:].strip()
             if payload == b"[DONE]":
+                # Read the body's end (it follows at once) so that the connection goes back to
+                # the pool: a response closed before its end closes its connection, and the next
+                # request would pay for a new one.
+                async for _ in received_bytes:
+                    pass
                 return
             try:
                 yield orjson.loads(payload)
             except orjson.JSONDecodeError:
-                raise httpx.RemoteProtocolError(f"malformed event from the engine: {payload[:80]!r}") from None
-    raise httpx.RemoteProtocolError("the engine's stream ended without [DONE]")
+                raise connection.RemoteProtocolError(f"malformed event from the engine: {payload[:80]!r}") from None
+    raise connection.RemoteProtocolError("the engine's stream ended without [DONE]")
 
 
 async def open_stream(pool: EnginePool, body: dict[str, Any]) -> EngineStream:
@@ -190,12 +206,11 @@ async def open_stream(pool: EnginePool, body: dict[str, Any]) -> EngineStream:
             pool.metrics.retries.inc()
         tried.add(engine)
         pool.acquire(engine)
-        response: httpx.Response | None = None
+        response: Response | None = None
         try:
-            request = pool.client.build_request("POST", engine.url + GENERATE_PATH, content=content, headers=_JSON)
-            response = await pool.client.send(request, stream=True)
+            response = await pool.client.request("POST", engine.url + GENERATE_PATH, content)
             if response.status_code != 200:
-                raw = await response.aread()
+                raw = await response.read()
                 if response.status_code < 500:
                     raise _answer(response, raw)
                 last = EngineFailure("status", f"engine answered {response.status_code}", _answer(response, raw))
@@ -209,7 +224,7 @@ async def open_stream(pool: EnginePool, body: dict[str, Any]) -> EngineStream:
                     stream = EngineStream(pool, engine, response, events)
                     stream._first = first
                     return stream
-        except httpx.HTTPError as exc:
+        except TransportError as exc:
             last = EngineFailure(_transport_kind(exc), f"{type(exc).__name__} from {engine.url}")
         except StopAsyncIteration:
             last = EngineFailure("dropped", f"engine {engine.url} ended the stream before a token")

@@ -8,6 +8,11 @@
    engine with those `kv_transfer_params` (`do_remote_prefill`), streaming or not as the client
    asked; the decode engine pulls the KV blocks instead of recomputing the prompt.
 
+Connectors that find the KV by the prompt's tokens instead (vLLM's ExampleConnector on a shared
+folder, LMCache) answer the prefill without `kv_transfer_params`: with `--prefill-kv-by-prompt`
+such a prefill has handed off, and the decode request goes with the prompt alone (the decode
+engine's connector loads the stored KV for the prompt's full blocks and computes the rest).
+
 A prefill that no engine could serve (connection failures, timeouts, 5xx, or an answer without
 `kv_transfer_params`, i.e. an engine without a KV connector) fails the request with 503, or, with
 `--prefill-fallback-recompute`, sends it to a decode engine alone, which recomputes the prompt. A
@@ -58,12 +63,19 @@ class Disaggregated:
     """The two pools and the hand-off between them."""
 
     def __init__(
-        self, prefill: EnginePool, decode: EnginePool, metrics: GatewayMetrics, *, fallback_recompute: bool
+        self,
+        prefill: EnginePool,
+        decode: EnginePool,
+        metrics: GatewayMetrics,
+        *,
+        fallback_recompute: bool,
+        kv_by_prompt: bool = False,
     ) -> None:
         self.prefill = prefill
         self.decode = decode
         self.metrics = metrics
         self.fallback_recompute = fallback_recompute
+        self.kv_by_prompt = kv_by_prompt
 
     async def decode_request(self, body: dict[str, Any]) -> dict[str, Any]:
         """`body` as the decode pool gets it: with the prefill's `kv_transfer_params`, or without
@@ -79,6 +91,9 @@ class Disaggregated:
                 raise
             return self._without_prefill(body, exc)
         params = answer.get("kv_transfer_params")
+        if not params and self.kv_by_prompt:
+            self.metrics.pd_requests.labels("prompt_keyed").inc()
+            return body
         if not params:
             failure = OverloadedError(
                 "The prefill engine returned no kv_transfer_params (is it running with a --kv-transfer-config?)",

@@ -10,18 +10,16 @@ with vLLM's `data: {"error": ...}` event and `[DONE]`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import anyio
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from render_service import adapter
 from render_service.api import messages as api_messages
@@ -32,6 +30,7 @@ from render_service.exceptions import BadRequestError, RenderServiceError
 from render_service.gateway import Gateway, anthropic, client
 from render_service.gateway import responses as gateway_responses
 from render_service.gateway.anthropic import MessagesStream
+from render_service.gateway.disconnect import ClientDisconnected, SSEResponse, cancel_on_disconnect
 from render_service.gateway.stops import StopWatch, stop_strings, without_stop_strings
 from render_service.gateway.streams import ChatStream, CompletionStream, usage
 from render_service.multimodal import media
@@ -42,37 +41,7 @@ from render_service.server.state import State
 
 logger = logging.getLogger("render_service.gateway")
 
-T = TypeVar("T")
-
-STOP_STRINGS_WITH_PARSERS = (
-    "stop strings on a stream whose output goes through reasoning or tool parsers are not supported by "
-    "the gateway yet (a --tokens-only engine cannot apply them); use stream=false or stop_token_ids"
-)
 CLIENT_CLOSED = 499  # nginx's "client closed request": what the metrics record for a disconnect
-
-
-class ClientDisconnected(Exception):
-    pass
-
-
-class SSEResponse(StreamingResponse):
-    """A stream that notices the client leaving even while no chunk is due (an engine still in
-    prefill or stalled): Starlette only listens for the disconnect under ASGI < 2.4."""
-
-    def __init__(self, content: AsyncIterator[bytes]) -> None:
-        super().__init__(content, media_type="text/event-stream")
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async with anyio.create_task_group() as group:
-
-            async def stream() -> None:
-                with contextlib.suppress(OSError):  # the client left mid-write
-                    await self.stream_response(send)
-                group.cancel_scope.cancel()
-
-            group.start_soon(stream)
-            await self.listen_for_disconnect(receive)
-            group.cancel_scope.cancel()
 
 
 def sse(payload: Any) -> bytes:
@@ -82,33 +51,7 @@ def sse(payload: Any) -> bytes:
 DONE = b"data: [DONE]\n\n"
 
 
-async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
-    """`work`, cancelled (and so its engine connection closed) if the client leaves first."""
-    task = asyncio.ensure_future(work)
-
-    async def disconnected() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    watcher = asyncio.ensure_future(disconnected())
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        task.cancel()
-        raise
-    finally:
-        watcher.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
-    raise ClientDisconnected
-
-
 def _refuse_unsupported(state: State, body: dict[str, Any]) -> None:
-    if body.get("stop") and body.get("stream") and state.derender.has_parser:
-        raise BadRequestError(STOP_STRINGS_WITH_PARSERS, param="stop")
     if state.context.vision is not None and media.image_urls(body.get("messages"), include_data=True):
         raise BadRequestError("image inputs are not supported by the gateway yet; use /v1/chat/completions/render")
     if body.get("stream") and adapter.runtime(state.context) is not None:
@@ -238,6 +181,8 @@ def _sse_stream(
     async def body() -> AsyncIterator[bytes]:
         metrics = gateway.metrics
         metrics.ttft.labels(endpoint).observe(time.perf_counter() - arrived)
+        if gateway.disagg is None:
+            metrics.added.labels(endpoint, "to_engine").observe(stream.sent_at - arrived)
         last = time.perf_counter()
         finished = False
         try:
@@ -246,7 +191,8 @@ def _sse_stream(
             async for engine_chunk in stream:
                 now = time.perf_counter()
                 tokens = sum(len(c.get("token_ids") or []) for c in engine_chunk.get("choices") or [])
-                if tokens and engine_chunk is not stream.first:
+                first = engine_chunk is stream.first
+                if tokens and not first:
                     metrics.inter_token.labels(endpoint).observe((now - last) / tokens)
                 last = now
                 if watch is not None:
@@ -254,6 +200,8 @@ def _sse_stream(
                 data = b"".join(wire.feed(engine_chunk))  # one write per engine chunk
                 if data:
                     yield data
+                if first:  # its bytes are with the client's transport now
+                    metrics.added.labels(endpoint, "to_client").observe(time.perf_counter() - stream.first_received_at)
                 if watch is not None and watch.done:
                     break  # a stop string finished every choice: closing the stream aborts the engine request
             if ended := b"".join(wire.finish()):
@@ -373,9 +321,11 @@ async def _chat_generation(
         if rendered["stream"]:
             # Built before the engine stream opens: a converter that fails leaves nothing running.
             wire = make_wire(ChatStream(state.derender, chat, request_id, prompt_ids, model))
-            stream = await until_disconnect(request, _open_stream(gateway, rendered, watch))
+            async with cancel_on_disconnect(request.receive):
+                stream = await _open_stream(gateway, rendered, watch)
             return SSEResponse(_sse_stream(gateway, endpoint, arrived, stream, wire, watch))
-        generated = await until_disconnect(request, _generate(gateway, rendered, watch))
+        async with cancel_on_disconnect(request.receive):
+            generated = await _generate(gateway, rendered, watch)
     except ClientDisconnected:
         gateway.metrics.disconnects.inc()
         return Response(status_code=CLIENT_CLOSED)
@@ -431,16 +381,12 @@ async def messages(state: State, request: Request, body: Any) -> Any:
 
 # -- /v1/responses ---------------------------------------------------------------------------
 
-OUTPUT_LOGPROBS = "message.output_text.logprobs"
-
 
 @json_endpoint("responses")
 async def responses(state: State, request: Request, body: Any) -> Any:
     """The Responses API on vLLM's simple path (one generation; no stored responses, as our render)."""
     arrived = time.perf_counter()
     body = object_body(body)
-    if OUTPUT_LOGPROBS in (body.get("include") or []) or body.get("top_logprobs"):
-        raise BadRequestError("output logprobs are not supported by the gateway's Responses API yet", param="include")
     if body.get("background"):
         raise BadRequestError(
             "background responses need a response store; the gateway is stateless", param="background"
@@ -457,6 +403,9 @@ async def responses(state: State, request: Request, body: Any) -> Any:
     sampling: dict[str, Any] = rendered["sampling_params"]
     model = _model_name(state, body)
     chat = gateway_responses.chat_view(body, sampling)
+    with_logprobs = gateway_responses.output_logprobs(body)
+    if with_logprobs:  # resolved by the chat derender, as vLLM resolves both alike
+        chat.update(logprobs=True, top_logprobs=body.get("top_logprobs") or 0)
     if rendered["stream"]:
         chat["stream_options"] = {"include_usage": True}
 
@@ -470,10 +419,13 @@ async def responses(state: State, request: Request, body: Any) -> Any:
     engine_choice = generated["choices"][0]
     finish = engine_choice.get("finish_reason")
     message = answer["choices"][0]["message"]
+    logprobs = gateway_responses.text_logprobs(answer["choices"][0].get("logprobs")) if with_logprobs else None
     if state.derender.has_parser:
-        output = gateway_responses.output_items(body, message, finish)
+        if not chat["include_reasoning"]:
+            logprobs = None  # vLLM drops them with the reasoning
+        output = gateway_responses.output_items(body, message, finish, logprobs)
     else:
-        output = gateway_responses.plain_output(message.get("content") or "", finish)
+        output = gateway_responses.plain_output(message.get("content") or "", finish, logprobs)
     output_tokens = len(engine_choice.get("token_ids") or [])
     return gateway_responses.envelope(
         body,
@@ -517,11 +469,13 @@ async def completions(state: State, request: Request, body: Any) -> Any:
                 echo_text=None if echoed is None else echoed[0],
             )
             watch = _stop_watch(state, body, rendered[0])
-            stream = await until_disconnect(request, _open_stream(gateway, rendered[0], watch))
+            async with cancel_on_disconnect(request.receive):
+                stream = await _open_stream(gateway, rendered[0], watch)
             return SSEResponse(_sse_stream(gateway, "completions", arrived, stream, CompletionWire(converter), watch))
-        generated = await until_disconnect(
-            request, asyncio.gather(*(_generate(gateway, one, _stop_watch(state, body, one)) for one in rendered))
-        )
+        async with cancel_on_disconnect(request.receive):
+            generated = await asyncio.gather(
+                *(_generate(gateway, one, _stop_watch(state, body, one)) for one in rendered)
+            )
     except ClientDisconnected:
         gateway.metrics.disconnects.inc()
         return Response(status_code=CLIENT_CLOSED)

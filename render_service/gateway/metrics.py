@@ -8,6 +8,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 _TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
+# The gateway's own share of a stream's latency: tens of microseconds to a few milliseconds.
+_ADDED_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+
 class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
@@ -16,6 +20,16 @@ class GatewayMetrics:
             "From the request's arrival to its first generated token (render, queue and prefill)",
             ["endpoint"],
             buckets=_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.added = Histogram(
+            "render_gateway_added_latency_seconds",
+            "The gateway's own part of a stream's time to first token: to_engine, from the request's "
+            "arrival to its generate request written to the engine (render included; not with P/D, "
+            "where the prefill hop lies between); to_client, from the engine's first chunk arriving "
+            "to its client bytes written",
+            ["endpoint", "phase"],
+            buckets=_ADDED_BUCKETS,
             registry=r,
         )
         self.inter_token = Histogram(
@@ -56,6 +70,7 @@ class GatewayMetrics:
         self.pd_requests = Counter(
             "render_gateway_pd_requests",
             "Requests through the prefill/decode pools, by outcome: remote_prefill (KV handed off), "
+            "prompt_keyed (handed off through a connector keyed by the prompt, --prefill-kv-by-prompt), "
             "recompute (prefill failed, decoded alone), prefill_failed (503), prefill_rejected (the "
             "prefill engine's 4xx), passthrough (the request carried its own kv_transfer_params)",
             ["outcome"],

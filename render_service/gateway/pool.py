@@ -23,8 +23,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import httpx
-
+from render_service.gateway.connection import ConnectionPool, TransportError
 from render_service.gateway.metrics import GatewayMetrics
 
 logger = logging.getLogger("render_service.gateway")
@@ -74,11 +73,7 @@ class EnginePool:
         self.affinity_prefix_tokens = affinity_prefix_tokens
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         # One connection pool per worker; `timeout` bounds every silence (connect, first byte, between bytes).
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-            headers=headers,
-        )
+        self.client = ConnectionPool(timeout=timeout, connect_timeout=min(timeout, 10.0), headers=headers)
         self._ticket = itertools.count(1)
         self._health_task: asyncio.Task[None] | None = None
         for engine in self.engines:
@@ -168,9 +163,13 @@ class EnginePool:
 
     async def _probe(self, engine: Engine) -> None:
         try:
-            response = await self.client.get(f"{engine.url}/health", timeout=HEALTH_TIMEOUT)
+            response = await self.client.request("GET", f"{engine.url}/health", timeout=HEALTH_TIMEOUT)
+            try:
+                await response.read()
+            finally:
+                await response.aclose()
             ok = response.status_code == 200
-        except httpx.HTTPError:
+        except TransportError:
             ok = False
         if ok != engine.healthy:
             logger.info("engine %s is %s", engine.url, "healthy again" if ok else "unhealthy")

@@ -28,6 +28,9 @@ from render_service.api import generated, responses
 _REASONING_FIELDS = ("context", "effort", "generate_summary", "mode", "summary")
 
 
+OUTPUT_LOGPROBS = "message.output_text.logprobs"
+
+
 def random_id() -> str:
     return uuid.uuid4().hex[:16]  # vLLM's `random_uuid` length
 
@@ -225,8 +228,48 @@ def _custom_tools(body: dict[str, Any]) -> set[str]:
     return {t["name"] for t in body.get("tools") or [] if t.get("type") == "custom"}
 
 
-def output_items(body: dict[str, Any], message: dict[str, Any], finish_reason: str | None) -> list[dict[str, Any]]:
-    """`build_response_output_items` (or the no-parser message) from a derendered chat message."""
+def output_logprobs(body: dict[str, Any]) -> bool:
+    """`is_include_output_logprobs`: only `include` asks for them (`top_logprobs` alone does not)."""
+    include = body.get("include")
+    return isinstance(include, list) and OUTPUT_LOGPROBS in include
+
+
+def text_logprobs(chat_logprobs: Any) -> list[dict[str, Any]] | None:
+    """`_create_response_logprobs` from the chat answer's logprobs, which vLLM resolves alike
+    (decoded token, clamped logprob, bytes, the first `top_logprobs` entries)."""
+    if not isinstance(chat_logprobs, dict) or chat_logprobs.get("content") is None:
+        return None
+    return [
+        {
+            "token": entry["token"],
+            "bytes": entry["bytes"],
+            "logprob": entry["logprob"],
+            "top_logprobs": [
+                {"token": top["token"], "bytes": top["bytes"], "logprob": top["logprob"]}
+                for top in entry.get("top_logprobs") or []
+            ],
+        }
+        for entry in chat_logprobs["content"]
+    ]
+
+
+def _stream_logprobs(chat_logprobs: Any) -> list[dict[str, Any]]:
+    """`_to_stream_logprobs`: a delta event's logprobs carry no bytes."""
+    return [
+        {
+            "token": entry["token"],
+            "logprob": entry["logprob"],
+            "top_logprobs": [{"token": top["token"], "logprob": top["logprob"]} for top in entry["top_logprobs"]],
+        }
+        for entry in text_logprobs(chat_logprobs) or []
+    ]
+
+
+def output_items(
+    body: dict[str, Any], message: dict[str, Any], finish_reason: str | None, logprobs: Any = None
+) -> list[dict[str, Any]]:
+    """`build_response_output_items` (or the no-parser message) from a derendered chat message;
+    `logprobs` (the whole output's) go on the message's text."""
     last_status = item_status(finish_reason)
     reasoning = message.get("reasoning")
     content = message.get("content")
@@ -235,7 +278,7 @@ def output_items(body: dict[str, Any], message: dict[str, Any], finish_reason: s
     if reasoning:
         out.append(_reasoning_item(f"rs_{random_id()}", reasoning, None))
     if content:
-        out.append(_message_item(f"msg_{random_id()}", content, "completed" if calls else last_status))
+        out.append(_message_item(f"msg_{random_id()}", content, "completed" if calls else last_status, logprobs))
     namespaces = _function_tools(body)
     custom = _custom_tools(body)
     for position, call in enumerate(calls):
@@ -252,9 +295,9 @@ def output_items(body: dict[str, Any], message: dict[str, Any], finish_reason: s
     return out
 
 
-def plain_output(text: str, finish_reason: str | None) -> list[dict[str, Any]]:
+def plain_output(text: str, finish_reason: str | None, logprobs: Any = None) -> list[dict[str, Any]]:
     """The no-parser output: one message, empty when nothing was generated."""
-    item = _message_item(f"msg_{random_id()}", text, item_status(finish_reason))
+    item = _message_item(f"msg_{random_id()}", text, item_status(finish_reason), logprobs)
     if not text:
         item["content"] = []
     return [item]
@@ -264,10 +307,10 @@ def _text_part(text: str, logprobs: Any = None) -> dict[str, Any]:
     return {"annotations": [], "text": text, "type": "output_text", "logprobs": logprobs}
 
 
-def _message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
+def _message_item(item_id: str, text: str, status: str, logprobs: Any = None) -> dict[str, Any]:
     return {
         "id": item_id,
-        "content": [_text_part(text)],
+        "content": [_text_part(text, logprobs)],
         "role": "assistant",
         "status": status,
         "type": "message",
@@ -347,6 +390,8 @@ class ResponsesStream:
         self.output_index = 0
         self.item_id = ""
         self.text = ""
+        self.logprobs: list[dict[str, Any]] = []  # the open message's, for its done events
+        self.with_logprobs = output_logprobs(body)
         self.tool: dict[str, Any] = {}
         self.items: list[dict[str, Any]] = []
         self.finish_reason: str | None = None
@@ -396,11 +441,14 @@ class ResponsesStream:
             delta = choice.get("delta") or {}
             if "role" in delta:
                 continue
+            logprobs = choice.get("logprobs") if self.with_logprobs else None
             for part in _split(delta):
-                out += self._step(part)
+                out += self._step(part, logprobs)
         return out
 
-    def _step(self, delta: dict[str, Any]) -> list[bytes]:
+    def _step(self, delta: dict[str, Any], logprobs: Any = None) -> list[bytes]:
+        """One delta's events; a content delta carries its engine chunk's `logprobs` (as vLLM's
+        `emit_delta`: those of a chunk that shows no content are not sent)."""
         calls = delta.get("tool_calls") or []
         call = calls[0] if calls and calls[0].get("function") is not None else None
         if call is not None:
@@ -450,13 +498,14 @@ class ResponsesStream:
             )
         else:
             self.text += delta["content"]
+            self.logprobs += text_logprobs(logprobs) or []
             out.append(
                 self._emit(
                     {
                         "content_index": 0,
                         "delta": delta["content"],
                         "item_id": self.item_id,
-                        "logprobs": [],
+                        "logprobs": _stream_logprobs(logprobs),
                         "output_index": self.output_index,
                         "type": "response.output_text.delta",
                     }
@@ -467,6 +516,7 @@ class ResponsesStream:
     def _open(self, target: str, call: dict[str, Any] | None) -> list[bytes]:
         self.state = target
         self.text = ""
+        self.logprobs = []
         if target == "content":
             self.item_id = f"msg_{random_id()}"
             message = {"id": self.item_id, "content": [], "role": "assistant", "status": "in_progress"}
@@ -546,7 +596,7 @@ class ResponsesStream:
             return []
         out: list[bytes]
         if self.state == "content":
-            part = _text_part(self.text, None)
+            part = _text_part(self.text, self.logprobs or None)
             item = _message_item(self.item_id, self.text, status)
             item["content"] = [part] if self.text else []
             out = [

@@ -64,7 +64,7 @@ class _Choice:
     tokens: int = 0
     text_offset: int = 0  # completions logprobs
     finished: bool = False
-    held: HeldText | None = None  # the text hold-back under stop strings (plain path)
+    held: HeldText | None = None  # the text hold-back under stop strings
 
 
 class ChatStream:
@@ -181,6 +181,15 @@ class ChatStream:
                 ids = state.tool_ids
                 return ids[tool_index] if tool_index < len(ids) else parsers.id_for(self.id, index, tool_index)
 
+            release = None
+            if self.stop.stop:  # the parser sees the text a detokenizing engine would release
+                if state.held is None:
+                    state.held = HeldText(self.stop.stop, self.stop.include_stop_str_in_output)
+                held = state.held
+
+                def release(text: str) -> str:
+                    return held.push(text, finish, stop_reason)
+
             parsed_delta, finish_reason = parsers.advance(
                 self.parser,
                 state.parsed,
@@ -190,6 +199,7 @@ class ChatStream:
                 self.opts,
                 tool_id,
                 spaces_between_special_tokens=self.spaces,
+                release_text=release,
             )
             delta = None if parsed_delta is None else _delta_wire(parsed_delta, state.tool_ids)
         else:

@@ -20,7 +20,7 @@ the classes, and each class answers for its own quirks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -439,17 +439,22 @@ def advance(
     tool_id: ToolIdFn,
     *,
     spaces_between_special_tokens: bool = True,
+    release_text: Callable[[str], str] | None = None,
 ) -> tuple[Delta | None, str | None]:
     """One chunk of the streaming parser path, as `_derender_chat_stream_parsed` runs it:
     detokenize `text_token_ids` (the chunk after `drop_stop_token`) with special tokens kept,
     then `step` with the chunk's full `delta_token_ids`. Updates `state` in place.
+
+    `release_text` maps the decoded text to what the parser sees, as a detokenizing engine's
+    stop-string handling does (held back, then cut at the stop string).
 
     A chunk with no tokens and no `finish_reason` is not stepped (vLLM skips it): (None, None).
     """
     if not delta_token_ids and finish_reason is None:
         return None, None
     text = ""
-    if delta_token_ids and getattr(parser, "reads_text", True):  # Harmony parses ids only
+    reads_text = getattr(parser, "reads_text", True)  # Harmony parses ids only
+    if delta_token_ids and reads_text:
         text, state.detok = detokenize_delta(
             parser.info,
             text_token_ids,
@@ -457,6 +462,8 @@ def advance(
             skip_special_tokens=False,
             spaces_between_special_tokens=spaces_between_special_tokens,
         )
+    if release_text is not None and reads_text:
+        text = release_text(text)
     return parser.step(state.parser, text, delta_token_ids, finish_reason, opts, tool_id)
 
 

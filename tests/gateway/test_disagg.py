@@ -157,6 +157,27 @@ def test_fallback_to_recompute(
         assert refused.status_code == 503 and len(decode.records) == 1
 
 
+def test_a_connector_keyed_by_the_prompt(
+    qwen3_model_dir: Path, loaded_model: Model, pd_engines: tuple[ScriptedEngine, ScriptedEngine]
+) -> None:
+    """With --prefill-kv-by-prompt a prefill answered without kv_transfer_params (ExampleConnector,
+    LMCache) has handed off: the decode gets the prompt alone; without the flag it is a failure."""
+    prefill, decode = pd_engines
+    prefill.default = Script([42], finish_reason="length")  # no kv_transfer_params
+    decode.default = Script([EOS])
+    urls = [prefill.url], [decode.url]
+    with _pd_gateway(qwen3_model_dir, loaded_model, *urls, prefill_kv_by_prompt=True) as gateway:
+        answer = httpx.post(f"{gateway}/v1/chat/completions", json={**CHAT, "stream": True}, timeout=10)
+        assert answer.status_code == 200 and sse_events(answer)[-1] == "[DONE]"
+        (first,), (second,) = [r.body for r in prefill.records], [r.body for r in decode.records]
+        assert first["kv_transfer_params"] == REMOTE_DECODE and first["sampling_params"]["max_tokens"] == 1
+        assert second.get("kv_transfer_params") is None and second["token_ids"] == first["token_ids"]
+        metrics = httpx.get(f"{gateway}/metrics").text
+        assert 'render_gateway_pd_requests_total{outcome="prompt_keyed"} 1.0' in metrics
+    with _pd_gateway(qwen3_model_dir, loaded_model, *urls) as strict:
+        assert httpx.post(f"{strict}/v1/chat/completions", json=CHAT, timeout=10).status_code == 503
+
+
 def tokens_of(model_dir: Path, model: Model, engine: ScriptedEngine) -> list[int]:
     with gateway_app(model, gateway_settings(model_dir, [engine.url])) as plain:
         return tokens(plain, "Recomputed")

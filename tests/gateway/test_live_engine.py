@@ -11,6 +11,7 @@ VLLM_ENGINE_PYTHON): one engine at a time, ~40 s to start and ~4 GB each.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,6 +149,74 @@ class TestTokensOnlyEngine:
                 httpx.post(f"{lenient}/v1/chat/completions", json={**CHAT, "stream": True}, timeout=120)
             )
             assert _content(events) == single["choices"][0]["message"]["content"]
+
+
+class TestKVHandoff:
+    """A real KV hand-off between two `--tokens-only` engines: vLLM's ExampleConnector (the shared-folder
+    reference connector, which runs on CPU) on one folder, `kv_both` on each. The prefill engine
+    stores the prompt's KV per layer under a hash of the prompt's full blocks; the decode engine finds
+    it by the same prompt, loads it and computes only the rest. It answers the prefill without
+    kv_transfer_params, so the gateway runs with --prefill-kv-by-prompt."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def pair(cls, weighted_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any, Path]]:
+        store = tmp_path_factory.mktemp("kv-store")
+        config = {
+            "kv_connector": "ExampleConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {"shared_storage_path": str(store)},
+        }
+        flags = ("--kv-transfer-config", json.dumps(config))
+        prefill = start_engine(weighted_model, *flags, max_model_len=MAX_MODEL_LEN)
+        try:
+            decode = start_engine(weighted_model, *flags, max_model_len=MAX_MODEL_LEN)
+            try:
+                yield prefill, decode, store
+            finally:
+                decode.stop()
+        finally:
+            prefill.stop()
+
+    def test_decode_uses_the_prefill_engines_kv(
+        self, weighted_model: Path, live_model: Model, pair: tuple[Any, Any, Path]
+    ) -> None:
+        prefill, decode, store = pair
+
+        def gateway(engines: list[str], **pools: Any) -> Any:
+            settings = gateway_settings(weighted_model, engines, engine_timeout=120.0, **pools)
+            settings.served_model_name = [SERVED_NAME]
+            return gateway_app(live_model, settings)
+
+        story = "The fox ran through the quiet village at dawn, past the mill and the old stone bridge. "
+        for index, stream in enumerate((False, True)):
+            # A prompt of several KV blocks, new to both engines (each case its own).
+            chat = {**CHAT, "messages": [{"role": "user", "content": f"{index}. " + story * 40}]}
+            with gateway([], prefill_engine=[prefill.url], decode_engine=[decode.url], prefill_kv_by_prompt=True) as pd:
+                if stream:
+                    events = sse_events(
+                        httpx.post(f"{pd}/v1/chat/completions", json={**chat, "stream": True}, timeout=300)
+                    )
+                    assert events[-1] == "[DONE]"
+                    answer_text = _content(events)
+                else:
+                    response = httpx.post(f"{pd}/v1/chat/completions", json=chat, timeout=300)
+                    assert response.status_code == 200, response.text
+                    answer = response.json()
+                    answer_text = answer["choices"][0]["message"]["content"]
+                metrics = httpx.get(f"{pd}/metrics").text
+                assert 'render_gateway_pd_requests_total{outcome="prompt_keyed"} 1.0' in metrics
+            # The decode engine loaded KV the prefill engine stored: its connector says how many tokens.
+            injected = [int(n) for n in re.findall(r"Inject KV cache of (\d+) tokens", decode.log.read_text())]
+            assert len(injected) == index + 1 and injected[-1] >= 256, injected
+            assert len(list(store.glob("*/*.safetensors"))) == 2 * (index + 1)  # 2 layers per prompt
+            # The single-engine answer: the prefill engine alone (it computed this prompt itself).
+            with gateway([prefill.url]) as single:
+                reference = httpx.post(f"{single}/v1/chat/completions", json=chat, timeout=300).json()
+            if stream:
+                assert answer_text == reference["choices"][0]["message"]["content"]
+            else:
+                assert _strip(answer) == _strip(reference)
 
 
 def _running(engine: str) -> float:
@@ -295,7 +364,14 @@ class TestAgainstVllmServe:
         theirs_events = _named(httpx.post(f"{engine}/v1/messages", json={**body, "stream": True}, timeout=120))
         assert _merged_named(ours_events) == _merged_named(theirs_events)
 
-    @pytest.mark.parametrize("body", [RESPONSES, {**RESPONSES, "instructions": "Be brief.", "max_output_tokens": 4}])
+    @pytest.mark.parametrize(
+        "body",
+        [
+            RESPONSES,
+            {**RESPONSES, "instructions": "Be brief.", "max_output_tokens": 4},
+            {**RESPONSES, "include": ["message.output_text.logprobs"], "top_logprobs": 2},
+        ],
+    )
     def test_responses_equal(self, urls: tuple[str, str], body: dict[str, Any]) -> None:
         gateway, engine = urls
         ours = httpx.post(f"{gateway}/v1/responses", json=body, timeout=120)
@@ -327,3 +403,48 @@ class TestAgainstVllmServe:
             merged_ours.pop("first"), merged_theirs.pop("first")
             merged_ours.pop("finish"), merged_theirs.pop("finish")
         assert merged_ours == merged_theirs
+
+
+class TestParsedAgainstVllmServe:
+    """`vllm serve --reasoning-parser qwen3` (with its tokenizer) against the gateway with the same
+    parser: stop strings on a stream through the parser, which vLLM applies in its detokenizer."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def urls(cls, weighted_model: Path, live_model: Model) -> Iterator[tuple[str, str]]:
+        engine = start_engine(
+            weighted_model, "--reasoning-parser", "qwen3", max_model_len=MAX_MODEL_LEN, tokens_only=False
+        )
+        try:
+            settings = gateway_settings(weighted_model, [engine.url], engine_timeout=120.0, reasoning_parser="qwen3")
+            settings.served_model_name = [SERVED_NAME]
+            with gateway_app(live_model, settings) as gateway:
+                yield gateway, engine.url
+        finally:
+            engine.stop()
+
+    def test_stop_strings_on_a_parsed_stream(self, urls: tuple[str, str]) -> None:
+        gateway, engine = urls
+        body = {**CHAT, "max_tokens": 24}
+        plain = httpx.post(f"{engine}/v1/chat/completions", json=body, timeout=120).json()["choices"][0]["message"]
+        text = (plain.get("reasoning") or plain.get("reasoning_content") or "") + (plain.get("content") or "")
+        stop = text[len(text) // 2 : len(text) // 2 + 2]  # somewhere inside what the model writes
+        assert stop.strip(), text
+
+        def merged(base: str) -> tuple[str, str, Any]:
+            events = sse_events(
+                httpx.post(f"{base}/v1/chat/completions", json={**body, "stop": [stop], "stream": True}, timeout=120)
+            )
+            reasoning = content = ""
+            finish = None
+            for event in events[:-1]:
+                for choice in event.get("choices") or []:
+                    delta = choice["delta"]
+                    reasoning += delta.get("reasoning") or delta.get("reasoning_content") or ""
+                    content += delta.get("content") or ""
+                    if choice.get("finish_reason"):
+                        finish = (choice["finish_reason"], choice.get("stop_reason"))
+            return reasoning, content, finish
+
+        ours, theirs = merged(gateway), merged(engine)
+        assert ours == theirs and ours[2] == ("stop", stop)

@@ -17,6 +17,7 @@ EOS = 151645  # <|im_end|>
 Engines = tuple[ScriptedEngine, ScriptedEngine]
 MESSAGES = {"model": MODEL, "max_tokens": 40, "messages": [{"role": "user", "content": "Hi!"}]}
 RESPONSES = {"model": MODEL, "input": "Hi!", "max_output_tokens": 40}
+CHAT_OF_RESPONSES = {"model": MODEL, "messages": [{"role": "user", "content": "Hi!"}], "max_tokens": 40}
 WEATHER_TOOL = {
     "name": "get_weather",
     "description": "Weather in a city",
@@ -315,9 +316,41 @@ def test_responses_reasoning_and_function_call(parsing_gateway: str, engines: En
 
 
 def test_responses_refuses_what_the_gateway_cannot_answer(gateway: str) -> None:
-    for extra, param in (
-        ({"include": ["message.output_text.logprobs"]}, "include"),
-        ({"previous_response_id": "resp_1"}, "previous_response_id"),
-    ):
-        response = httpx.post(f"{gateway}/v1/responses", json={**RESPONSES, **extra}, timeout=10)
-        assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
+    response = httpx.post(f"{gateway}/v1/responses", json={**RESPONSES, "previous_response_id": "resp_1"}, timeout=10)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "previous_response_id", response.text
+
+
+def _chat_logprobs(gateway: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chat answer's logprobs for the same generation: Responses resolves them alike."""
+    answer = httpx.post(f"{gateway}/v1/chat/completions", json=body, timeout=10).json()
+    content: list[dict[str, Any]] = answer["choices"][0]["logprobs"]["content"]
+    return content
+
+
+def test_responses_output_logprobs(gateway: str, engines: Engines) -> None:
+    """`include: ["message.output_text.logprobs"]` (`top_logprobs` alone asks for nothing): the
+    engine is asked for them, the message's text carries the whole output's, and each stream
+    delta its engine chunk's (without bytes); the part done carries them all."""
+    ids = tokens(gateway, "One two three")
+    _script(engines, Script([*ids, EOS], chunk_size=2, logprobs=True))
+    body = {**RESPONSES, "include": ["message.output_text.logprobs"], "top_logprobs": 1}
+    answer = httpx.post(f"{gateway}/v1/responses", json=body, timeout=10).json()
+    assert _sent(engines)[-1]["sampling_params"]["logprobs"] == 1 and answer["top_logprobs"] == 1
+    expected = _chat_logprobs(gateway, {**CHAT_OF_RESPONSES, "logprobs": True, "top_logprobs": 1})
+    (part,) = answer["output"][0]["content"]
+    assert part["logprobs"] == expected and len(expected) == len(ids) + 1
+    assert part["logprobs"][0]["top_logprobs"][0].keys() == {"token", "bytes", "logprob"}
+
+    events = named_events(httpx.post(f"{gateway}/v1/responses", json={**body, "stream": True}, timeout=10))
+    deltas = [data for name, data in events if name == "response.output_text.delta"]
+    streamed = [entry for delta in deltas for entry in delta["logprobs"]]
+    assert [entry["token"] for entry in streamed] == [entry["token"] for entry in expected[: len(streamed)]]
+    assert streamed[0].keys() == {"token", "logprob", "top_logprobs"}
+    assert streamed[0]["top_logprobs"][0].keys() == {"token", "logprob"}
+    done = next(data for name, data in events if name == "response.content_part.done")
+    assert done["part"]["logprobs"] == expected[: len(streamed)]
+
+    for without in ({**RESPONSES, "top_logprobs": 2}, {**RESPONSES, "stream": False}):
+        answer = httpx.post(f"{gateway}/v1/responses", json=without, timeout=10).json()
+        assert answer["output"][0]["content"][0]["logprobs"] is None
+        assert _sent(engines)[-1]["sampling_params"].get("logprobs") is None

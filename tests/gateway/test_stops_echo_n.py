@@ -83,11 +83,34 @@ def test_stop_string_completions_both_ways(gateway: str, engines: Engines) -> No
     assert events[-2]["choices"][0]["stop_reason"] == " blue"
 
 
-def test_stop_strings_on_a_parsed_stream_are_refused(parsing_gateway: str, engines: Engines) -> None:
-    body = {**CHAT, "stop": ["x"], "stream": True}
-    response = httpx.post(f"{parsing_gateway}/v1/chat/completions", json=body, timeout=10)
-    assert response.status_code == 400 and response.json()["error"]["param"] == "stop"
-    assert _records(engines) == []
+def _merged(events: list) -> tuple[str, str, tuple[str, object]]:
+    """(reasoning, content, (finish_reason, stop_reason)) of a single-choice chat stream."""
+    reasoning = content = ""
+    finish: tuple[str, object] = ("", None)
+    for event in events[:-1]:
+        for choice in event["choices"]:
+            reasoning += choice["delta"].get("reasoning") or ""
+            content += choice["delta"].get("content") or ""
+            if choice["finish_reason"]:
+                finish = (choice["finish_reason"], choice["stop_reason"])
+    return reasoning, content, finish
+
+
+def test_stop_strings_on_a_parsed_stream(parsing_gateway: str, engines: Engines) -> None:
+    """As `vllm serve` does: the parsers see the text the detokenizer releases (held back, cut at
+    the stop string), reasoning included; the stream says what the batch answer says."""
+    ids = tokens(parsing_gateway, "<think>hmm, four</think>The answer is 4. Done here")
+    for stop, reasoning, content in ((". ", "hmm, four", "The answer is 4"), ("four", "hmm, ", "")):
+        engines[0].default = Script([*ids, EOS], chunk_size=1)
+        body = {**CHAT, "stop": [stop, "never"], "stream": True}
+        events = sse_events(httpx.post(f"{parsing_gateway}/v1/chat/completions", json=body, timeout=10))
+        assert events[-1] == "[DONE]"
+        assert _merged(events) == (reasoning, content, ("stop", stop))
+        assert engines[0].wait_for("cancelled")  # the engine request ends at the match
+        engines[0].records.clear()
+        batch = httpx.post(f"{parsing_gateway}/v1/chat/completions", json={**body, "stream": False}, timeout=10)
+        message = batch.json()["choices"][0]["message"]
+        assert (message["reasoning"] or "", message["content"] or "") == (reasoning, content)
 
 
 def test_stop_string_with_parsers_non_streaming(parsing_gateway: str, engines: Engines) -> None:
