@@ -1,0 +1,300 @@
+"""Token-identical continuation: turn N+1's prompt reuses the ids the engine generated at turn N.
+
+Re-rendering a conversation does not give back what the engine saw: Qwen3's template drops the
+thinking of earlier replies, and re-tokenized text can differ from the generated ids. With
+`--preserve-generated-tokens` and `"preserve_generated_tokens": true` in a chat request, derender
+returns a signed handle with each assistant message (derender/generated.py keeps the ids), and a
+later render splices those ids back in:
+
+    prompt(N+1) = prompt(N) + generated(N) + suffix(N)
+
+where suffix(N) is what the template renders after the assistant message (for Qwen3
+`\\n<|im_start|>user\\n...<|im_end|>\\n<|im_start|>assistant\\n`; the `<|im_end|>` the model
+generated is not repeated). Nothing about the template is assumed; the splice is worked out and
+proven on every request:
+
+1. the conversation is rendered once with each handled assistant message replaced by a sentinel
+   (plain text, no reasoning, no tool calls); each sentinel must occur exactly once, in order. The
+   text between two sentinels is what the template puts between those two replies.
+2. the ids before each handled reply are rebuilt (earlier replies spliced in) and must have the
+   length and digest of the prompt the engine saw for it (recorded in its handle). When the
+   template's header for an earlier reply differs from its generation prompt (`enable_thinking:
+   false` adds an empty think block), the generation prompt is tried in its place, and proven the
+   same way.
+3. the text after the last handled reply must end the ordinary render's ids too (what follows a
+   reply does not depend on the reply).
+
+Anything unproven falls back to the ordinary render (the vLLM-identical prompt), and the response
+says why (`Continuation.reason`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+REQUEST_FIELD = "preserve_generated_tokens"  # chat request (render, and the derender's chat_request)
+MESSAGE_FIELD = "generated_tokens_handle"  # assistant message (derender response; sent back by the client)
+HEADER = "X-Render-Continuation"
+BODY_FIELD = "continuation"  # the render response's report, only when the request asked for it
+
+# Why a prompt does not extend the previous turn's prompt + output (metric label and `reason`).
+FIRST_TURN = "first_turn"  # no assistant message yet
+NO_HANDLE = "no_handle"  # the latest assistant message carries no handle
+FOREIGN = "foreign"  # a handle signed with another key or for another configuration (model, template, ...)
+MESSAGE_CHANGED = "message_changed"  # the message is not the one the handle was issued for
+NOT_FOUND = "not_found"  # the ids are gone (expired, evicted, another replica without Redis)
+PROMPT_MISMATCH = "prompt_mismatch"  # the rebuilt prompt before a reply is not the one the engine saw
+UNPROVEN = "unproven"  # the template's rendering could not be split around the replies
+UNSUPPORTED = "unsupported"  # a request the splice does not handle (see pipeline._continuation_blocker)
+REASONS = (FIRST_TURN, NO_HANDLE, FOREIGN, MESSAGE_CHANGED, NOT_FOUND, PROMPT_MISMATCH, UNPROVEN, UNSUPPORTED)
+
+_DIGEST_SIZE = 16
+
+
+def requested(enabled: bool, body: Any) -> bool:
+    """The server allows it and the request asks for it (exactly `true`)."""
+    return enabled and isinstance(body, dict) and body.get(REQUEST_FIELD) is True
+
+
+def _text(value: Any) -> Any:
+    """A message's content as text: None and "" alike; a list of text parts joined (as templates see it)."""
+    if value is None:
+        return ""
+    if isinstance(value, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in value):
+        return "".join(str(p.get("text", "")) for p in value)
+    return value
+
+
+def message_digest(message: Mapping[str, Any]) -> bytes | None:
+    """What a handle is bound to: content, reasoning and the tool calls' names and arguments, as
+    the client sends the message back (tool-call ids and types are not the model's output here and
+    clients rewrite them). None for what JSON cannot hold."""
+    reasoning = message.get("reasoning")
+    if reasoning is None:
+        reasoning = message.get("reasoning_content")
+    calls = message.get("tool_calls") or []
+    try:
+        wire_calls = [
+            [call.get("function", {}).get("name"), call.get("function", {}).get("arguments")]
+            if isinstance(call, dict) and isinstance(call.get("function"), dict)
+            else call
+            for call in (calls if isinstance(calls, list) else [calls])
+        ]
+        encoded = orjson.dumps([_text(message.get("content")), _text(reasoning), wire_calls])
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+    return hashlib.blake2b(encoded, digest_size=_DIGEST_SIZE).digest()
+
+
+def ids_digest(ids: Sequence[int]) -> bytes:
+    return hashlib.blake2b(orjson.dumps(list(ids)), digest_size=_DIGEST_SIZE).digest()
+
+
+@dataclass(frozen=True)
+class Generated:
+    """One assistant turn as the engine saw it: its prompt (length and digest) and the ids it generated."""
+
+    prompt_len: int
+    prompt_digest: bytes
+    ids: list[int]
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """The render's report: whether the prompt extends the previous turn's prompt + generated ids,
+    how many leading ids it shares with ids the engine already saw, and why not."""
+
+    prefix_extends: bool
+    shared_tokens: int = 0
+    spliced_turns: int = 0
+    reason: str | None = None
+
+    def header(self) -> str:
+        """`prefix_extends=true; shared_tokens=812; spliced_turns=3` (`; reason=...` when false)."""
+        fields = [
+            f"prefix_extends={'true' if self.prefix_extends else 'false'}",
+            f"shared_tokens={self.shared_tokens}",
+            f"spliced_turns={self.spliced_turns}",
+        ]
+        if self.reason is not None:
+            fields.append(f"reason={self.reason}")
+        return "; ".join(fields)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prefix_extends": self.prefix_extends,
+            "shared_tokens": self.shared_tokens,
+            "spliced_turns": self.spliced_turns,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class Lookup:
+    """What the handler found for a request before rendering: per message index, the turn's ids or
+    why there are none (one of REASONS). Filled in by derender/generated.py."""
+
+    turns: dict[int, Generated | str]
+    result: Continuation | None = None  # set by the render
+
+
+def last_assistant(messages: Sequence[Any]) -> int:
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            return index
+    return -1
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    limit = min(len(a), len(b))
+    low, high = 0, limit  # the longest equal prefix, by halving (slices compare in C)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[low:middle] == b[low:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def splice(
+    messages: Sequence[dict[str, Any]],
+    lookup: Lookup,
+    ordinary_ids: list[int],
+    render_text: Callable[[list[dict[str, Any]], bool], str],
+    encode: Callable[[str], list[int]],
+    added_tokens: Mapping[int, str],
+) -> tuple[list[int], Continuation]:
+    """The prompt ids with the generated ids of every handled reply spliced in, or `ordinary_ids`
+    (the template's own render) with the reason when that cannot be proven.
+
+    `render_text(messages, add_generation_prompt)`: the template's text for a message list with
+    this request's tools and kwargs; `added_tokens`: id -> text of the tokenizer's added tokens."""
+    last = last_assistant(messages)
+    if last < 0:
+        return ordinary_ids, Continuation(False, reason=FIRST_TURN)
+    handled = sorted(i for i, turn in lookup.turns.items() if isinstance(turn, Generated))
+    # The first handled reply that failed stops everything after it: later prompts contain it.
+    failed = sorted(i for i, turn in lookup.turns.items() if isinstance(turn, str))
+    first_failure = failed[0] if failed else None
+    if first_failure is not None:
+        handled = [i for i in handled if i < first_failure]
+    # Why the latest reply is not spliced, when it is not.
+    missing = str(lookup.turns[first_failure]) if first_failure is not None else NO_HANDLE
+    if not handled:
+        return ordinary_ids, Continuation(False, reason=missing)
+
+    nonce = secrets.token_hex(8)
+    sentinels = {index: f"RSGENERATED{nonce}N{index}E" for index in handled}
+    stand_ins = [
+        {"role": "assistant", "content": sentinels[i]} if i in sentinels else message
+        for i, message in enumerate(messages)
+    ]
+    try:
+        text = render_text(stand_ins, True)
+    except Exception:  # a template that needs what the stand-in lacks: not provable
+        return ordinary_ids, Continuation(False, reason=UNPROVEN)
+    pieces = _split(text, [sentinels[i] for i in handled])
+    if pieces is None:
+        return ordinary_ids, Continuation(False, reason=UNPROVEN)
+
+    ids: list[int] = []
+    proven = 0  # leading ids known to be ids the engine saw
+    generation: list[str | None] = []  # the generation prompt, worked out on first need
+    for position, index in enumerate(handled):
+        turn = lookup.turns[index]
+        assert isinstance(turn, Generated)
+        before = pieces[position]
+        if position > 0:
+            before = _after_reply(before, lookup.turns[handled[position - 1]], added_tokens)
+        rebuilt = _rebuilt_prompt(
+            ids, before, turn, encode, lambda: _generation_prompt(generation, stand_ins, render_text)
+        )
+        if rebuilt is None:
+            shared = _common_prefix(ordinary_ids, ids[:proven])
+            return ordinary_ids, Continuation(False, shared, position, PROMPT_MISMATCH)
+        ids = rebuilt + turn.ids
+        proven = len(ids)
+    tail = pieces[-1]
+    tail_ids = encode(tail)
+    # What follows the last reply is the template's, whatever the reply: the ordinary render ends with it too.
+    if not tail_ids or ordinary_ids[len(ordinary_ids) - len(tail_ids) :] != tail_ids:
+        return ordinary_ids, Continuation(False, _common_prefix(ordinary_ids, ids), len(handled), UNPROVEN)
+    ids.extend(encode(_after_reply(tail, lookup.turns[handled[-1]], added_tokens)))
+    if handled[-1] != last:  # earlier replies are spliced, the latest is not
+        return ids, Continuation(False, proven, len(handled), missing)
+    return ids, Continuation(True, proven, len(handled))
+
+
+def _split(text: str, sentinels: list[str]) -> list[str] | None:
+    """[before the first, between each two, after the last], when each occurs once and in order."""
+    pieces = []
+    start = 0
+    for sentinel in sentinels:
+        if text.count(sentinel) != 1:
+            return None
+        at = text.find(sentinel, start)
+        if at < 0:
+            return None
+        pieces.append(text[start:at])
+        start = at + len(sentinel)
+    pieces.append(text[start:])
+    return pieces
+
+
+def _after_reply(text: str, turn: Generated | str, added_tokens: Mapping[int, str]) -> str:
+    """The text after a reply, without the closing token the model already generated (`<|im_end|>`)."""
+    if isinstance(turn, Generated) and turn.ids:
+        closing = added_tokens.get(turn.ids[-1])
+        if closing and text.startswith(closing):
+            return text[len(closing) :]
+    return text
+
+
+def _rebuilt_prompt(
+    ids: list[int],
+    before: str,
+    turn: Generated,
+    encode: Callable[[str], list[int]],
+    generation_prompt: Callable[[], str | None],
+) -> list[int] | None:
+    """`ids` + the text before the reply, when that is exactly the prompt the engine saw; else with
+    the reply's header replaced by the generation prompt (templates whose history header differs)."""
+    candidate = ids + encode(before)
+    if _is_prompt(candidate, turn):
+        return candidate
+    prompt = generation_prompt()
+    if not prompt or before.endswith(prompt):
+        return None
+    for cut in range(len(prompt) - 1, 0, -1):  # the longest end of `before` that starts the generation prompt
+        if before.endswith(prompt[:cut]):
+            candidate = ids + encode(before[: len(before) - cut] + prompt)
+            return candidate if _is_prompt(candidate, turn) else None
+    return None
+
+
+def _is_prompt(ids: list[int], turn: Generated) -> bool:
+    return len(ids) == turn.prompt_len and ids_digest(ids) == turn.prompt_digest
+
+
+def _generation_prompt(
+    memo: list[str | None],
+    messages: list[dict[str, Any]],
+    render_text: Callable[[list[dict[str, Any]], bool], str],
+) -> str | None:
+    """What add_generation_prompt appends to this conversation (None: not a plain append)."""
+    if not memo:
+        try:
+            with_prompt, without = render_text(messages, True), render_text(messages, False)
+        except Exception:
+            memo.append(None)
+        else:
+            memo.append(with_prompt[len(without) :] if with_prompt.startswith(without) else None)
+    return memo[0]
