@@ -63,18 +63,21 @@ def requested(enabled: bool, body: Any) -> bool:
 
 
 def _text(value: Any) -> Any:
-    """A message's content as text: None and "" alike; a list of text parts joined (as templates see it)."""
+    """A message's content as text: None and "" alike; a list of text parts joined (as templates see
+    it); without surrounding whitespace (where vLLM's streamed and batch parses differ: a stream's
+    content may start with the blank line after `</think>`, the batch message's not)."""
     if value is None:
         return ""
     if isinstance(value, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in value):
-        return "".join(str(p.get("text", "")) for p in value)
-    return value
+        value = "".join(str(p.get("text", "")) for p in value)
+    return value.strip() if isinstance(value, str) else value
 
 
 def message_digest(message: Mapping[str, Any]) -> bytes | None:
     """What a handle is bound to: content, reasoning and the tool calls' names and arguments, as
     the client sends the message back (tool-call ids and types are not the model's output here and
-    clients rewrite them). None for what JSON cannot hold."""
+    clients rewrite them; surrounding whitespace is not compared, see `_text`). None for what JSON
+    cannot hold."""
     reasoning = message.get("reasoning")
     if reasoning is None:
         reasoning = message.get("reasoning_content")
