@@ -88,10 +88,10 @@ class GeneratedStore:
     async def issue(self, prompt_ids: Sequence[int], ids: Sequence[int], message: dict[str, Any]) -> str | None:
         """Store the ids and return the handle for `message` (None: the message cannot be digested)."""
         digest = continuation.message_digest(message)
-        if digest is None:
-            return None
         prompt_digest = continuation.ids_digest(prompt_ids)
         ids_digest = continuation.ids_digest(ids)
+        if digest is None or prompt_digest is None or ids_digest is None:
+            return None
         blob = self.codec.encode({"ids": list(ids)})
         store_key = self._store_key(prompt_digest, ids_digest)
         if self.local is not None:

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import sys
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -95,8 +97,26 @@ def message_digest(message: Mapping[str, Any]) -> bytes | None:
     return hashlib.blake2b(encoded, digest_size=_DIGEST_SIZE).digest()
 
 
-def ids_digest(ids: Sequence[int]) -> bytes:
-    return hashlib.blake2b(orjson.dumps(list(ids)), digest_size=_DIGEST_SIZE).digest()
+def _hasher() -> Any:
+    return hashlib.blake2b(digest_size=_DIGEST_SIZE)
+
+
+def _packed(ids: Sequence[int]) -> bytes:
+    """Ids as little-endian uint32 (a digest over them extends id by id). OverflowError outside."""
+    packed = array("I", ids)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def ids_digest(ids: Sequence[int]) -> bytes | None:
+    """The digest of a list of token ids (None: not ids)."""
+    hasher = _hasher()
+    try:
+        hasher.update(_packed(ids))
+    except (OverflowError, TypeError):
+        return None
+    return bytes(hasher.digest())
 
 
 @dataclass(frozen=True)
@@ -209,7 +229,7 @@ def splice(
         return ordinary_ids, Continuation(False, reason=UNPROVEN)
 
     ids: list[int] = []
-    proven = 0  # leading ids known to be ids the engine saw
+    digest = _hasher()  # of `ids`, extended as they grow (each turn's check costs its new ids only)
     generation: list[str | None] = []  # the generation prompt, worked out on first need
     for position, index in enumerate(handled):
         turn = lookup.turns[index]
@@ -217,14 +237,16 @@ def splice(
         before = pieces[position]
         if position > 0:
             before = _after_reply(before, lookup.turns[handled[position - 1]], added_tokens)
-        rebuilt = _rebuilt_prompt(
-            ids, before, turn, encode, lambda: _generation_prompt(generation, stand_ins, render_text)
+        added = _rebuilt_prompt(
+            len(ids), digest, before, turn, encode, lambda: _generation_prompt(generation, stand_ins, render_text)
         )
-        if rebuilt is None:
-            shared = _common_prefix(ordinary_ids, ids[:proven])
-            return ordinary_ids, Continuation(False, shared, position, PROMPT_MISMATCH)
-        ids = rebuilt + turn.ids
-        proven = len(ids)
+        if added is None:
+            return ordinary_ids, Continuation(False, _common_prefix(ordinary_ids, ids), position, PROMPT_MISMATCH)
+        ids += added
+        ids += turn.ids
+        digest.update(_packed(added))
+        digest.update(_packed(turn.ids))
+    proven = len(ids)  # leading ids known to be ids the engine saw
     tail = pieces[-1]
     tail_ids = encode(tail)
     # What follows the last reply is the template's, whatever the reply: the ordinary render ends with it too.
@@ -262,29 +284,35 @@ def _after_reply(text: str, turn: Generated | str, added_tokens: Mapping[int, st
 
 
 def _rebuilt_prompt(
-    ids: list[int],
+    count: int,
+    digest: Any,
     before: str,
     turn: Generated,
     encode: Callable[[str], list[int]],
     generation_prompt: Callable[[], str | None],
 ) -> list[int] | None:
-    """`ids` + the text before the reply, when that is exactly the prompt the engine saw; else with
+    """The ids of the text before the reply, when the ids so far (`count` of them, hashed into
+    `digest`) followed by them are exactly the prompt the engine saw; else those of the text with
     the reply's header replaced by the generation prompt (templates whose history header differs)."""
-    candidate = ids + encode(before)
-    if _is_prompt(candidate, turn):
-        return candidate
+    added = encode(before)
+    if _is_prompt(count, digest, added, turn):
+        return added
     prompt = generation_prompt()
     if not prompt or before.endswith(prompt):
         return None
     for cut in range(len(prompt) - 1, 0, -1):  # the longest end of `before` that starts the generation prompt
         if before.endswith(prompt[:cut]):
-            candidate = ids + encode(before[: len(before) - cut] + prompt)
-            return candidate if _is_prompt(candidate, turn) else None
+            added = encode(before[: len(before) - cut] + prompt)
+            return added if _is_prompt(count, digest, added, turn) else None
     return None
 
 
-def _is_prompt(ids: list[int], turn: Generated) -> bool:
-    return len(ids) == turn.prompt_len and ids_digest(ids) == turn.prompt_digest
+def _is_prompt(count: int, digest: Any, added: list[int], turn: Generated) -> bool:
+    if count + len(added) != turn.prompt_len:
+        return False
+    extended = digest.copy()
+    extended.update(_packed(added))
+    return bool(extended.digest() == turn.prompt_digest)
 
 
 def _generation_prompt(

@@ -348,3 +348,89 @@ def test_off_is_byte_identical(qwen3_model_dir: Path, client: TestClient) -> Non
     assert not_asked.content == expected.content
     message = _derender(client, plain, prompt, generated)
     assert continuation.MESSAGE_FIELD not in message
+
+
+# -- the splice's proof, on templates written here -----------------------------------------------
+
+
+def _chars(text: str) -> list[int]:
+    return [ord(c) for c in text]
+
+
+def _template(after_reply: Any = None, twice: bool = False) -> Any:
+    """A toy chat format: `[role]content[/]`, `[assistant]` as the generation prompt. `twice`: the
+    template writes each reply twice; `after_reply(content)`: text it adds after a reply."""
+
+    def render_text(messages: list[dict[str, Any]], generation_prompt: bool) -> str:
+        text = ""
+        for message in messages:
+            content = message.get("content") or ""
+            if message["role"] == "assistant":
+                text += f"[assistant]{content * (2 if twice else 1)}[/]"
+                text += after_reply(content) if after_reply else ""
+            else:
+                text += f"[{message['role']}]{content}[/]"
+        return text + ("[assistant]" if generation_prompt else "")
+
+    return render_text
+
+
+def _toy_turns(render_text: Any) -> tuple[list[dict[str, Any]], continuation.Lookup, list[int], list[int]]:
+    """Two turns of the toy format: messages, the lookup, the first prompt and generated ids."""
+    first = [{"role": "user", "content": "hi"}]
+    prompt = _chars(render_text(first, True))
+    generated = _chars("<t>x</t>hello[/]")  # the model's own reply, with thinking and the closing
+    messages = [*first, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "more"}]
+    turn = continuation.Generated(len(prompt), continuation.ids_digest(prompt) or b"", generated)
+    return messages, continuation.Lookup({1: turn}), prompt, generated
+
+
+def _splice(render_text: Any, messages: list[dict[str, Any]], lookup: continuation.Lookup) -> Any:
+    ordinary = _chars(render_text(messages, True))
+    ids, result = continuation.splice(messages, lookup, ordinary, render_text, _chars, {})
+    return ids, result, ordinary
+
+
+def test_splice_proves_the_toy_format() -> None:
+    render_text = _template()
+    messages, lookup, prompt, generated = _toy_turns(render_text)
+    ids, result, _ = _splice(render_text, messages, lookup)
+    # The closing `[/]` is not an added token here, so it is rendered again after the generated ids.
+    assert ids == prompt + generated + _chars("[/][user]more[/][assistant]")
+    assert result == continuation.Continuation(True, len(prompt) + len(generated), 1)
+
+
+@pytest.mark.parametrize(
+    ("render_text", "reason"),
+    [
+        (_template(twice=True), continuation.UNPROVEN),  # the reply's text is not in one place
+        (_template(after_reply=lambda content: f"({len(content)})"), continuation.UNPROVEN),  # suffix reads it
+    ],
+)
+def test_splice_fails_closed_on_templates_it_cannot_prove(render_text: Any, reason: str) -> None:
+    messages, lookup, _, _ = _toy_turns(render_text)
+    ids, result, ordinary = _splice(render_text, messages, lookup)
+    assert (ids, result.prefix_extends, result.reason) == (ordinary, False, reason)
+
+
+def test_splice_refuses_a_prompt_the_engine_did_not_see() -> None:
+    render_text = _template()
+    messages, lookup, _, _ = _toy_turns(render_text)
+    messages[0]["content"] = "hello"  # the history was edited since: the first prompt differs
+    ids, result, ordinary = _splice(render_text, messages, lookup)
+    assert (ids, result.reason, result.shared_tokens) == (ordinary, continuation.PROMPT_MISMATCH, 0)
+
+
+def test_message_digest_is_of_what_the_client_sends_back() -> None:
+    message = {
+        "role": "assistant",
+        "content": None,
+        "reasoning": "why",
+        "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+    }
+    digest = continuation.message_digest(message)
+    same = {**message, "content": "", "tool_calls": [{"id": "b", "function": {"name": "f", "arguments": "{}"}}]}
+    assert continuation.message_digest(same) == digest
+    assert continuation.message_digest({**message, "reasoning_content": "why", "reasoning": None}) == digest
+    for changed in ({"content": "x"}, {"reasoning": "how"}, {"tool_calls": []}):
+        assert continuation.message_digest({**message, **changed}) != digest
