@@ -27,7 +27,7 @@ RenderOne = Callable[[dict[str, bytes] | None], dict[str, Any]]
 async def chat_render(state: State, request: Request, body: Any) -> Any:
     body = object_body(body)
     checks: list[prefix.PrefixCheck] = []
-    generated = await _generated_ids(state, body)
+    generated = await generated_ids(state, body)
     render_one = partial(
         render.render_chat,
         state.context,
@@ -37,10 +37,10 @@ async def chat_render(state: State, request: Request, body: Any) -> Any:
         generated=generated,
     )
     result = await _with_images(state, body.get("messages"), render_one, body)
-    return _with_prefix_header(_with_continuation(state, result, generated), checks)
+    return _with_prefix_header(with_continuation(state, result, generated), checks)
 
 
-async def _generated_ids(state: State, body: dict[str, Any]) -> continuation.Lookup | None:
+async def generated_ids(state: State, body: dict[str, Any]) -> continuation.Lookup | None:
     """Token-identical continuation, when the server allows it and the request asks for it: each
     assistant message's handle checked (an altered one is a 400) and its ids fetched."""
     store = state.generated
@@ -49,7 +49,7 @@ async def _generated_ids(state: State, body: dict[str, Any]) -> continuation.Loo
     return await store.resolve(body.get("messages"))
 
 
-def _with_continuation(state: State, result: Any, generated: continuation.Lookup | None) -> Any:
+def with_continuation(state: State, result: Any, generated: continuation.Lookup | None) -> Any:
     """The continuation verdict in the body (`continuation`) and as a header; only for requests that
     asked for it, so every other response stays vLLM's byte for byte."""
     if generated is None:
