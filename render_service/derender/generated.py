@@ -89,15 +89,15 @@ class GeneratedStore:
         """Store the ids and return the handle for `message` (None: the message cannot be digested)."""
         digest = continuation.message_digest(message)
         prompt_digest = continuation.ids_digest(prompt_ids)
-        ids_digest = continuation.ids_digest(ids)
-        if digest is None or prompt_digest is None or ids_digest is None:
+        packed = continuation.pack_ids(ids)
+        if digest is None or prompt_digest is None or packed is None:
             return None
-        blob = self.codec.encode({"ids": list(ids)})
+        ids_digest = continuation.packed_digest(packed)
         store_key = self._store_key(prompt_digest, ids_digest)
-        if self.local is not None:
-            self.local.put(store_key, blob)
-        if self.redis is not None:
-            task = self.redis.put(store_key, blob)
+        if self.local is not None:  # in-process: the packed ids as they are
+            self.local.put(store_key, packed)
+        if self.redis is not None:  # shared: signed (nothing unauthenticated comes out of Redis)
+            task = self.redis.put(store_key, self.codec.encode({"ids": packed}))
             if task is not None:  # the next turn may go to another replica at once
                 await asyncio.wait({task})
         self.metrics.generated_issued.inc()
@@ -157,22 +157,23 @@ class GeneratedStore:
 
     async def _fetch(self, payload: dict[str, Any]) -> list[int] | None:
         key = self._store_key(payload["p"], payload["i"])
-        blob = self.local.get(key) if self.local is not None else None
-        tier = "local"
-        if blob is None and self.redis is not None:
-            blob, tier = await self.redis.get(key), "redis"
-        if blob is None:
+        packed = self.local.get(key) if self.local is not None else None
+        if packed is None and self.redis is not None:
+            blob = await self.redis.get(key)
+            if blob is None:
+                return None
+            try:
+                packed = self.codec.decode(blob).get("ids")
+            except SnapshotRejected as exc:
+                logger.warning("rejected generated ids %s from redis: %s", key, exc.reason)
+                return None
+            if not isinstance(packed, bytes) or len(packed) % 4:
+                return None
+            if self.local is not None:
+                self.local.put(key, packed)
+        if packed is None or continuation.packed_digest(packed) != payload["i"]:
             return None
-        try:
-            ids = self.codec.decode(blob).get("ids")
-        except SnapshotRejected as exc:
-            logger.warning("rejected generated ids %s from %s: %s", key, tier, exc.reason)
-            return None
-        if not isinstance(ids, list) or continuation.ids_digest(ids) != payload["i"]:
-            return None
-        if tier == "redis" and self.local is not None:
-            self.local.put(key, blob)
-        return ids
+        return continuation.unpack_ids(packed)
 
     def count(self, lookup: Lookup) -> None:
         """Per assistant turn with a handle: spliced (a hit) or not, by cause; per request, the reason."""
@@ -216,7 +217,7 @@ def build(settings: Any, fingerprint: str, metrics: Metrics, redis: RedisStore |
 def _asked(body: dict[str, Any]) -> dict[str, Any] | None:
     """The chat request, when it asked for continuation."""
     chat_request = body.get("chat_request")
-    return chat_request if continuation.requested(True, chat_request) else None
+    return chat_request if continuation.asked(chat_request) else None
 
 
 async def issue_batch(store: GeneratedStore, body: dict[str, Any], response: dict[str, Any]) -> None:

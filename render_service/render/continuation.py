@@ -33,12 +33,16 @@ from __future__ import annotations
 import hashlib
 import secrets
 import sys
+import threading
 from array import array
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from render_service.render.history import anchor_indices
 
 REQUEST_FIELD = "preserve_generated_tokens"  # chat request (render, and the derender's chat_request)
 MESSAGE_FIELD = "generated_tokens_handle"  # assistant message (derender response; sent back by the client)
@@ -59,9 +63,9 @@ REASONS = (FIRST_TURN, NO_HANDLE, FOREIGN, MESSAGE_CHANGED, NOT_FOUND, PROMPT_MI
 _DIGEST_SIZE = 16
 
 
-def requested(enabled: bool, body: Any) -> bool:
-    """The server allows it and the request asks for it (exactly `true`)."""
-    return enabled and isinstance(body, dict) and body.get(REQUEST_FIELD) is True
+def asked(body: Any) -> bool:
+    """Whether a chat request asks for continuation (the field is exactly `true`)."""
+    return isinstance(body, dict) and body.get(REQUEST_FIELD) is True
 
 
 def _text(value: Any) -> Any:
@@ -109,14 +113,36 @@ def _packed(ids: Sequence[int]) -> bytes:
     return packed.tobytes()
 
 
-def ids_digest(ids: Sequence[int]) -> bytes | None:
-    """The digest of a list of token ids (None: not ids)."""
-    hasher = _hasher()
+def pack_ids(ids: Sequence[int]) -> bytes | None:
+    """Ids as 4 bytes each (how they are kept and hashed); None: not token ids."""
     try:
-        hasher.update(_packed(ids))
+        return _packed(ids)
     except (OverflowError, TypeError):
         return None
+
+
+def packed_digest(packed: bytes) -> bytes:
+    hasher = _hasher()
+    hasher.update(packed)
     return bytes(hasher.digest())
+
+
+def unpack_ids(packed: bytes) -> list[int]:
+    return _unpacked(packed)
+
+
+def _unpacked(packed: bytes) -> list[int]:
+    ids = array("I")
+    ids.frombytes(packed)
+    if sys.byteorder != "little":
+        ids.byteswap()
+    return ids.tolist()
+
+
+def ids_digest(ids: Sequence[int]) -> bytes | None:
+    """The digest of a list of token ids (None: not ids)."""
+    packed = pack_ids(ids)
+    return None if packed is None else packed_digest(packed)
 
 
 @dataclass(frozen=True)
@@ -187,6 +213,45 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return low
 
 
+@dataclass(frozen=True)
+class MemoKeys:
+    """Digests of a request's template inputs with its messages: all of them (`current`, what its
+    prompt is kept under) and those before the latest reply (`previous`: the previous turn's)."""
+
+    previous: bytes
+    current: bytes
+
+
+class PromptMemo:
+    """Per worker: the prompt ids each recent continued request got, packed, by `MemoKeys.current`.
+    The next turn of the conversation starts from its predecessor's instead of rebuilding every
+    earlier turn (still proven: the ids must have the digest of the prompt the engine saw)."""
+
+    def __init__(self, max_bytes: int = 64 << 20) -> None:
+        self.max_bytes = max_bytes
+        self._prompts: OrderedDict[bytes, bytes] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: bytes) -> bytes | None:
+        with self._lock:
+            packed = self._prompts.get(key)
+            if packed is not None:
+                self._prompts.move_to_end(key)
+            return packed
+
+    def put(self, key: bytes, packed: bytes) -> None:
+        if len(packed) > self.max_bytes // 4:
+            return
+        with self._lock:
+            old = self._prompts.pop(key, None)
+            self._bytes += len(packed) - (len(old) if old is not None else 0)
+            self._prompts[key] = packed
+            while self._bytes > self.max_bytes:
+                _, evicted = self._prompts.popitem(last=False)
+                self._bytes -= len(evicted)
+
+
 def splice(
     messages: Sequence[dict[str, Any]],
     lookup: Lookup,
@@ -194,12 +259,75 @@ def splice(
     render_text: Callable[[list[dict[str, Any]], bool], str],
     encode: Callable[[str], list[int]],
     added_tokens: Mapping[int, str],
+    memo: PromptMemo | None = None,
+    keys: MemoKeys | None = None,
 ) -> tuple[list[int], Continuation]:
     """The prompt ids with the generated ids of every handled reply spliced in, or `ordinary_ids`
     (the template's own render) with the reason when that cannot be proven.
 
     `render_text(messages, add_generation_prompt)`: the template's text for a message list with
-    this request's tools and kwargs; `added_tokens`: id -> text of the tokenizer's added tokens."""
+    this request's tools and kwargs; `added_tokens`: id -> text of the tokenizer's added tokens;
+    `memo`, `keys`: where the previous turn's prompt may be, and where this one's goes."""
+    found = None
+    if memo is not None and keys is not None:
+        found = _from_previous(
+            messages, lookup, ordinary_ids, render_text, encode, added_tokens, memo.get(keys.previous)
+        )
+    ids, result = found or _splice_all(messages, lookup, ordinary_ids, render_text, encode, added_tokens)
+    if memo is not None and keys is not None:
+        memo.put(keys.current, _packed(ids))
+    return ids, result
+
+
+def _from_previous(
+    messages: Sequence[dict[str, Any]],
+    lookup: Lookup,
+    ordinary_ids: list[int],
+    render_text: Callable[[list[dict[str, Any]], bool], str],
+    encode: Callable[[str], list[int]],
+    added_tokens: Mapping[int, str],
+    previous: bytes | None,
+) -> tuple[list[int], Continuation] | None:
+    """The fast path: the previous turn's prompt (this worker's, for exactly the messages before
+    the latest reply) when it is the one the reply's handle names, + the reply's ids + the suffix,
+    rendered from a short anchor (history.anchor_indices) and proven against the ordinary render."""
+    last = last_assistant(messages)
+    turn = lookup.turns.get(last)
+    if previous is None or not isinstance(turn, Generated) or len(previous) != 4 * turn.prompt_len:
+        return None
+    digest = _hasher()
+    digest.update(previous)
+    if digest.digest() != turn.prompt_digest:
+        return None
+    sentinel = f"RSGENERATED{secrets.token_hex(8)}N{last}E"
+    part = [messages[i] for i in anchor_indices(messages, last)]
+    part += [{"role": "assistant", "content": sentinel}, *messages[last + 1 :]]
+    try:
+        pieces = _split(render_text(part, True), [sentinel])
+    except Exception:  # the full path gives the verdict
+        return None
+    if pieces is None:
+        return None
+    tail_ids = encode(pieces[1])
+    if not tail_ids or ordinary_ids[len(ordinary_ids) - len(tail_ids) :] != tail_ids:
+        return None
+    ids = _unpacked(previous)
+    shared = len(ids) + len(turn.ids)
+    ids += turn.ids
+    ids += encode(_after_reply(pieces[1], turn, added_tokens))
+    spliced = sum(isinstance(value, Generated) for value in lookup.turns.values())
+    return ids, Continuation(True, shared, spliced)
+
+
+def _splice_all(
+    messages: Sequence[dict[str, Any]],
+    lookup: Lookup,
+    ordinary_ids: list[int],
+    render_text: Callable[[list[dict[str, Any]], bool], str],
+    encode: Callable[[str], list[int]],
+    added_tokens: Mapping[int, str],
+) -> tuple[list[int], Continuation]:
+    """Every handled reply spliced in, each turn's prompt rebuilt and proven (module docstring)."""
     last = last_assistant(messages)
     if last < 0:
         return ordinary_ids, Continuation(False, reason=FIRST_TURN)

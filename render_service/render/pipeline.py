@@ -7,6 +7,7 @@ the same input fails with the same error first.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -73,6 +74,8 @@ class RenderContext:
     prefix_guard: prefix.PrefixGuard | None = field(default=None, compare=False, repr=False)
     # Incremental templating from the guard's previous prompts (None: off, with the segment cache).
     history: history.HistoryRenderer | None = field(default=None, compare=False, repr=False)
+    # Continued prompts kept for the next turn (--preserve-generated-tokens; render/continuation.py).
+    prompt_memo: continuation.PromptMemo | None = field(default=None, compare=False, repr=False)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """The prompt's ids: the segment cache's when it is on, else the backend's (identical)."""
@@ -536,7 +539,15 @@ def make_context(model: Model, settings: Settings, adapters: AdapterRegistry | N
     # --full-templating turns it off alone.
     memo = history.HistoryRenderer() if settings.segment_cache_bytes > 0 and not settings.full_templating else None
     return RenderContext(
-        model, settings, vision, limits, adapters=adapters, segments=cache, prefix_guard=guard, history=memo
+        model,
+        settings,
+        vision,
+        limits,
+        adapters=adapters,
+        segments=cache,
+        prefix_guard=guard,
+        history=memo,
+        prompt_memo=continuation.PromptMemo() if settings.preserve_generated_tokens else None,
     )
 
 
@@ -979,9 +990,37 @@ def _continue(
         return templating.render_prompt(tokenizer, template, conversation, rendered_tools, step)
 
     ids, generated.result = continuation.splice(
-        messages, generated, token_ids, render_text, ctx.encode, _added_tokens(ctx)
+        messages,
+        generated,
+        token_ids,
+        render_text,
+        ctx.encode,
+        _added_tokens(ctx),
+        ctx.prompt_memo,
+        _memo_keys(messages, template, rendered_tools, template_kwargs),
     )
     return ids
+
+
+def _memo_keys(
+    messages: list[dict[str, Any]],
+    chat_template: str,
+    rendered_tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any],
+) -> continuation.MemoKeys | None:
+    """Where this request's prompt is kept for the next turn, and where the previous turn's is."""
+    key = prefix.history_key(messages)
+    if key is None:
+        return None
+    try:  # what the template saw besides the messages
+        inputs = orjson.dumps([chat_template, rendered_tools, template_kwargs], default=repr)
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+
+    def keyed(digest: bytes) -> bytes:
+        return hashlib.blake2b(inputs + digest, digest_size=16).digest()
+
+    return continuation.MemoKeys(keyed(key.previous_key), keyed(key.key))
 
 
 def _no_render(part: list[dict[str, Any]], generation_prompt: bool) -> str:

@@ -44,7 +44,7 @@ async def generated_ids(state: State, body: dict[str, Any]) -> continuation.Look
     """Token-identical continuation, when the server allows it and the request asks for it: each
     assistant message's handle checked (an altered one is a 400) and its ids fetched."""
     store = state.generated
-    if store is None or not continuation.requested(True, body):
+    if store is None or not continuation.asked(body):
         return None
     return await store.resolve(body.get("messages"))
 
