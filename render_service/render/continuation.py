@@ -240,6 +240,11 @@ class PromptMemo:
                 self._prompts.move_to_end(key)
             return packed
 
+    def clear(self) -> None:
+        with self._lock:
+            self._prompts.clear()
+            self._bytes = 0
+
     def put(self, key: bytes, packed: bytes) -> None:
         if len(packed) > self.max_bytes // 4:
             return

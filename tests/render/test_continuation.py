@@ -179,6 +179,12 @@ def test_turns_extend_prompt_plus_generated_ids_plus_suffix(client: TestClient) 
     be: Qwen3 drops the earlier thinking once a user message follows."""
     played = _conversation(client)
     _assert_token_identical(client, played)
+    # Each turn started from the previous continued prompt (this worker's memo); without it every
+    # turn is rebuilt and proven from the handles alone (what another replica does): the same ids.
+    memo = client.app.state.render.context.prompt_memo  # type: ignore[attr-defined]
+    memo.clear()
+    body = {**_first_body(), "messages": _messages_of(client, played[:-1])}
+    assert _render(client, body)[:2] == played[-1][0:3:2]
     assert played[0][2] == {"prefix_extends": False, "shared_tokens": 0, "spliced_turns": 0, "reason": "first_turn"}
     # Without the option the same conversation re-renders: thinking of turns 1-2 is gone by turn 3.
     last_body = _first_body()
