@@ -26,6 +26,11 @@ proven on every request:
 
 Anything unproven falls back to the ordinary render (the vLLM-identical prompt), and the response
 says why (`Continuation.reason`).
+
+The next turn of a conversation on the same worker does less: the continued prompt of each request
+is kept (`PromptMemo`, by the digest of its messages and template inputs), so turn N+1 takes turn
+N's prompt when it has the digest the reply's handle names, appends the reply's ids, and renders
+only the suffix, from a short anchor (the messages templates look back at), checked as in 3.
 """
 
 from __future__ import annotations
