@@ -103,6 +103,10 @@ class Settings:
     segment_cache_bytes: int = 128 << 20
     # Template every chat prompt in full: turns incremental templating (render/history.py) off.
     full_templating: bool = False
+    # Token-identical continuation (render/continuation.py): derender hands out signed handles to the
+    # generated ids, and a chat render that asks for it splices them back in.
+    preserve_generated_tokens: bool = False
+    preserve_generated_tokens_ttl_seconds: int = 3600
     mm_cache_redis: bool = False  # share processed images between replicas through --redis-url
     mm_cache_redis_ttl_seconds: int = 600
     mm_cache_redis_max_entry_bytes: int = 32 << 20
@@ -237,6 +241,8 @@ class Settings:
             raise SettingsError("--tokenizer-backend must be auto or hf")
         if self.segment_cache_bytes < 0:
             raise SettingsError("--segment-cache-bytes must be 0 (off) or positive")
+        if self.preserve_generated_tokens_ttl_seconds <= 0:
+            raise SettingsError("--preserve-generated-tokens-ttl-seconds must be positive")
         if self.mm_processor_kwargs:
             from render_service.exceptions import RenderServiceError
             from render_service.multimodal import qwen3_vl as multimodal
@@ -599,6 +605,19 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="template every chat prompt in full: turns off incremental templating (a turn whose history this "
         "worker rendered is templated from its previous prompt, checked per kind of turn); the segment cache stays",
+    )
+    parser.add_argument(
+        "--preserve-generated-tokens",
+        action="store_true",
+        help="token-identical continuation: derender returns a signed handle to each reply's generated ids "
+        "(kept in-process and in --redis-url), and a chat render with preserve_generated_tokens: true "
+        "splices them back in, so the next prompt extends the last prompt + output token for token",
+    )
+    parser.add_argument(
+        "--preserve-generated-tokens-ttl-seconds",
+        type=int,
+        default=3600,
+        help="how long a reply's generated ids are kept for the next turn (in-process and in Redis)",
     )
     parser.add_argument(
         "--mm-cache-redis",

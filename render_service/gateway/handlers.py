@@ -24,6 +24,7 @@ from starlette.routing import Route
 from render_service import adapter
 from render_service.api import messages as api_messages
 from render_service.api import responses as api_responses
+from render_service.derender import generated as generated_ids
 from render_service.derender import pipeline as derender
 from render_service.derender.detokenize import decode_params
 from render_service.exceptions import BadRequestError, RenderServiceError
@@ -34,8 +35,10 @@ from render_service.gateway.disconnect import ClientDisconnected, SSEResponse, c
 from render_service.gateway.stops import StopWatch, stop_strings, without_stop_strings
 from render_service.gateway.streams import ChatStream, CompletionStream, usage
 from render_service.multimodal import media
+from render_service.render import continuation
 from render_service.render import pipeline as render
 from render_service.server.body import object_body
+from render_service.server.handlers import render as render_handlers
 from render_service.server.middleware import json_endpoint
 from render_service.server.state import State
 
@@ -350,11 +353,23 @@ async def chat_completions(state: State, request: Request, body: Any) -> Any:
     arrived = time.perf_counter()
     body = object_body(body)
     _refuse_unsupported(state, body)
-    rendered = render.render_chat(state.context, body, request.headers.get("x-request-id"))
+    # --preserve-generated-tokens: the replies' generated ids spliced in, handles on the answer.
+    continued = await render_handlers.generated_ids(state, body)
+    rendered = render.render_chat(state.context, body, request.headers.get("x-request-id"), generated=continued)
     state.metrics.prompt_tokens.inc(len(rendered["token_ids"]))
     model = _model_name(state, body)
     result = await _chat_generation(state, request, body, rendered, model, "chat_completions", arrived, ChatWire)
-    return result if isinstance(result, Response) else result[0]
+    if continued is None:
+        return result if isinstance(result, Response) else result[0]
+    if isinstance(result, Response):  # streamed: the prompt is spliced, the answer carries no handle
+        return render_handlers.with_continuation(state, result, continued)
+    answer, engine_answer = result
+    assert state.generated is not None
+    issued = {"generate_response": engine_answer, "prompt_token_ids": rendered["token_ids"], "chat_request": body}
+    await generated_ids.issue_batch(state.generated, issued, answer)
+    reported = render_handlers.with_continuation(state, answer, continued)
+    reported.content.pop(continuation.BODY_FIELD, None)  # the chat completion stays OpenAI's: a header only
+    return reported
 
 
 # -- /v1/messages ----------------------------------------------------------------------------

@@ -75,7 +75,7 @@ class HistoryRenderer:
     ) -> str:
         """The prompt of `messages`, whose first `start` messages were the previous turn's request
         (rendered as `previous_prompt`). `render_full()` is the reference full render."""
-        anchor = _anchor_indices(messages, start)
+        anchor = anchor_indices(messages, start)
         shape = (fingerprint, add_generation_prompt, *_shape(messages, start))
         with self._lock:
             verdict = self._verdicts.get(shape)
@@ -173,7 +173,7 @@ class HistoryRenderer:
             return HistoryStats(self.incremental, self.full, self.verified, self.mismatches)
 
 
-def _anchor_indices(messages: Sequence[dict[str, Any]], start: int) -> list[int]:
+def anchor_indices(messages: Sequence[dict[str, Any]], start: int) -> list[int]:
     """The leading system/developer message, every user message before `start`, and the message
     right before `start`: what templates look back at when they render the new messages (a system
     block, the last user query, which Qwen3 finds by skipping tool results sent as user messages,

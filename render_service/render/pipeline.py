@@ -7,6 +7,7 @@ the same input fails with the same error first.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from render_service.model.lora import AdapterRegistry
 from render_service.multimodal import media
 from render_service.multimodal import qwen3_vl as multimodal
 from render_service.parsers import harmony as harmony_parser
-from render_service.render import content_parts, history, prefix, renderers, segments, templating
+from render_service.render import content_parts, continuation, history, prefix, renderers, segments, templating
 from render_service.render import token_ids as token_id_checks
 from render_service.render.renderers.harmony import check_chat_effort
 from render_service.settings import Settings
@@ -73,6 +74,8 @@ class RenderContext:
     prefix_guard: prefix.PrefixGuard | None = field(default=None, compare=False, repr=False)
     # Incremental templating from the guard's previous prompts (None: off, with the segment cache).
     history: history.HistoryRenderer | None = field(default=None, compare=False, repr=False)
+    # Continued prompts kept for the next turn (--preserve-generated-tokens; render/continuation.py).
+    prompt_memo: continuation.PromptMemo | None = field(default=None, compare=False, repr=False)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """The prompt's ids: the segment cache's when it is on, else the backend's (identical)."""
@@ -536,7 +539,15 @@ def make_context(model: Model, settings: Settings, adapters: AdapterRegistry | N
     # --full-templating turns it off alone.
     memo = history.HistoryRenderer() if settings.segment_cache_bytes > 0 and not settings.full_templating else None
     return RenderContext(
-        model, settings, vision, limits, adapters=adapters, segments=cache, prefix_guard=guard, history=memo
+        model,
+        settings,
+        vision,
+        limits,
+        adapters=adapters,
+        segments=cache,
+        prefix_guard=guard,
+        history=memo,
+        prompt_memo=continuation.PromptMemo() if settings.preserve_generated_tokens else None,
     )
 
 
@@ -588,11 +599,14 @@ def render_chat(
     *,
     converted: bool = False,
     prefix_checks: list[prefix.PrefixCheck] | None = None,
+    generated: continuation.Lookup | None = None,
 ) -> dict[str, Any]:
     """`fetched`: the bodies of the request's http(s) image URLs (fetched by the caller, async).
     `converted`: the body was built by a converter (Messages), not sent by a client; vLLM assigns
     those fields after the chat request's validators ran, so they are not validated again.
-    `prefix_checks`: receives the prefix-stability guard's verdict (for the response header)."""
+    `prefix_checks`: receives the prefix-stability guard's verdict (for the response header).
+    `generated`: the request asked for token-identical continuation and these are its replies'
+    generated ids (derender/generated.py); the verdict lands in `generated.result`."""
     key = prefix.history_key(body.get("messages")) if ctx.prefix_guard is not None else None
     validated = False
     if not converted:
@@ -676,6 +690,11 @@ def render_chat(
         )
         if turn is not None and prefix_checks is not None and turn.check is not None:
             prefix_checks.append(turn.check)
+        if generated is not None:
+            token_ids = _continue(
+                ctx, body, generated, token_ids, chat_template, rendered_tools, template_kwargs, features, offsets
+            )
+            _check_lengths(ctx, len(token_ids), max_output, output_param, truncate)
 
     skip_special_tokens = body.get("skip_special_tokens")
     # Parsers with no native implementation: vLLM's adjust_request and prompt check (render_service/adapter).
@@ -905,6 +924,116 @@ def _incremental_prompt(
         render_full,
         bool(kwargs.get("add_generation_prompt")),
     )
+
+
+# -- token-identical continuation -----------------------------------------------------------
+
+
+def _continuation_blocker(
+    ctx: RenderContext,
+    body: dict[str, Any],
+    chat_template: str | None,
+    template_kwargs: dict[str, Any],
+    features: Any,
+    offsets: Any,
+) -> bool:
+    """Requests the splice does not handle: templates other than HF's, media, offsets, BOS/EOS,
+    truncation, or a prompt that continues the last message instead of starting a reply."""
+    return (
+        chat_template is None
+        or ctx.model.renderer_mode != "hf"
+        or ctx.vision is not None
+        or features is not None
+        or offsets is not None
+        or bool(body.get("add_special_tokens"))
+        or body.get("truncate_prompt_tokens") is not None
+        or not template_kwargs.get("add_generation_prompt")
+        or bool(template_kwargs.get("continue_final_message"))
+    )
+
+
+def _continue(
+    ctx: RenderContext,
+    body: dict[str, Any],
+    generated: continuation.Lookup,
+    token_ids: list[int],
+    chat_template: str | None,
+    rendered_tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any],
+    features: Any,
+    offsets: Any,
+) -> list[int]:
+    """The prompt with the replies' generated ids spliced in (render/continuation.py), or the
+    ordinary prompt; the verdict goes to `generated.result`."""
+    messages = body["messages"]
+    if continuation.last_assistant(messages) >= 0 and _continuation_blocker(
+        ctx, body, chat_template, template_kwargs, features, offsets
+    ):
+        generated.result = continuation.Continuation(False, reason=continuation.UNSUPPORTED)
+        return token_ids
+    if chat_template is None:  # nothing to splice (the first turn)
+        ids, generated.result = continuation.splice(messages, generated, token_ids, _no_render, ctx.encode, {})
+        return ids
+    template: str = chat_template
+    renderer: renderers.Renderer = ctx.model.renderer
+    content_format = renderer.content_format or ctx.settings.chat_template_content_format
+    if content_format == "auto":
+        content_format = templating.detect_content_format(template)
+    tokenizer = ctx.model.hf_tokenizer
+    model_name = ctx.settings.served_names[0]
+    # What the hf renderer hands to the template (render/renderers/hf.py).
+    kwargs = {k: v for k, v in template_kwargs.items() if k not in ("tools", "chat_template", "tokenize")}
+
+    def render_text(part: list[dict[str, Any]], generation_prompt: bool) -> str:
+        conversation = templating.build_conversation(part, content_format, None, model_name=model_name)
+        step = {**kwargs, "add_generation_prompt": generation_prompt}
+        return templating.render_prompt(tokenizer, template, conversation, rendered_tools, step)
+
+    ids, generated.result = continuation.splice(
+        messages,
+        generated,
+        token_ids,
+        render_text,
+        ctx.encode,
+        _added_tokens(ctx),
+        ctx.prompt_memo,
+        _memo_keys(messages, template, rendered_tools, template_kwargs),
+    )
+    return ids
+
+
+def _memo_keys(
+    messages: list[dict[str, Any]],
+    chat_template: str,
+    rendered_tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any],
+) -> continuation.MemoKeys | None:
+    """Where this request's prompt is kept for the next turn, and where the previous turn's is."""
+    key = prefix.history_key(messages)
+    if key is None:
+        return None
+    try:  # what the template saw besides the messages
+        inputs = orjson.dumps([chat_template, rendered_tools, template_kwargs], default=repr)
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+
+    def keyed(digest: bytes) -> bytes:
+        return hashlib.blake2b(inputs + digest, digest_size=16).digest()
+
+    return continuation.MemoKeys(keyed(key.previous_key), keyed(key.key))
+
+
+def _no_render(part: list[dict[str, Any]], generation_prompt: bool) -> str:
+    raise AssertionError("a conversation without a chat template has no assistant reply to splice")
+
+
+def _added_tokens(ctx: RenderContext) -> dict[int, str]:
+    """id -> text of the tokenizer's added tokens (per model, worked out once)."""
+    known = ctx.memo.get("added_tokens_by_id")
+    if known is None:
+        vocabulary = ctx.model.hf_tokenizer.get_added_vocab()
+        known = ctx.memo["added_tokens_by_id"] = {token_id: text for text, token_id in vocabulary.items()}
+    return known
 
 
 # -- the segment cache and the prefix guard -------------------------------------------------

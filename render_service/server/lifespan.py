@@ -60,6 +60,8 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     if state.audit is not None:
         state.audit.stop()
     await state.store.close()
+    if state.generated is not None:
+        await state.generated.close()
     if state.image_tier is not None:
         await state.image_tier.close()
 

@@ -100,6 +100,33 @@ class Metrics:
         )
         self.redis_errors = Counter("render_redis_errors", "Redis failures (served by replay)", ["op"], registry=r)
 
+        # Token-identical continuation (--preserve-generated-tokens; render/continuation.py).
+        self.generated_issued = Counter(
+            "render_continuation_handles_issued", "Generated-token handles returned by derender", registry=r
+        )
+        self.generated_skipped = Counter(
+            "render_continuation_handles_skipped",
+            "Derendered replies that asked for a handle and got none, by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.generated_hits = Counter(
+            "render_continuation_hits", "Assistant turns whose generated ids a render spliced in", registry=r
+        )
+        self.generated_misses = Counter(
+            "render_continuation_misses",
+            "Assistant turns with a handle whose ids could not be used, by cause",
+            ["cause"],
+            registry=r,
+        )
+        self.generated_renders = Counter(
+            "render_continuation_renders",
+            "Chat renders that asked for continuation, by whether the prompt extends the previous turn's "
+            "prompt + output (and why not)",
+            ["prefix_extends", "reason"],
+            registry=r,
+        )
+
         # Worker pool (one registry per worker process).
         self.worker_info = Gauge("render_worker_info", "This worker's index (1)", ["worker"], registry=r)
         self.inflight = Gauge("render_inflight_requests", "Requests in flight in this worker (the queue)", registry=r)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 
 from render_service.audit.fingerprint import components_header, fingerprint, with_adapters
+from render_service.derender import generated
 from render_service.derender import pipeline as derender
 from render_service.derender.snapshots import LocalStore, RedisStore, SnapshotCodec, SnapshotStore
 from render_service.exceptions import RenderServiceError
@@ -40,6 +41,7 @@ class State:
     context: render.RenderContext
     derender: derender.DerenderContext
     store: SnapshotStore
+    generated: generated.GeneratedStore | None  # --preserve-generated-tokens
     adapters: AdapterRegistry
     _fingerprint: dict[str, Any]
     _fingerprint_components: str
@@ -80,6 +82,7 @@ class State:
         self._fingerprint_components = components_header(self._fingerprint)
         self.store = build_store(self.settings, self.metrics)
         self.derender = derender.make_context(self.context, self._fingerprint["fingerprint"], self.store, self.metrics)
+        self.generated = build_generated_store(self.settings, self._fingerprint["fingerprint"], self.metrics)
         self.image_tier = build_image_tier(self.settings, self.context, self._fingerprint, self.metrics)
         self.warm_up()
         release_freed_memory()
@@ -137,6 +140,14 @@ def build_store(settings: Settings, metrics: Metrics) -> SnapshotStore:
         redis = RedisStore(target, metrics, ttl=settings.snapshot_ttl_seconds)
     local = LocalStore(ttl=settings.snapshot_ttl_seconds)
     return SnapshotStore(SnapshotCodec(key), metrics, local=local, redis=redis)
+
+
+def build_generated_store(settings: Settings, fingerprint: str, metrics: Metrics) -> generated.GeneratedStore | None:
+    """The generated-token store (--preserve-generated-tokens), sharing Redis when configured."""
+    redis = None
+    if settings.preserve_generated_tokens and (target := RedisTarget.from_settings(settings)) is not None:
+        redis = RedisStore(target, metrics, timeout=0.25, ttl=settings.preserve_generated_tokens_ttl_seconds)
+    return generated.build(settings, fingerprint, metrics, redis)
 
 
 def build_image_tier(

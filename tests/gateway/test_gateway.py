@@ -171,6 +171,48 @@ def test_reasoning_and_tool_calls_stream_like_the_batch_answer(parsing_gateway: 
     assert calls[0]["id"].startswith("chatcmpl-tool-")
 
 
+def test_preserve_generated_tokens_turns_extend_through_the_gateway(
+    qwen3_model_dir: Path, loaded_model: Model, engines: Engines
+) -> None:
+    """With --preserve-generated-tokens the answer's message carries a handle; sent back, the next
+    turn's prompt to the engine is the previous prompt + the ids it generated + the template's suffix
+    (a re-render would drop the thinking), and a header says so."""
+    settings = gateway_settings(
+        qwen3_model_dir,
+        [engines[0].url],
+        reasoning_parser="qwen3",
+        tool_call_parser="hermes",
+        enable_auto_tool_choice=True,
+        preserve_generated_tokens=True,
+    )
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    with gateway_app(loaded_model, settings) as url:
+        outputs = [
+            "<think>\nWeather: call the tool.\n</think>\n\n<tool_call>\n"
+            '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+            "<think>\nIt answered.\n</think>\n\nSunny in Paris.",
+        ]
+        generated = [[*tokens(url, text), EOS] for text in outputs]
+        engines[0].scripts += [Script(ids) for ids in generated]
+        body = {**CHAT, "tools": tools, "preserve_generated_tokens": True}
+        first = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=10)
+        assert first.headers["x-render-continuation"].endswith("reason=first_turn")
+        message = {k: v for k, v in first.json()["choices"][0]["message"].items() if v is not None}
+        assert message["generated_tokens_handle"].startswith("rsg1.")
+        tool = {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": "sunny"}
+        body["messages"] = [*body["messages"], message, tool]
+        second = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=10)
+        assert second.status_code == 200, second.text
+        assert "continuation" not in second.json()  # the chat completion stays OpenAI's
+        suffix = tokens(
+            url, "\n<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+        )
+    prompts = [record.body["token_ids"] for record in engines[0].records]
+    assert prompts[1] == prompts[0] + generated[0] + suffix
+    shared = len(prompts[0]) + len(generated[0])
+    assert second.headers["x-render-continuation"] == f"prefix_extends=true; shared_tokens={shared}; spliced_turns=1"
+
+
 def test_gpt_oss_streams_through_harmony_like_the_batch_answer(gpt_oss_model_dir: Path, engines: Engines) -> None:
     """gpt-oss output is parsed by the Harmony parser in both paths (the loader's default
     `openai_gptoss`), as /derender does: analysis is reasoning, final is content."""

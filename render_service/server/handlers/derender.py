@@ -9,6 +9,7 @@ from starlette.requests import Request
 
 from render_service.api.derender import validate_chat_derender, validate_completion_derender
 from render_service.audit.fingerprint import fingerprint_conflict
+from render_service.derender import generated
 from render_service.derender import pipeline as derender
 from render_service.server.middleware import json_endpoint
 from render_service.server.state import State
@@ -19,8 +20,14 @@ async def chat_derender(state: State, request: Request, body: Any) -> Any:
     check_fingerprint(state, request, body)
     vouch = await derender.vouch(state.derender, body)  # full mode: what the last chunk's snapshot vouches for
     if validate_chat_derender(body, vouch.vouched):
-        return await derender.derender_chat_stream(state.derender, body, vouch)
-    return derender.derender_chat(state.derender, body)
+        result = await derender.derender_chat_stream(state.derender, body, vouch)
+        if state.generated is not None:  # --preserve-generated-tokens: a handle on the final chunk
+            await generated.issue_stream(state.generated, state.derender, body, result)
+        return result
+    response = derender.derender_chat(state.derender, body)
+    if state.generated is not None:  # --preserve-generated-tokens: a handle on each message
+        await generated.issue_batch(state.generated, body, response)
+    return response
 
 
 @json_endpoint("completion_derender")

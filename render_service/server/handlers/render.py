@@ -12,8 +12,8 @@ from starlette.responses import Response
 
 from render_service.api import messages, responses
 from render_service.multimodal import media
+from render_service.render import continuation, prefix
 from render_service.render import pipeline as render
-from render_service.render import prefix
 from render_service.server.body import object_body
 from render_service.server.middleware import json_endpoint
 from render_service.server.responses import JSONBody, PartsResponse
@@ -27,10 +27,46 @@ RenderOne = Callable[[dict[str, bytes] | None], dict[str, Any]]
 async def chat_render(state: State, request: Request, body: Any) -> Any:
     body = object_body(body)
     checks: list[prefix.PrefixCheck] = []
+    generated = await generated_ids(state, body)
     render_one = partial(
-        render.render_chat, state.context, body, request.headers.get("x-request-id"), prefix_checks=checks
+        render.render_chat,
+        state.context,
+        body,
+        request.headers.get("x-request-id"),
+        prefix_checks=checks,
+        generated=generated,
     )
-    return _with_prefix_header(await _with_images(state, body.get("messages"), render_one, body), checks)
+    result = await _with_images(state, body.get("messages"), render_one, body)
+    return _with_prefix_header(with_continuation(state, result, generated), checks)
+
+
+async def generated_ids(state: State, body: dict[str, Any]) -> continuation.Lookup | None:
+    """Token-identical continuation, when the server allows it and the request asks for it: each
+    assistant message's handle checked (an altered one is a 400) and its ids fetched."""
+    store = state.generated
+    if store is None or not continuation.asked(body):
+        return None
+    return await store.resolve(body.get("messages"))
+
+
+def with_continuation(state: State, result: Any, generated: continuation.Lookup | None) -> Any:
+    """The continuation verdict in the body (`continuation`) and as a header; only for requests that
+    asked for it, so every other response stays vLLM's byte for byte."""
+    if generated is None:
+        return result
+    if generated.result is None:  # rendered without templating (forwarded prompt ids)
+        generated.result = continuation.Continuation(False, reason=continuation.UNSUPPORTED)
+    assert state.generated is not None
+    state.generated.count(generated)
+    header = (_CONTINUATION_HEADER, generated.result.header().encode("latin-1"))
+    if isinstance(result, Response):  # pre-encoded image parts: the header alone
+        result.headers[continuation.HEADER] = generated.result.header()
+        return result
+    result[continuation.BODY_FIELD] = generated.result.to_json()
+    return JSONBody(result, [header])
+
+
+_CONTINUATION_HEADER = continuation.HEADER.lower().encode("latin-1")
 
 
 @json_endpoint("completion_render")
@@ -63,7 +99,11 @@ def _with_prefix_header(result: Any, checks: list[prefix.PrefixCheck]) -> Any:
     if isinstance(result, Response):
         result.headers[prefix.HEADER] = checks[0].header()
         return result
-    return JSONBody(result, [(_PREFIX_HEADER, checks[0].header().encode("latin-1"))])
+    header = (_PREFIX_HEADER, checks[0].header().encode("latin-1"))
+    if isinstance(result, JSONBody):
+        result.headers.append(header)
+        return result
+    return JSONBody(result, [header])
 
 
 _PREFIX_HEADER = prefix.HEADER.lower().encode("latin-1")
