@@ -21,7 +21,7 @@ not detected here.
 
 from __future__ import annotations
 
-import hashlib
+import secrets
 import sys
 import threading
 from collections import OrderedDict
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import xxhash
 
 from render_service.render.segments import SegmentEncoder, Segmenter, head_of
 
@@ -87,10 +88,18 @@ class PromptRecord:
     fingerprint: int
     ids: list[int] = field(default_factory=list)
     validated: bool = False  # see Turn.validated
+    messages: bytes = b""  # the request's messages as `history_key` encodes them (a hit is compared to them)
 
     @property
     def size(self) -> int:
-        return sys.getsizeof(self.text) + _RECORD_OVERHEAD + _BYTES_PER_ID * (len(self.ids) + len(self.tail_ids))
+        ids = len(self.ids) + len(self.tail_ids)
+        return sys.getsizeof(self.text) + len(self.messages) + _RECORD_OVERHEAD + _BYTES_PER_ID * ids
+
+
+# The digests only find a record; a hit is then compared byte for byte with the messages (`lookup`),
+# so a collision can never hand out another conversation's prompt. Seeded per process: no one can
+# aim requests at one slot.
+_DIGEST_SEED = secrets.randbits(64)
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,8 @@ class HistoryKey:
     key: bytes
     previous_key: bytes
     reply_index: int  # -1: no assistant message
+    encoded: bytes = b""  # each message's orjson encoding followed by a record separator
+    previous_length: int = 0  # bytes of `encoded` before the latest reply (the previous turn's `encoded`)
 
 
 def history_key(messages: Any) -> HistoryKey | None:
@@ -119,13 +130,14 @@ def history_key(messages: Any) -> HistoryKey | None:
         if message.get("role") == "assistant":
             reply_index = index
             break
-    # One record separator after each message: the digest of a list does not depend on where it is cut.
+    # One record separator after each message (orjson never writes one raw): the encoding of a list
+    # starts with the encoding of each of its prefixes, and where one message ends is unambiguous.
     split = max(reply_index, 0)
-    digest = hashlib.blake2b(b"\x1e".join(parts[:split]) + (b"\x1e" if split else b""), digest_size=16)
-    previous_key = digest.digest()
-    if split < len(parts):
-        digest.update(b"\x1e".join(parts[split:]) + b"\x1e")
-    return HistoryKey(digest.digest(), previous_key, reply_index)
+    before = b"\x1e".join(parts[:split]) + b"\x1e" if split else b""
+    encoded = before + b"\x1e".join(parts[split:]) + b"\x1e" if split < len(parts) else before
+    previous_key = xxhash.xxh3_128_digest(before, _DIGEST_SEED)
+    key = xxhash.xxh3_128_digest(encoded, _DIGEST_SEED) if len(encoded) != len(before) else previous_key
+    return HistoryKey(key, previous_key, reply_index, encoded, len(before))
 
 
 @dataclass
@@ -140,6 +152,7 @@ class Turn:
     history: list[dict[str, Any]]  # messages up to and including that reply
     check: PrefixCheck | None = None  # the verdict, once rendered
     validated: bool = False  # its messages passed chat validation unchanged (a later turn may skip them)
+    messages: bytes = b""  # HistoryKey.encoded: what the record is compared with when found
 
 
 class PrefixGuard:
@@ -181,13 +194,14 @@ class PrefixGuard:
             if key is None:
                 return None
         if not checkable:
-            return Turn(key.key, fingerprint, None, SKIPPED, None, [])
+            return Turn(key.key, fingerprint, None, SKIPPED, None, [], messages=key.encoded)
         if key.reply_index < 0:
-            return Turn(key.key, fingerprint, None, FIRST, None, [])
+            return Turn(key.key, fingerprint, None, FIRST, None, [], messages=key.encoded)
         previous = self.lookup(key)
         status = None if previous is not None else UNKNOWN
         reply_index = key.reply_index
-        return Turn(key.key, fingerprint, previous, status, messages[reply_index], list(messages[: reply_index + 1]))
+        history = list(messages[: reply_index + 1])
+        return Turn(key.key, fingerprint, previous, status, messages[reply_index], history, messages=key.encoded)
 
     def lookup(self, key: HistoryKey) -> PromptRecord | None:
         """The prompt of the request made of the messages before the latest assistant reply."""
@@ -197,6 +211,11 @@ class PrefixGuard:
             previous = self._records.get(key.previous_key)
             if previous is not None:
                 self._records.move_to_end(key.previous_key)
+        # The digest found it; the messages themselves decide (a memcmp, no copy).
+        if previous is None or len(previous.messages) != key.previous_length:
+            return None
+        if not key.encoded.startswith(previous.messages):
+            return None
         return previous
 
     # -- after rendering --------------------------------------------------------------------
@@ -222,6 +241,7 @@ class PrefixGuard:
                     fingerprint=turn.fingerprint,
                     ids=ids if self._keep_ids else [],
                     validated=turn.validated,
+                    messages=turn.messages,
                 ),
             )
         self.count(check)
