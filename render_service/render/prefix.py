@@ -89,11 +89,13 @@ class PromptRecord:
     ids: list[int] = field(default_factory=list)
     validated: bool = False  # see Turn.validated
     messages: bytes = b""  # the request's messages as `history_key` encodes them (a hit is compared to them)
+    head_json: bytes = b""  # the JSON of ids[:head_ids] without its closing bracket (encoded_ids.py), or empty
 
     @property
     def size(self) -> int:
         ids = len(self.ids) + len(self.tail_ids)
-        return sys.getsizeof(self.text) + len(self.messages) + _RECORD_OVERHEAD + _BYTES_PER_ID * ids
+        held = len(self.messages) + len(self.head_json)
+        return sys.getsizeof(self.text) + held + _RECORD_OVERHEAD + _BYTES_PER_ID * ids
 
 
 # The digests only find a record; a hit is then compared byte for byte with the messages (`lookup`),
@@ -226,8 +228,11 @@ class PrefixGuard:
             return 0, 0
         return head_of(self._segmenter, text, ids, self._encode)
 
-    def finish(self, turn: Turn, text: str, ids: list[int], head_chars: int, head_ids: int) -> PrefixCheck:
-        """Check the new prompt against the previous one, record it, count the outcome."""
+    def finish(
+        self, turn: Turn, text: str, ids: list[int], head_chars: int, head_ids: int, head_json: bytes = b""
+    ) -> PrefixCheck:
+        """Check the new prompt against the previous one, record it, count the outcome.
+        `head_json`: the JSON of `ids[:head_ids]` (see encoded_ids.py), for the next turn."""
         check = self._check(turn, text, ids) if turn.status is None else PrefixCheck(turn.status)
         if turn.status != SKIPPED:
             self._store(
@@ -242,6 +247,7 @@ class PrefixGuard:
                     ids=ids if self._keep_ids else [],
                     validated=turn.validated,
                     messages=turn.messages,
+                    head_json=head_json,
                 ),
             )
         self.count(check)
