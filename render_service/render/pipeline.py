@@ -38,7 +38,16 @@ from render_service.model.lora import AdapterRegistry
 from render_service.multimodal import media
 from render_service.multimodal import qwen3_vl as multimodal
 from render_service.parsers import harmony as harmony_parser
-from render_service.render import content_parts, continuation, history, prefix, renderers, segments, templating
+from render_service.render import (
+    content_parts,
+    continuation,
+    encoded_ids,
+    history,
+    prefix,
+    renderers,
+    segments,
+    templating,
+)
 from render_service.render import token_ids as token_id_checks
 from render_service.render.renderers.harmony import check_chat_effort
 from render_service.settings import Settings
@@ -635,7 +644,12 @@ def render_chat(
                 f'function "{tool_choice["function"]["name"]}"' if isinstance(tool_choice, dict) else f'"{tool_choice}"'
             )
             raise BadRequestError(f"tool_choice={desc} requires --tool-call-parser to be set")
-    dumped_tools = tool_dicts(tools)  # the template's tools and parse_context's (the template cannot mutate them)
+    # The template's tools and parse_context's (the template cannot mutate them); with the segment
+    # cache on, an HF template's are the dicts of an earlier request with the same tools.
+    if ctx.segments is not None and ctx.model.renderer_mode == "hf":
+        dumped_tools = templating.SHARED_TOOLS.get(tools, tool_dicts)
+    else:
+        dumped_tools = tool_dicts(tools)
     rendered_tools = None if tool_choice == "none" and settings.exclude_tools_when_tool_choice_none else dumped_tools
     user_kwargs = body.get("chat_template_kwargs") or {}
     if not settings.trust_request_chat_template and (
@@ -1071,13 +1085,16 @@ def _encode_turn(ctx: RenderContext, turn: prefix.Turn, prompt: str) -> list[int
     record it in the prefix guard."""
     guard = ctx.prefix_guard
     assert guard is not None
+    head_json = b""
     if ctx.segments is not None:
         encoded = ctx.segments.encode_prompt(prompt, turn.previous)
         ids, head_chars, head_ids = encoded.ids, encoded.head_chars, encoded.head_ids
+        if ids:  # the response writes the copied ids from the previous turn's JSON
+            ids, head_json = encoded_ids.with_json(encoded, turn.previous)
     else:
         ids = ctx.model.encode(prompt, False)
         head_chars, head_ids = guard.head_of(prompt, ids)
-    turn.check = guard.finish(turn, prompt, ids, head_chars, head_ids)
+    turn.check = guard.finish(turn, prompt, ids, head_chars, head_ids, head_json)
     return ids
 
 

@@ -21,6 +21,7 @@ not detected here.
 
 from __future__ import annotations
 
+import secrets
 import sys
 import threading
 from collections import OrderedDict
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from blake3 import blake3
+import xxhash
 
 from render_service.render.segments import SegmentEncoder, Segmenter, head_of
 
@@ -87,10 +88,20 @@ class PromptRecord:
     fingerprint: int
     ids: list[int] = field(default_factory=list)
     validated: bool = False  # see Turn.validated
+    messages: bytes = b""  # the request's messages as `history_key` encodes them (a hit is compared to them)
+    head_json: bytes = b""  # the JSON of ids[:head_ids] without its closing bracket (encoded_ids.py), or empty
 
     @property
     def size(self) -> int:
-        return sys.getsizeof(self.text) + _RECORD_OVERHEAD + _BYTES_PER_ID * (len(self.ids) + len(self.tail_ids))
+        ids = len(self.ids) + len(self.tail_ids)
+        held = len(self.messages) + len(self.head_json)
+        return sys.getsizeof(self.text) + held + _RECORD_OVERHEAD + _BYTES_PER_ID * ids
+
+
+# The digests only find a record; a hit is then compared byte for byte with the messages (`lookup`),
+# so a collision can never hand out another conversation's prompt. Seeded per process: no one can
+# aim requests at one slot.
+_DIGEST_SEED = secrets.randbits(64)
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,8 @@ class HistoryKey:
     key: bytes
     previous_key: bytes
     reply_index: int  # -1: no assistant message
+    encoded: bytes = b""  # each message's orjson encoding followed by a record separator
+    previous_length: int = 0  # bytes of `encoded` before the latest reply (the previous turn's `encoded`)
 
 
 def history_key(messages: Any) -> HistoryKey | None:
@@ -119,14 +132,14 @@ def history_key(messages: Any) -> HistoryKey | None:
         if message.get("role") == "assistant":
             reply_index = index
             break
-    # One record separator after each message: the digest of a list does not depend on where it is cut.
-    # blake3 (SIMD): a turn carrying images hashes megabytes of data: URLs (hashlib's blake2b: ~1 GB/s).
+    # One record separator after each message (orjson never writes one raw): the encoding of a list
+    # starts with the encoding of each of its prefixes, and where one message ends is unambiguous.
     split = max(reply_index, 0)
-    digest = blake3(b"\x1e".join(parts[:split]) + (b"\x1e" if split else b""))
-    previous_key = digest.digest(16)
-    if split < len(parts):
-        digest.update(b"\x1e".join(parts[split:]) + b"\x1e")
-    return HistoryKey(digest.digest(16), previous_key, reply_index)
+    before = b"\x1e".join(parts[:split]) + b"\x1e" if split else b""
+    encoded = before + b"\x1e".join(parts[split:]) + b"\x1e" if split < len(parts) else before
+    previous_key = xxhash.xxh3_128_digest(before, _DIGEST_SEED)
+    key = xxhash.xxh3_128_digest(encoded, _DIGEST_SEED) if len(encoded) != len(before) else previous_key
+    return HistoryKey(key, previous_key, reply_index, encoded, len(before))
 
 
 @dataclass
@@ -141,6 +154,7 @@ class Turn:
     history: list[dict[str, Any]]  # messages up to and including that reply
     check: PrefixCheck | None = None  # the verdict, once rendered
     validated: bool = False  # its messages passed chat validation unchanged (a later turn may skip them)
+    messages: bytes = b""  # HistoryKey.encoded: what the record is compared with when found
 
 
 class PrefixGuard:
@@ -182,13 +196,14 @@ class PrefixGuard:
             if key is None:
                 return None
         if not checkable:
-            return Turn(key.key, fingerprint, None, SKIPPED, None, [])
+            return Turn(key.key, fingerprint, None, SKIPPED, None, [], messages=key.encoded)
         if key.reply_index < 0:
-            return Turn(key.key, fingerprint, None, FIRST, None, [])
+            return Turn(key.key, fingerprint, None, FIRST, None, [], messages=key.encoded)
         previous = self.lookup(key)
         status = None if previous is not None else UNKNOWN
         reply_index = key.reply_index
-        return Turn(key.key, fingerprint, previous, status, messages[reply_index], list(messages[: reply_index + 1]))
+        history = list(messages[: reply_index + 1])
+        return Turn(key.key, fingerprint, previous, status, messages[reply_index], history, messages=key.encoded)
 
     def lookup(self, key: HistoryKey) -> PromptRecord | None:
         """The prompt of the request made of the messages before the latest assistant reply."""
@@ -198,6 +213,11 @@ class PrefixGuard:
             previous = self._records.get(key.previous_key)
             if previous is not None:
                 self._records.move_to_end(key.previous_key)
+        # The digest found it; the messages themselves decide (a memcmp, no copy).
+        if previous is None or len(previous.messages) != key.previous_length:
+            return None
+        if not key.encoded.startswith(previous.messages):
+            return None
         return previous
 
     # -- after rendering --------------------------------------------------------------------
@@ -208,8 +228,11 @@ class PrefixGuard:
             return 0, 0
         return head_of(self._segmenter, text, ids, self._encode)
 
-    def finish(self, turn: Turn, text: str, ids: list[int], head_chars: int, head_ids: int) -> PrefixCheck:
-        """Check the new prompt against the previous one, record it, count the outcome."""
+    def finish(
+        self, turn: Turn, text: str, ids: list[int], head_chars: int, head_ids: int, head_json: bytes = b""
+    ) -> PrefixCheck:
+        """Check the new prompt against the previous one, record it, count the outcome.
+        `head_json`: the JSON of `ids[:head_ids]` (see encoded_ids.py), for the next turn."""
         check = self._check(turn, text, ids) if turn.status is None else PrefixCheck(turn.status)
         if turn.status != SKIPPED:
             self._store(
@@ -223,6 +246,8 @@ class PrefixGuard:
                     fingerprint=turn.fingerprint,
                     ids=ids if self._keep_ids else [],
                     validated=turn.validated,
+                    messages=turn.messages,
+                    head_json=head_json,
                 ),
             )
         self.count(check)

@@ -13,9 +13,10 @@ import ctypes
 import json
 import logging
 import os
+import re
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, TypeVar, cast
@@ -808,11 +809,19 @@ _TOJSON_MEMO: dict[bytes, str] = {}
 _TOJSON_MEMO_ENTRIES = 1024
 
 
+# The tool definitions `SharedTools` hands out, by identity: their text without even the orjson key.
+# Each entry keeps its object, so its id cannot be reused while it is here.
+_TOJSON_BY_ID: dict[int, tuple[Any, str]] = {}
+
+
 def _hf_tojson(
     value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
 ) -> str:
     if ensure_ascii or indent is not None or separators is not None or sort_keys:
         return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    shared = _TOJSON_BY_ID.get(id(value))
+    if shared is not None and shared[0] is value:
+        return shared[1]
     if type(value) is not dict:
         return _TOJSON.encode(value)
     try:
@@ -828,6 +837,61 @@ def _hf_tojson(
             _TOJSON_MEMO.clear()
         _TOJSON_MEMO[key] = text
     return text
+
+
+# A null value in orjson's compact output (a string holding "null" has quotes around it; one holding
+# ":null," only costs the sharing).
+_NULL_LITERAL = re.compile(rb"[:\[,]null[,\]}]")
+
+
+class SharedTools:
+    """A request's dumped tool definitions, shared with earlier requests that sent the same tools.
+
+    An agent sends the same tools every turn, and every render writes each of them with `tojson`:
+    a list seen before (same orjson encoding, which tells apart every two JSON values that
+    json.dumps writes differently) comes back as the same dict objects, whose `tojson` text is then
+    found by identity. Shared objects are read-only by contract: only the chat render uses them (the
+    template, the prompt fingerprint, `parse_context`), none of which writes to them.
+    """
+
+    def __init__(self, max_entries: int = 64) -> None:
+        self.max_entries = max_entries
+        self._lists: OrderedDict[bytes, list[dict[str, Any]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, tools: Any, dump: Callable[[Any], list[dict[str, Any]] | None]) -> list[dict[str, Any]] | None:
+        """`dump(tools)`, or the list it returned for the same tools before (a new list object
+        holding the same dicts)."""
+        if not isinstance(tools, list) or not tools:
+            return dump(tools)
+        try:
+            key = orjson.dumps(tools)
+        except (TypeError, orjson.JSONEncodeError):
+            return dump(tools)
+        if _NULL_LITERAL.search(key):  # None, or NaN/infinity written as null (see _hf_tojson): no sharing
+            return dump(tools)
+        with self._lock:
+            shared = self._lists.get(key)
+            if shared is not None:
+                self._lists.move_to_end(key)
+                return list(shared)
+        dumped = dump(tools)
+        if dumped is None or any(type(tool) is not dict for tool in dumped):
+            return dumped
+        texts = [_TOJSON.encode(tool) for tool in dumped]
+        with self._lock:
+            if key not in self._lists:
+                self._lists[key] = dumped
+                for tool, text in zip(dumped, texts, strict=True):
+                    _TOJSON_BY_ID[id(tool)] = (tool, text)
+                while len(self._lists) > self.max_entries:
+                    _, evicted = self._lists.popitem(last=False)
+                    for tool in evicted:
+                        _TOJSON_BY_ID.pop(id(tool), None)
+        return list(dumped)
+
+
+SHARED_TOOLS = SharedTools()
 
 
 def _raise_template_error(message: str) -> None:

@@ -12,6 +12,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from render_service.exceptions import RenderServiceError
+from render_service.render.encoded_ids import as_fragment
 
 JSON_CONTENT_TYPE = (b"content-type", b"application/json")
 
@@ -19,7 +20,7 @@ JSON_CONTENT_TYPE = (b"content-type", b"application/json")
 def encode_json(content: Any) -> bytes:
     """A response body: orjson, or the stdlib for data nested past orjson's limit."""
     try:
-        return orjson.dumps(content)
+        return orjson.dumps(as_fragment(content))
     except orjson.JSONEncodeError as exc:
         if "Recursion limit" not in str(exc):
             raise
