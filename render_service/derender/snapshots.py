@@ -11,7 +11,14 @@ dead or slow Redis adds a bounded delay, and the caller falls back to replay. Th
 a Sentinel failover (the master is looked up again on the next connection; until the promoted
 replica answers, chunks replay) and for a Cluster resharding (redis-py follows MOVED and ASK).
 A stream's keys carry a hash tag, `{stream id}`, so in a Cluster they share one slot: the write of
-a snapshot and the delete of the one it supersedes go to one node in one round trip.
+a snapshot, the appends to its held-text segments and the delete of the snapshot it supersedes go
+to one node in one round trip.
+
+Text a parser must hold until it can emit it lives beside the snapshot, in append-only segments
+(`segments.py`) that the snapshot names by length and digest: a chunk writes and signs only the
+fixed-size state plus the new text. A segment that cannot be found or does not match its digest
+makes the snapshot unusable (`render_snapshot_rejected_total{reason="held_text"}`), as a
+missing snapshot is.
 """
 
 from __future__ import annotations
@@ -21,11 +28,21 @@ import hashlib
 import hmac
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 from cachetools import TTLCache
 
+from render_service.derender.segments import (
+    Segment,
+    SegmentText,
+    SegmentWrite,
+    SegmentWriter,
+    check,
+    local_text,
+    parse_ref,
+)
 from render_service.redis_target import SENTINEL, RedisTarget
 from render_service.server.metrics import Metrics
 
@@ -77,21 +94,43 @@ def snapshot_key(fingerprint: str, stream_id: str, position: int) -> str:
 
 
 class LocalStore:
-    """A bounded in-process LRU with TTL, bounded both by entries and by bytes."""
+    """A bounded in-process LRU with TTL, bounded both by entries and by bytes; it holds the
+    snapshots and the held-text segments beside them."""
 
     def __init__(self, max_entries: int = 100_000, max_bytes: int = 256 << 20, ttl: float = 600.0) -> None:
-        self._by_bytes: TTLCache[str, bytes] = TTLCache(maxsize=max_bytes, ttl=ttl, getsizeof=len)
+        self._by_bytes: TTLCache[str, bytes | Segment] = TTLCache(maxsize=max_bytes, ttl=ttl, getsizeof=len)
         self._max_entries = max_entries
+        self._ttl = ttl
 
     def get(self, key: str) -> bytes | None:
-        return self._by_bytes.get(key)
+        value = self._by_bytes.get(key)
+        return value if isinstance(value, bytes) else None
 
-    def put(self, key: str, value: bytes) -> None:
+    def put(self, key: str, value: bytes | Segment) -> None:
         if len(value) > self._by_bytes.maxsize:
             return
         if len(self._by_bytes) >= self._max_entries and key not in self._by_bytes:
             self._by_bytes.popitem()  # least recently used
         self._by_bytes[key] = value
+
+    def get_segment(self, key: str) -> Segment | None:
+        value = self._by_bytes.get(key)
+        return value if isinstance(value, Segment) else None
+
+    def put_segment(self, key: str, segment: Segment) -> None:
+        """A segment grows in place: it is inserted again (the cache re-counts its size and
+        restarts its TTL) once it has grown by a quarter or a quarter of the TTL has passed,
+        not on every chunk."""
+        now = time.monotonic()
+        size = len(segment)
+        if (
+            size <= segment.accounted + max(4096, segment.accounted >> 2)
+            and now - segment.stored_at < self._ttl / 4
+            and key in self._by_bytes
+        ):
+            return
+        segment.accounted, segment.stored_at = size, now
+        self.put(key, segment)
 
     def delete(self, key: str) -> None:
         self._by_bytes.pop(key, None)
@@ -189,19 +228,57 @@ class RedisStore:
             self._metrics.redis_latency.labels("get").observe(time.perf_counter() - start)
         return value if isinstance(value, bytes) else None
 
-    def put(self, key: str, value: bytes, stale_key: str | None = None) -> asyncio.Task[None] | None:
-        """Schedule a pipelined write (and the delete of a superseded snapshot); returns at once."""
+    async def get_range(self, key: str, start: int, end: int, required: bool = False) -> bytes | None:
+        """Bytes `start`..`end` (inclusive) of a held-text segment (`GETRANGE`), as `get` asks."""
+        if not self.available and not required:
+            return None
+        began = time.perf_counter()
+        try:
+            value = await asyncio.wait_for(
+                self._client.getrange(key, start, end), self._required_timeout if required else self._timeout
+            )
+        except Exception as exc:
+            self._failed("get", exc)
+            return None
+        finally:
+            self._metrics.redis_latency.labels("get").observe(time.perf_counter() - began)
+        return value if isinstance(value, bytes) else None
+
+    def put(
+        self,
+        key: str,
+        value: bytes,
+        stale_key: str | None = None,
+        appends: Sequence[SegmentWrite] = (),
+        segment_keys: Sequence[str] = (),
+    ) -> asyncio.Task[None] | None:
+        """Schedule a pipelined write (the segments' new bytes first, then the snapshot, and the
+        delete of a superseded snapshot); returns at once. `segment_keys`: the segments the
+        snapshot names, whose TTL restarts with it."""
         if not self.available:
             return None
-        task = asyncio.get_running_loop().create_task(self._write(key, value, stale_key))
+        task = asyncio.get_running_loop().create_task(self._write(key, value, stale_key, appends, segment_keys))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
         return task
 
-    async def _write(self, key: str, value: bytes, stale_key: str | None) -> None:
+    async def _write(
+        self,
+        key: str,
+        value: bytes,
+        stale_key: str | None,
+        appends: Sequence[SegmentWrite] = (),
+        segment_keys: Sequence[str] = (),
+    ) -> None:
         start = time.perf_counter()
         try:
             async with self._client.pipeline(transaction=False) as pipe:
+                # In order on one connection: a reader that finds the snapshot finds its bytes.
+                for append in appends:
+                    if append.data:
+                        pipe.setrange(append.key, append.offset, append.data)
+                for segment_key in segment_keys:
+                    pipe.expire(segment_key, self._ttl)
                 pipe.set(key, value, ex=self._ttl)
                 if stale_key is not None:
                     pipe.delete(stale_key)
@@ -244,6 +321,8 @@ class SnapshotStore:
         self.metrics = metrics
 
     async def get(self, key: str, required: bool = False) -> dict[str, Any] | None:
+        """The snapshot, its `held` refs replaced by the verified segments they name (read by
+        `parsers.load_parsed_stream`); None when it is missing, rejected or a segment is."""
         for tier, blob in await self._lookup(key, required):
             try:
                 snapshot = self.codec.decode(blob)
@@ -253,12 +332,72 @@ class SnapshotStore:
                 if tier == "local" and self.local is not None:
                     self.local.delete(key)
                 continue
+            refs = snapshot.get("held")
+            if refs:
+                held = await self._held_texts(refs, required)
+                if held is None:
+                    self.metrics.snapshot_rejected.labels("held_text").inc()
+                    logger.warning("snapshot %s from %s: a held-text segment is missing or differs", key, tier)
+                    break
+                snapshot["held"] = held
             self.metrics.snapshot_hits.labels(tier).inc()
             if tier == "redis" and self.local is not None:
                 self.local.put(key, blob)
             return snapshot
         self.metrics.snapshot_misses.inc()
         return None
+
+    async def _held_texts(self, refs: Any, required: bool) -> list[SegmentText] | None:
+        if not isinstance(refs, list):
+            return None
+        out = []
+        for ref in refs:
+            parsed = parse_ref(ref)
+            text = await self._held_text(*parsed, required) if parsed is not None else None
+            if text is None:
+                return None
+            out.append(text)
+        return out
+
+    async def _held_text(self, key: str, length: int, chars: int, digest: bytes, required: bool) -> SegmentText | None:
+        """The segment prefix a ref names: this process's copy when it has those bytes under
+        that digest (the common case, O(1)); else extended from Redis by the bytes past the copy,
+        or fetched whole once; never a prefix whose digest differs."""
+        segment = self.local.get_segment(key) if self.local is not None else None
+        if (text := local_text(segment, key, length, chars, digest)) is not None:
+            return text
+        if self.redis is None:
+            return None
+        if segment is not None:
+            have, base = segment.nearest_mark(length)
+            if have:
+                text = await self._fetch(segment, key, have, base, length, chars, digest, required)
+                if text is not None:
+                    return text
+        return await self._fetch(Segment(), key, 0, hashlib.sha256(), length, chars, digest, required)
+
+    async def _fetch(
+        self,
+        segment: Segment,
+        key: str,
+        start: int,
+        base: Any,
+        length: int,
+        chars: int,
+        digest: bytes,
+        required: bool,
+    ) -> SegmentText | None:
+        assert self.redis is not None
+        data = b"" if start == length else await self.redis.get_range(key, start, length - 1, required)
+        if data is None or len(data) != length - start:
+            return None
+        state = check(data, base, digest)
+        if state is None:
+            return None
+        segment.write(start, data, state, digest)
+        if self.local is not None:
+            self.local.put_segment(key, segment)
+        return SegmentText(key, segment, length, chars, state)
 
     async def _lookup(self, key: str, required: bool = False) -> list[tuple[str, bytes]]:
         found = []
@@ -269,21 +408,43 @@ class SnapshotStore:
             found.append(("redis", blob))
         return found
 
-    async def put(self, key: str, snapshot: dict[str, Any], stale_key: str | None = None) -> int:
+    async def put(
+        self, key: str, snapshot: dict[str, Any], stale_key: str | None = None, held: SegmentWriter | None = None
+    ) -> int:
         """Store locally at once; give the Redis write up to `write_wait` seconds, then let it finish
         in the background. The bounded wait is what lets the next chunk, sent at once to another
-        replica, find the snapshot instead of replaying."""
+        replica, find the snapshot instead of replaying. `held`: the writer the parser state was
+        encoded with (`to_obj(held)`); its refs go into the snapshot, its appends beside it."""
+        if held is not None and held.refs:
+            snapshot["held"] = held.refs
         blob = self.codec.encode(snapshot)
         self.metrics.snapshot_bytes.observe(len(blob))
         if self.local is not None:
             self.local.put(key, blob)
             if stale_key is not None:
                 self.local.delete(stale_key)
+            if held is not None and held.refs:
+                self.store_segments_locally(held)
         if self.redis is not None:
-            task = self.redis.put(key, blob, stale_key)
+            appends = held.writes if held is not None else ()
+            segment_keys = [ref[0] for ref in held.refs] if held is not None and held.refs else ()
+            task = self.redis.put(key, blob, stale_key, appends, segment_keys)
             if task is not None and self.write_wait > 0:
                 await asyncio.wait({task}, timeout=self.write_wait)
         return len(blob)
+
+    def store_segments_locally(self, held: SegmentWriter) -> None:
+        """Apply a snapshot's appends to this process's segments (and keep the ones it names)."""
+        assert self.local is not None
+        written: dict[str, Segment] = {}
+        for append in held.writes:
+            target = append.segment if append.segment is not None else Segment()
+            target.write(append.offset, append.data, append.state, append.digest)
+            written[append.key] = target
+        for ref, kept in zip(held.refs, held.segments, strict=True):
+            segment = written.get(ref[0], kept)
+            if segment is not None:
+                self.local.put_segment(ref[0], segment)
 
     async def connect(self) -> None:
         if self.redis is not None:

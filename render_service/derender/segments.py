@@ -1,0 +1,171 @@
+"""Held-text segments: the text a parser holds (`parsers.held.HeldText`), stored beside its snapshot.
+
+A snapshot is rewritten on every chunk, so it must stay small: a held text longer than
+`INLINE_CHARS` moves out of it into an append-only segment (UTF-8), and the snapshot names it by
+(key, length in bytes, length in characters, SHA-256 of those bytes). Each chunk then writes
+only the bytes appended since the previous snapshot, at the offset where they go (Redis
+`SETRANGE`, so a retried chunk writes the same bytes again), and signs only the fixed-size ref.
+
+The digest is over the whole segment, but nothing is ever hashed twice: this process keeps the
+SHA-256 state at the lengths its recent snapshots named (`Segment.marks`), so extending a
+segment hashes only the new bytes, and checking one it wrote is a dictionary lookup. A replica
+that did not write the previous chunk fetches only the bytes past its own copy (`GETRANGE`), or
+the whole segment once when it has none. A segment that is missing, short or different from its
+digest is refused, exactly as a missing or tampered snapshot is (the stream replays, or compact
+mode answers 409).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+from typing import Any
+
+from render_service.parsers.held import HeldText
+
+INLINE_CHARS = 512  # held text up to this long stays in the snapshot (its cost is bounded)
+_MARKS = 4  # hash states kept per segment: the latest snapshots' lengths (a retry needs the previous)
+
+
+class Segment:
+    """One held text's bytes in this process, and the hash state at recently named lengths."""
+
+    __slots__ = ("accounted", "data", "marks", "stored_at")
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.marks: dict[int, tuple[bytes, Any]] = {}  # length -> (digest, sha256 state there)
+        self.accounted = 0  # the size the local cache was told (it grows in place) ...
+        self.stored_at = 0.0  # ... and when (time.monotonic())
+
+    def __len__(self) -> int:
+        return len(self.data) + 256 * len(self.marks)
+
+    def write(self, offset: int, data: bytes | bytearray, state: Any, digest: bytes) -> None:
+        """Put `data` at `offset` (what lay past it belonged to another attempt and goes), and
+        mark the new end with `state`, the SHA-256 of everything up to it, and its `digest`."""
+        if offset < len(self.data):
+            del self.data[offset:]
+            for n in [n for n in self.marks if n > offset]:
+                del self.marks[n]
+        assert offset == len(self.data), "a segment is written after the prefix it extends"
+        self.data += data
+        self.marks[len(self.data)] = (digest, state)
+        while len(self.marks) > _MARKS:
+            del self.marks[next(iter(self.marks))]
+
+    def verified(self, length: int, digest: bytes) -> Any | None:
+        """The hash state at `length` when this copy's first `length` bytes have `digest`."""
+        mark = self.marks.get(length)
+        if mark is not None and hmac.compare_digest(mark[0], digest):
+            return mark[1]
+        return None
+
+    def nearest_mark(self, length: int) -> tuple[int, Any]:
+        """The longest marked prefix not past `length` ((0, a fresh state) when none)."""
+        best = max((n for n in self.marks if n <= length), default=0)
+        return (best, self.marks[best][1]) if best else (0, hashlib.sha256())
+
+
+class SegmentText:
+    """A verified prefix of a segment: the `StoredText` a resumed `HeldText` starts from."""
+
+    __slots__ = ("chars", "key", "length", "segment", "state")
+
+    def __init__(self, key: str, segment: Segment, length: int, chars: int, state: Any) -> None:
+        self.key = key
+        self.segment = segment
+        self.length = length
+        self.chars = chars
+        self.state = state  # SHA-256 of the prefix (never updated in place: copied to extend)
+
+    def text(self) -> str:
+        return self.segment.data[: self.length].decode()
+
+    def tail(self, n: int) -> str:
+        # At most 4 bytes a character: decode the last 4n bytes from a character boundary.
+        start = max(0, self.length - 4 * n)
+        data = self.segment.data
+        while start < self.length and data[start] & 0xC0 == 0x80:
+            start += 1
+        return data[start : self.length].decode()[-n:]
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentWrite:
+    """Bytes a snapshot appends to a segment, and the segment's hash state and digest after them."""
+
+    key: str
+    offset: int
+    data: bytes
+    state: Any
+    digest: bytes
+    segment: Segment | None  # the local copy it extends (None: a new segment)
+
+
+class SegmentWriter:
+    """The `HeldSink` of one snapshot: short held text inline, longer text as a ref to its
+    segment (an index into `refs`), with the appended bytes collected in `writes`."""
+
+    __slots__ = ("_fingerprint", "_position", "_stream_id", "refs", "segments", "writes")
+
+    def __init__(self, fingerprint: str, stream_id: str, position: int) -> None:
+        self._fingerprint, self._stream_id, self._position = fingerprint, stream_id, position
+        self.refs: list[list[Any]] = []  # [key, length, chars, digest], stored in the snapshot
+        self.segments: list[Segment | None] = []  # per ref, the local copy it extends (None: new)
+        self.writes: list[SegmentWrite] = []
+
+    def wire(self, held: HeldText) -> Any:
+        stored = held.stored
+        if stored is None and len(held) <= INLINE_CHARS:
+            return held.text()
+        appended = held.appended
+        data = appended.encode()
+        if stored is None:
+            key = f"{segment_prefix(self._fingerprint, self._stream_id, self._position)}.{len(self.refs)}"
+            offset, chars, segment = 0, 0, None
+            state = hashlib.sha256(data)
+        else:
+            assert isinstance(stored, SegmentText), "held text resumed from another store"
+            key, offset, chars, segment = stored.key, stored.length, stored.chars, stored.segment
+            state = stored.state
+            if data:
+                state = state.copy()
+                state.update(data)
+        digest = state.digest()
+        if data or segment is None:
+            self.writes.append(SegmentWrite(key, offset, data, state, digest, segment))
+        self.refs.append([key, offset + len(data), chars + len(appended), digest])
+        self.segments.append(segment)
+        return len(self.refs) - 1
+
+
+def local_text(segment: Segment | None, key: str, length: int, chars: int, digest: bytes) -> SegmentText | None:
+    """The prefix a ref names from this process's copy, when the copy has it (a dict lookup)."""
+    state = segment.verified(length, digest) if segment is not None else None
+    return SegmentText(key, segment, length, chars, state) if segment is not None and state is not None else None
+
+
+def segment_prefix(fingerprint: str, stream_id: str, position: int) -> str:
+    """Keys of the segments a snapshot starts; the hash tag puts them in the snapshot's Cluster slot."""
+    return f"rs:held:{fingerprint[:16]}:{{{stream_id}}}:{position}"
+
+
+def parse_ref(ref: Any) -> tuple[str, int, int, bytes] | None:
+    """A ref as a snapshot stores it, or None for what is not one."""
+    if not (isinstance(ref, list) and len(ref) == 4):
+        return None
+    key, length, chars, digest = ref
+    if not (isinstance(key, str) and key.startswith("rs:held:") and isinstance(digest, bytes)):
+        return None
+    if type(length) is not int or type(chars) is not int or length < 0 or chars < 0:
+        return None
+    return key, length, chars, digest
+
+
+def check(data: bytes | bytearray, start_state: Any, digest: bytes) -> Any | None:
+    """The hash state after `data` (extending `start_state`) when it ends at `digest`."""
+    state = start_state.copy()
+    state.update(data)
+    return state if hmac.compare_digest(state.digest(), digest) else None
