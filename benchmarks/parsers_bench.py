@@ -188,7 +188,7 @@ def run_ours(
         assert store.local is not None
         for ref in snapshot.get("held", ()):
             key, length, chars, digest = ref
-            text = segments.local_text(store.local.get_segment(key), key, length, chars, digest)
+            text = segments.local_text(store.local.segments.get(key), key, length, chars, digest)
             assert text is not None, "a held-text segment is missing"
             stored.append(text)
         return parsers.load_parsed_stream(parser, snapshot["parser"], stored)

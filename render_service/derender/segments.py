@@ -19,28 +19,26 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from dataclasses import dataclass
-from typing import Any
+import time
+from typing import Any, NamedTuple
 
 from render_service.parsers.held import HeldText
 
 INLINE_CHARS = 512  # held text up to this long stays in the snapshot (its cost is bounded)
 _MARKS = 4  # hash states kept per segment: the latest snapshots' lengths (a retry needs the previous)
+_OVERHEAD = 256 * _MARKS  # bytes a segment costs besides its data (hash states, objects)
 
 
 class Segment:
     """One held text's bytes in this process, and the hash state at recently named lengths."""
 
-    __slots__ = ("accounted", "data", "marks", "stored_at")
+    __slots__ = ("counted", "data", "marks", "stored_at")
 
     def __init__(self) -> None:
         self.data = bytearray()
         self.marks: dict[int, tuple[bytes, Any]] = {}  # length -> (digest, sha256 state there)
-        self.accounted = 0  # the size the local cache was told (it grows in place) ...
-        self.stored_at = 0.0  # ... and when (time.monotonic())
-
-    def __len__(self) -> int:
-        return len(self.data) + 256 * len(self.marks)
+        self.counted = 0  # bytes `SegmentCache` counts for it
+        self.stored_at = 0.0  # when it was last written (time.monotonic())
 
     def write(self, offset: int, data: bytes | bytearray, state: Any, digest: bytes) -> None:
         """Put `data` at `offset` (what lay past it belonged to another attempt and goes), and
@@ -92,8 +90,7 @@ class SegmentText:
         return data[start : self.length].decode()[-n:]
 
 
-@dataclass(frozen=True, slots=True)
-class SegmentWrite:
+class SegmentWrite(NamedTuple):
     """Bytes a snapshot appends to a segment, and the segment's hash state and digest after them."""
 
     key: str
@@ -109,6 +106,7 @@ class SegmentWriter:
     segment (an index into `refs`), with the appended bytes collected in `writes`."""
 
     __slots__ = ("_fingerprint", "_position", "_stream_id", "refs", "segments", "writes")
+    inline_chars = INLINE_CHARS
 
     def __init__(self, fingerprint: str, stream_id: str, position: int) -> None:
         self._fingerprint, self._stream_id, self._position = fingerprint, stream_id, position
@@ -139,6 +137,57 @@ class SegmentWriter:
         self.refs.append([key, offset + len(data), chars + len(appended), digest])
         self.segments.append(segment)
         return len(self.refs) - 1
+
+
+class SegmentCache:
+    """This process's segments: a dict in least-recently-written order, bounded by bytes, with
+    the snapshots' TTL. Plain dict operations: it is touched on every chunk of a stream that
+    holds text, where an LRU library's bookkeeping would cost as much as the rest of the chunk."""
+
+    def __init__(self, max_bytes: int = 256 << 20, ttl: float = 600.0) -> None:
+        self.max_bytes = max_bytes
+        self._ttl = ttl
+        self._segments: dict[str, Segment] = {}
+        self._bytes = 0
+
+    def get(self, key: str) -> Segment | None:
+        segment = self._segments.get(key)
+        if segment is not None and time.monotonic() - segment.stored_at > self._ttl:
+            self.delete(key)
+            return None
+        return segment
+
+    def write(
+        self, key: str, segment: Segment, offset: int, data: bytes | bytearray, state: Any, digest: bytes
+    ) -> None:
+        """`segment.write`, then keep it as the most recently written."""
+        segment.write(offset, data, state, digest)
+        self.keep(key, segment)
+
+    def keep(self, key: str, segment: Segment) -> None:
+        """Hold `segment` under `key` (again), restarting its TTL; the least recently written
+        go while the bytes exceed the bound."""
+        old = self._segments.pop(key, None)
+        if old is not None:
+            self._bytes -= old.counted
+        segment.counted = len(segment.data) + _OVERHEAD
+        segment.stored_at = time.monotonic()
+        self._segments[key] = segment
+        self._bytes += segment.counted
+        while self._bytes > self.max_bytes and self._segments:
+            self.delete(next(iter(self._segments)))
+
+    def delete(self, key: str) -> None:
+        old = self._segments.pop(key, None)
+        if old is not None:
+            self._bytes -= old.counted
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._segments)
 
 
 def local_text(segment: Segment | None, key: str, length: int, chars: int, digest: bytes) -> SegmentText | None:

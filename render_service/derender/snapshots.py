@@ -36,6 +36,7 @@ from cachetools import TTLCache
 
 from render_service.derender.segments import (
     Segment,
+    SegmentCache,
     SegmentText,
     SegmentWrite,
     SegmentWriter,
@@ -94,43 +95,29 @@ def snapshot_key(fingerprint: str, stream_id: str, position: int) -> str:
 
 
 class LocalStore:
-    """A bounded in-process LRU with TTL, bounded both by entries and by bytes; it holds the
-    snapshots and the held-text segments beside them."""
+    """A bounded in-process LRU with TTL, bounded both by entries and by bytes; the held-text
+    segments beside the snapshots have their own byte bound (`segments`)."""
 
-    def __init__(self, max_entries: int = 100_000, max_bytes: int = 256 << 20, ttl: float = 600.0) -> None:
-        self._by_bytes: TTLCache[str, bytes | Segment] = TTLCache(maxsize=max_bytes, ttl=ttl, getsizeof=len)
+    def __init__(
+        self,
+        max_entries: int = 100_000,
+        max_bytes: int = 256 << 20,
+        ttl: float = 600.0,
+        max_segment_bytes: int = 256 << 20,
+    ) -> None:
+        self._by_bytes: TTLCache[str, bytes] = TTLCache(maxsize=max_bytes, ttl=ttl, getsizeof=len)
         self._max_entries = max_entries
-        self._ttl = ttl
+        self.segments = SegmentCache(max_segment_bytes, ttl)
 
     def get(self, key: str) -> bytes | None:
-        value = self._by_bytes.get(key)
-        return value if isinstance(value, bytes) else None
+        return self._by_bytes.get(key)
 
-    def put(self, key: str, value: bytes | Segment) -> None:
+    def put(self, key: str, value: bytes) -> None:
         if len(value) > self._by_bytes.maxsize:
             return
         if len(self._by_bytes) >= self._max_entries and key not in self._by_bytes:
             self._by_bytes.popitem()  # least recently used
         self._by_bytes[key] = value
-
-    def get_segment(self, key: str) -> Segment | None:
-        value = self._by_bytes.get(key)
-        return value if isinstance(value, Segment) else None
-
-    def put_segment(self, key: str, segment: Segment) -> None:
-        """A segment grows in place: it is inserted again (the cache re-counts its size and
-        restarts its TTL) once it has grown by a quarter or a quarter of the TTL has passed,
-        not on every chunk."""
-        now = time.monotonic()
-        size = len(segment)
-        if (
-            size <= segment.accounted + max(4096, segment.accounted >> 2)
-            and now - segment.stored_at < self._ttl / 4
-            and key in self._by_bytes
-        ):
-            return
-        segment.accounted, segment.stored_at = size, now
-        self.put(key, segment)
 
     def delete(self, key: str) -> None:
         self._by_bytes.pop(key, None)
@@ -363,7 +350,7 @@ class SnapshotStore:
         """The segment prefix a ref names: this process's copy when it has those bytes under
         that digest (the common case, O(1)); else extended from Redis by the bytes past the copy,
         or fetched whole once; never a prefix whose digest differs."""
-        segment = self.local.get_segment(key) if self.local is not None else None
+        segment = self.local.segments.get(key) if self.local is not None else None
         if (text := local_text(segment, key, length, chars, digest)) is not None:
             return text
         if self.redis is None:
@@ -394,9 +381,10 @@ class SnapshotStore:
         state = check(data, base, digest)
         if state is None:
             return None
-        segment.write(start, data, state, digest)
         if self.local is not None:
-            self.local.put_segment(key, segment)
+            self.local.segments.write(key, segment, start, data, state, digest)
+        else:
+            segment.write(start, data, state, digest)
         return SegmentText(key, segment, length, chars, state)
 
     async def _lookup(self, key: str, required: bool = False) -> list[tuple[str, bytes]]:
@@ -436,15 +424,15 @@ class SnapshotStore:
     def store_segments_locally(self, held: SegmentWriter) -> None:
         """Apply a snapshot's appends to this process's segments (and keep the ones it names)."""
         assert self.local is not None
-        written: dict[str, Segment] = {}
+        cache = self.local.segments
         for append in held.writes:
-            target = append.segment if append.segment is not None else Segment()
-            target.write(append.offset, append.data, append.state, append.digest)
-            written[append.key] = target
-        for ref, kept in zip(held.refs, held.segments, strict=True):
-            segment = written.get(ref[0], kept)
-            if segment is not None:
-                self.local.put_segment(ref[0], segment)
+            segment = append.segment if append.segment is not None else Segment()
+            cache.write(append.key, segment, append.offset, append.data, append.state, append.digest)
+        if len(held.writes) < len(held.refs):  # named but not written to: their TTL restarts too
+            written = {append.key for append in held.writes}
+            for ref, kept in zip(held.refs, held.segments, strict=True):
+                if ref[0] not in written and kept is not None:
+                    cache.keep(ref[0], kept)
 
     async def connect(self) -> None:
         if self.redis is not None:

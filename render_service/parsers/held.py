@@ -91,7 +91,10 @@ class HeldText:
 
 
 class HeldSink(Protocol):
-    """Where a snapshot puts held text: returns the wire form of one `HeldText`."""
+    """Where a snapshot puts held text: held text up to `inline_chars` long that it has not
+    stored yet stays inline (its text); `wire` gives the form of any other."""
+
+    inline_chars: int
 
     def wire(self, held: HeldText) -> Any: ...
 
@@ -107,8 +110,13 @@ def encode_hook(sink: HeldSink | None = None) -> Callable[[Any], Any]:
     if sink is None:
         return _inline
 
+    inline_chars = sink.inline_chars
+
     def hook(obj: Any) -> Any:
         if isinstance(obj, HeldText):
+            # Inline without a call into the sink: every chunk of every stream passes here.
+            if obj.stored is None and obj._chars <= inline_chars:
+                return obj.appended
             return sink.wire(obj)
         raise NotImplementedError(f"cannot encode {type(obj).__name__}")
 

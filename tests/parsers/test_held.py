@@ -63,7 +63,7 @@ def _load(store: SnapshotStore, obj: Any, refs: list[list[Any]]) -> _State:
     assert store.local is not None
     stored: list[StoredText] = []
     for key, length, chars, digest in refs:
-        text = segments.local_text(store.local.get_segment(key), key, length, chars, digest)
+        text = segments.local_text(store.local.segments.get(key), key, length, chars, digest)
         assert text is not None
         stored.append(text)
     return load_with(stored, lambda: msgspec.convert(obj, _State, dec_hook=decode_hook))
@@ -85,7 +85,7 @@ def test_short_text_stays_inline_and_long_text_moves_out_once() -> None:
         (ref,) = writer.refs
         (write,) = writer.writes
         written.append(len(write.data))
-        key, length, chars, digest = ref
+        _key, length, chars, digest = ref
         assert chars == len(text) and length == len(text.encode())
         assert digest == hashlib.sha256(text.encode()).digest()
         state = _load(store, obj, writer.refs)
@@ -104,7 +104,7 @@ def test_a_retried_chunk_writes_the_same_bytes_and_both_branches_resolve() -> No
     obj1, writer1 = _save(store, resumed, 2)
     again = _load(store, obj, writer.refs)  # the same snapshot, loaded again (a retry)
     again.held.append("first")
-    obj2, writer2 = _save(store, again, 2)
+    _, writer2 = _save(store, again, 2)
     assert writer1.refs == writer2.refs
     assert _load(store, obj1, writer1.refs).held.text() == "b" * 600 + "first"
 
@@ -120,7 +120,7 @@ def test_a_segment_written_over_by_another_attempt_is_not_used() -> None:
     other.held.append("two")  # a different chunk from the same snapshot, same length
     _save(store, other, 2)
     key, length, chars, digest = writer_one.refs[0]
-    assert segments.local_text(store.local.get_segment(key), key, length, chars, digest) is None
+    assert segments.local_text(store.local.segments.get(key), key, length, chars, digest) is None
 
 
 def test_dsml_state_round_trips_through_a_segment() -> None:
@@ -136,7 +136,7 @@ def test_dsml_state_round_trips_through_a_segment() -> None:
     assert len(json.dumps(obj)) < 1000
     assert store.local is not None
     ref = writer.refs[0]
-    stored = [segments.local_text(store.local.get_segment(ref[0]), *ref)]
+    stored = [segments.local_text(store.local.segments.get(ref[0]), *ref)]
     parser = parsers.tool_parser_class("deepseek_v32")
     loaded = load_with(stored, lambda: msgspec.convert(obj, parser.state_type, dec_hook=decode_hook))  # type: ignore[arg-type]
     assert loaded == state
