@@ -32,13 +32,16 @@ _OVERHEAD = 256 * _MARKS  # bytes a segment costs besides its data (hash states,
 class Segment:
     """One held text's bytes in this process, and the hash state at recently named lengths."""
 
-    __slots__ = ("counted", "data", "marks", "stored_at")
+    __slots__ = ("counted", "data", "marks", "stored_at", "unsynced")
 
     def __init__(self) -> None:
         self.data = bytearray()
         self.marks: dict[int, tuple[bytes, Any]] = {}  # length -> (digest, sha256 state there)
         self.counted = 0  # bytes `SegmentCache` counts for it
         self.stored_at = 0.0  # when it was last written (time.monotonic())
+        # A write to Redis was skipped or failed: Redis may lack bytes before the next append,
+        # so the next write sends the whole segment.
+        self.unsynced = False
 
     def write(self, offset: int, data: bytes | bytearray, state: Any, digest: bytes) -> None:
         """Put `data` at `offset` (what lay past it belonged to another attempt and goes), and

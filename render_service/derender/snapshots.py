@@ -154,7 +154,7 @@ class RedisStore:
         self._cooldown = cooldown
         self._down_until = 0.0
         self._metrics = metrics
-        self._pending: set[asyncio.Task[None]] = set()
+        self._pending: set[asyncio.Task[bool]] = set()
 
     @property
     def available(self) -> bool:
@@ -238,10 +238,10 @@ class RedisStore:
         stale_key: str | None = None,
         appends: Sequence[SegmentWrite] = (),
         segment_keys: Sequence[str] = (),
-    ) -> asyncio.Task[None] | None:
+    ) -> asyncio.Task[bool] | None:
         """Schedule a pipelined write (the segments' new bytes first, then the snapshot, and the
-        delete of a superseded snapshot); returns at once. `segment_keys`: the segments the
-        snapshot names, whose TTL restarts with it."""
+        delete of a superseded snapshot); returns at once (the task tells whether it was
+        written). `segment_keys`: the segments the snapshot names, whose TTL restarts with it."""
         if not self.available:
             return None
         task = asyncio.get_running_loop().create_task(self._write(key, value, stale_key, appends, segment_keys))
@@ -256,7 +256,7 @@ class RedisStore:
         stale_key: str | None,
         appends: Sequence[SegmentWrite] = (),
         segment_keys: Sequence[str] = (),
-    ) -> None:
+    ) -> bool:
         start = time.perf_counter()
         try:
             async with self._client.pipeline(transaction=False) as pipe:
@@ -272,8 +272,10 @@ class RedisStore:
                 await asyncio.wait_for(pipe.execute(), self._timeout * 5)
         except Exception as exc:
             self._failed("set", exc)
+            return False
         finally:
             self._metrics.redis_latency.labels("set").observe(time.perf_counter() - start)
+        return True
 
     async def flush(self) -> None:
         if self._pending:
@@ -407,32 +409,75 @@ class SnapshotStore:
             snapshot["held"] = held.refs
         blob = self.codec.encode(snapshot)
         self.metrics.snapshot_bytes.observe(len(blob))
+        segments: dict[str, Segment] = {}
         if self.local is not None:
             self.local.put(key, blob)
             if stale_key is not None:
                 self.local.delete(stale_key)
             if held is not None and held.refs:
-                self.store_segments_locally(held)
+                segments = self.store_segments_locally(held)
         if self.redis is not None:
-            appends = held.writes if held is not None else ()
-            segment_keys = [ref[0] for ref in held.refs] if held is not None and held.refs else ()
+            appends: Sequence[SegmentWrite] = ()
+            segment_keys: Sequence[str] = ()
+            if held is not None and held.refs:
+                appends = self._redis_appends(held, segments)
+                segment_keys = [ref[0] for ref in held.refs]
             task = self.redis.put(key, blob, stale_key, appends, segment_keys)
+            if segments:
+                self._track_sync(task, list(segments.values()))
             if task is not None and self.write_wait > 0:
                 await asyncio.wait({task}, timeout=self.write_wait)
         return len(blob)
 
-    def store_segments_locally(self, held: SegmentWriter) -> None:
-        """Apply a snapshot's appends to this process's segments (and keep the ones it names)."""
+    def store_segments_locally(self, held: SegmentWriter) -> dict[str, Segment]:
+        """Apply a snapshot's appends to this process's segments (and keep the ones it names);
+        returns them by key."""
         assert self.local is not None
         cache = self.local.segments
+        segments = {}
         for append in held.writes:
             segment = append.segment if append.segment is not None else Segment()
             cache.write(append.key, segment, append.offset, append.data, append.state, append.digest)
+            segments[append.key] = segment
         if len(held.writes) < len(held.refs):  # named but not written to: their TTL restarts too
-            written = {append.key for append in held.writes}
             for ref, kept in zip(held.refs, held.segments, strict=True):
-                if ref[0] not in written and kept is not None:
+                if ref[0] not in segments and kept is not None:
                     cache.keep(ref[0], kept)
+                    segments[ref[0]] = kept
+        return segments
+
+    @staticmethod
+    def _redis_appends(held: SegmentWriter, segments: dict[str, Segment]) -> list[SegmentWrite]:
+        """The snapshot's appends; a segment whose earlier write did not reach Redis is sent
+        whole (Redis would otherwise hold a gap, and no other replica could resume the stream)."""
+        appends = []
+        for append in held.writes:
+            segment = segments.get(append.key)
+            if segment is not None and segment.unsynced:
+                append = append._replace(offset=0, data=bytes(segment.data))
+            appends.append(append)
+        written = {append.key for append in held.writes}
+        for key, segment in segments.items():
+            if key not in written and segment.unsynced:
+                appends.append(SegmentWrite(key, 0, bytes(segment.data), None, b"", segment))
+        for segment in segments.values():
+            segment.unsynced = False  # until this write is known to have failed
+        return appends
+
+    @staticmethod
+    def _track_sync(task: asyncio.Task[bool] | None, segments: list[Segment]) -> None:
+        """Mark the segments unsynced when their write was skipped (Redis cooling down) or fails."""
+
+        def failed() -> None:
+            for segment in segments:
+                segment.unsynced = True
+
+        if task is None:
+            failed()
+        else:
+            task.add_done_callback(
+                lambda finished: None if not finished.cancelled() and finished.result() else failed()
+            )
 
     async def connect(self) -> None:
         if self.redis is not None:

@@ -120,6 +120,44 @@ def test_a_damaged_segment_makes_the_snapshot_unusable(damage: str) -> None:
     assert metric(_metrics_text(metrics), "render_snapshot_rejected_total", reason="held_text") == 1.0
 
 
+def test_appends_that_missed_redis_are_made_good_by_the_next_write() -> None:
+    """A write that fails (Redis paused past the timeout) or is skipped (the cool-down after it)
+    leaves a gap in Redis's copy; the next write sends the whole segment, so another replica
+    can resume again."""
+
+    async def run(redis: RedisServer) -> None:
+        metrics = Metrics()
+        writer_store = SnapshotStore(
+            SnapshotCodec(b"k" * 32),
+            metrics,
+            local=LocalStore(),
+            redis=RedisStore(redis.url, metrics, timeout=0.05, cooldown=0.2),
+            write_wait=1.0,
+        )
+        text = "q" * 700
+        await _put(writer_store, _State(HeldText(text)), 0)
+        redis.client().execute_command("CLIENT", "PAUSE", "600", "WRITE")
+        for position in (1, 2):  # the first write times out, the second is skipped (cool-down)
+            state = await _get(writer_store, position - 1)
+            assert state is not None
+            state.held.append(f"<{position}>")
+            text += f"<{position}>"
+            await _put(writer_store, state, position)
+        await asyncio.sleep(0.8)  # the pause and the cool-down are over
+        state = await _get(writer_store, 2)
+        assert state is not None
+        state.held.append("<3>")
+        text += "<3>"
+        await _put(writer_store, state, 3)
+        reader = _store(redis)
+        resumed = await _get(reader, 3)
+        assert resumed is not None and resumed.held.text() == text
+        await _close(writer_store, reader)
+
+    with redis_server() as redis:
+        asyncio.run(run(redis))
+
+
 def test_a_segment_evicted_from_this_process_without_redis_is_a_miss() -> None:
     async def run() -> None:
         store = SnapshotStore(SnapshotCodec(b"k" * 32), Metrics(), local=LocalStore(max_segment_bytes=4096))
