@@ -417,12 +417,14 @@ class SnapshotStore:
             if held is not None and held.refs:
                 segments = self.store_segments_locally(held)
         if self.redis is not None:
-            appends: Sequence[SegmentWrite] = ()
-            segment_keys: Sequence[str] = ()
-            if held is not None and held.refs:
-                appends = self._redis_appends(held, segments)
-                segment_keys = [ref[0] for ref in held.refs]
-            task = self.redis.put(key, blob, stale_key, appends, segment_keys)
+            task = None
+            if self.redis.available:
+                appends: Sequence[SegmentWrite] = ()
+                segment_keys: Sequence[str] = ()
+                if held is not None and held.refs:
+                    appends = self._redis_appends(held, segments)
+                    segment_keys = [ref[0] for ref in held.refs]
+                task = self.redis.put(key, blob, stale_key, appends, segment_keys)
             if segments:
                 self._track_sync(task, list(segments.values()))
             if task is not None and self.write_wait > 0:
