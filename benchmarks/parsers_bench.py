@@ -157,7 +157,6 @@ def run_ours(
     eos: tuple[int, frozenset[int]],
 ) -> tuple[list[Any], list[int]]:
     from render_service import parsers
-    from render_service.derender import segments
     from render_service.derender.detokenize import StopParams, drop_stop_token
     from render_service.derender.snapshots import LocalStore, SnapshotCodec, SnapshotStore
     from render_service.server.metrics import Metrics
@@ -175,22 +174,16 @@ def run_ours(
     store = SnapshotStore(codec, Metrics(), local=LocalStore())
 
     def encode(state: Any, position: int) -> bytes:
-        held = segments.SegmentWriter("f" * 16, "bench", position)
+        held = store.segment_writer("f" * 16, "bench", position)
         snapshot = {"parser": state.to_obj(held)}
         if held.refs:
             snapshot["held"] = held.refs
-            store.store_segments_locally(held)
         return codec.encode(snapshot)
 
     def decode(blob: bytes) -> Any:
         snapshot = codec.decode(blob)
-        stored = []
-        assert store.local is not None
-        for ref in snapshot.get("held", ()):
-            key, length, chars, digest = ref
-            text = segments.local_text(store.local.segments.get(key), key, length, chars, digest)
-            assert text is not None, "a held-text segment is missing"
-            stored.append(text)
+        stored = store.local_held_texts(snapshot["held"]) if "held" in snapshot else []
+        assert stored is not None, "a held-text segment is missing"
         return parsers.load_parsed_stream(parser, snapshot["parser"], stored)
 
     state_obj = encode(parsers.new_parsed_stream(parser, prompt), 0)

@@ -32,7 +32,6 @@ from render_service.derender.detokenize import (
     drop_stop_token,
     seed_state,
 )
-from render_service.derender.segments import SegmentWriter
 from render_service.derender.snapshots import SnapshotStore, snapshot_key
 from render_service.exceptions import BadRequestError, ConflictError
 from render_service.parsers import harmony
@@ -996,7 +995,7 @@ async def _parsed_stream(
         if echo is not None:
             echo.extend(delta_ids)
             digest = echo.digest()
-        held = SegmentWriter(ctx.fingerprint, sid, new_position)
+        held = ctx.store.segment_writer(ctx.fingerprint, sid, new_position)
         await ctx.store.put(
             snapshot_key(ctx.fingerprint, sid, new_position),
             {

@@ -94,27 +94,27 @@ class SegmentText:
 
 
 class SegmentWrite(NamedTuple):
-    """Bytes a snapshot appends to a segment, and the segment's hash state and digest after them."""
+    """Bytes a snapshot appends to a segment (what Redis is sent)."""
 
     key: str
     offset: int
     data: bytes
-    state: Any
-    digest: bytes
-    segment: Segment | None  # the local copy it extends (None: a new segment)
 
 
 class SegmentWriter:
     """The `HeldSink` of one snapshot: short held text inline, longer text as a ref to its
-    segment (an index into `refs`), with the appended bytes collected in `writes`."""
+    segment (an index into `refs`). What it stores goes at once into this process's copy of the
+    segment (in `cache`, when there is one); `writes` are the appends for Redis, `segments` the
+    local copies the snapshot names."""
 
-    __slots__ = ("_fingerprint", "_position", "_stream_id", "refs", "segments", "writes")
+    __slots__ = ("_cache", "_fingerprint", "_position", "_stream_id", "refs", "segments", "writes")
     inline_chars = INLINE_CHARS
 
-    def __init__(self, fingerprint: str, stream_id: str, position: int) -> None:
+    def __init__(self, fingerprint: str, stream_id: str, position: int, cache: SegmentCache | None = None) -> None:
         self._fingerprint, self._stream_id, self._position = fingerprint, stream_id, position
+        self._cache = cache
         self.refs: list[list[Any]] = []  # [key, length, chars, digest], stored in the snapshot
-        self.segments: list[Segment | None] = []  # per ref, the local copy it extends (None: new)
+        self.segments: dict[str, Segment] = {}
         self.writes: list[SegmentWrite] = []
 
     def wire(self, held: HeldText) -> Any:
@@ -125,7 +125,7 @@ class SegmentWriter:
         data = appended.encode()
         if stored is None:
             key = f"{segment_prefix(self._fingerprint, self._stream_id, self._position)}.{len(self.refs)}"
-            offset, chars, segment = 0, 0, None
+            offset, chars, segment = 0, 0, Segment()
             state = hashlib.sha256(data)
         else:
             assert isinstance(stored, SegmentText), "held text resumed from another store"
@@ -135,10 +135,17 @@ class SegmentWriter:
                 state = state.copy()
                 state.update(data)
         digest = state.digest()
-        if data or segment is None:
-            self.writes.append(SegmentWrite(key, offset, data, state, digest, segment))
+        cache = self._cache
+        if data or stored is None:
+            self.writes.append(SegmentWrite(key, offset, data))
+            if cache is not None:
+                cache.write(key, segment, offset, data, state, digest)
+            else:
+                segment.write(offset, data, state, digest)
+        elif cache is not None:  # named again: its TTL restarts
+            cache.keep(key, segment)
+        self.segments[key] = segment
         self.refs.append([key, offset + len(data), chars + len(appended), digest])
-        self.segments.append(segment)
         return len(self.refs) - 1
 
 

@@ -323,7 +323,7 @@ class SnapshotStore:
                 continue
             refs = snapshot.get("held")
             if refs:
-                held = await self._held_texts(refs, required)
+                held = self.local_held_texts(refs) or await self._held_texts(refs, required)
                 if held is None:
                     self.metrics.snapshot_rejected.labels("held_text").inc()
                     logger.warning("snapshot %s from %s: a held-text segment is missing or differs", key, tier)
@@ -335,6 +335,20 @@ class SnapshotStore:
             return snapshot
         self.metrics.snapshot_misses.inc()
         return None
+
+    def local_held_texts(self, refs: Any) -> list[SegmentText] | None:
+        """Every segment from this process's copies (no coroutine: the common case, every chunk)."""
+        if self.local is None or not isinstance(refs, list):
+            return None
+        cache = self.local.segments
+        out = []
+        for ref in refs:
+            parsed = parse_ref(ref)
+            text = local_text(cache.get(parsed[0]), *parsed) if parsed is not None else None
+            if text is None:
+                return None
+            out.append(text)
+        return out
 
     async def _held_texts(self, refs: Any, required: bool) -> list[SegmentText] | None:
         if not isinstance(refs, list):
@@ -405,63 +419,44 @@ class SnapshotStore:
         in the background. The bounded wait is what lets the next chunk, sent at once to another
         replica, find the snapshot instead of replaying. `held`: the writer the parser state was
         encoded with (`to_obj(held)`); its refs go into the snapshot, its appends beside it."""
+        segments = held.segments if held is not None else {}
         if held is not None and held.refs:
             snapshot["held"] = held.refs
         blob = self.codec.encode(snapshot)
         self.metrics.snapshot_bytes.observe(len(blob))
-        segments: dict[str, Segment] = {}
         if self.local is not None:
             self.local.put(key, blob)
             if stale_key is not None:
                 self.local.delete(stale_key)
-            if held is not None and held.refs:
-                segments = self.store_segments_locally(held)
         if self.redis is not None:
             task = None
             if self.redis.available:
                 appends: Sequence[SegmentWrite] = ()
-                segment_keys: Sequence[str] = ()
-                if held is not None and held.refs:
-                    appends = self._redis_appends(held, segments)
-                    segment_keys = [ref[0] for ref in held.refs]
-                task = self.redis.put(key, blob, stale_key, appends, segment_keys)
+                if held is not None and segments:
+                    appends = self._redis_appends(held.writes, segments)
+                task = self.redis.put(key, blob, stale_key, appends, list(segments))
             if segments:
                 self._track_sync(task, list(segments.values()))
             if task is not None and self.write_wait > 0:
                 await asyncio.wait({task}, timeout=self.write_wait)
         return len(blob)
 
-    def store_segments_locally(self, held: SegmentWriter) -> dict[str, Segment]:
-        """Apply a snapshot's appends to this process's segments (and keep the ones it names);
-        returns them by key."""
-        assert self.local is not None
-        cache = self.local.segments
-        segments = {}
-        for append in held.writes:
-            segment = append.segment if append.segment is not None else Segment()
-            cache.write(append.key, segment, append.offset, append.data, append.state, append.digest)
-            segments[append.key] = segment
-        if len(held.writes) < len(held.refs):  # named but not written to: their TTL restarts too
-            for ref, kept in zip(held.refs, held.segments, strict=True):
-                if ref[0] not in segments and kept is not None:
-                    cache.keep(ref[0], kept)
-                    segments[ref[0]] = kept
-        return segments
+    def segment_writer(self, fingerprint: str, stream_id: str, position: int) -> SegmentWriter:
+        """The held-text sink for the snapshot of `stream_id` at `position` (pass it to `put`)."""
+        return SegmentWriter(fingerprint, stream_id, position, self.local.segments if self.local is not None else None)
 
     @staticmethod
-    def _redis_appends(held: SegmentWriter, segments: dict[str, Segment]) -> list[SegmentWrite]:
+    def _redis_appends(writes: list[SegmentWrite], segments: dict[str, Segment]) -> list[SegmentWrite]:
         """The snapshot's appends; a segment whose earlier write did not reach Redis is sent
         whole (Redis would otherwise hold a gap, and no other replica could resume the stream)."""
-        appends = []
-        for append in held.writes:
-            segment = segments.get(append.key)
-            if segment is not None and segment.unsynced:
-                append = append._replace(offset=0, data=bytes(segment.data))
-            appends.append(append)
-        written = {append.key for append in held.writes}
+        appends = [
+            SegmentWrite(append.key, 0, bytes(segments[append.key].data)) if segments[append.key].unsynced else append
+            for append in writes
+        ]
+        written = {append.key for append in writes}
         for key, segment in segments.items():
             if key not in written and segment.unsynced:
-                appends.append(SegmentWrite(key, 0, bytes(segment.data), None, b"", segment))
+                appends.append(SegmentWrite(key, 0, bytes(segment.data)))
         for segment in segments.values():
             segment.unsynced = False  # until this write is known to have failed
         return appends

@@ -13,7 +13,6 @@ import msgspec
 import pytest
 from starlette.testclient import TestClient
 
-from render_service.derender import segments
 from render_service.derender.snapshots import LocalStore, RedisStore, SnapshotCodec, SnapshotStore
 from render_service.parsers.held import HeldText, decode_hook, encode_hook, load_with
 from render_service.server.app import create_app
@@ -40,7 +39,7 @@ def _store(redis: RedisServer | None, metrics: Metrics | None = None, **local: A
 
 
 async def _put(store: SnapshotStore, state: _State, position: int) -> None:
-    writer = segments.SegmentWriter("f" * 16, "s", position)
+    writer = store.segment_writer("f" * 16, "s", position)
     snapshot = {"state": msgspec.to_builtins(state, enc_hook=encode_hook(writer))}
     await store.put(f"snap:{position}", snapshot, held=writer)
     assert store.redis is not None
@@ -161,12 +160,12 @@ def test_appends_that_missed_redis_are_made_good_by_the_next_write() -> None:
 def test_a_segment_evicted_from_this_process_without_redis_is_a_miss() -> None:
     async def run() -> None:
         store = SnapshotStore(SnapshotCodec(b"k" * 32), Metrics(), local=LocalStore(max_segment_bytes=4096))
-        writer = segments.SegmentWriter("f" * 16, "s", 1)
+        writer = store.segment_writer("f" * 16, "s", 1)
         snapshot = {"state": msgspec.to_builtins(_State(HeldText("w" * 1000)), enc_hook=encode_hook(writer))}
         await store.put("snap:1", snapshot, held=writer)
         assert await store.get("snap:1") is not None
         for n in range(2, 6):  # other streams' held text pushes it out
-            other = segments.SegmentWriter("f" * 16, f"t{n}", 1)
+            other = store.segment_writer("f" * 16, f"t{n}", 1)
             msgspec.to_builtins(_State(HeldText("v" * 1500)), enc_hook=encode_hook(other))
             await store.put(f"other:{n}", {"state": []}, held=other)
         assert store.local is not None and store.local.segments.bytes <= 4096

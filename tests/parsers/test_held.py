@@ -52,10 +52,8 @@ def _store() -> SnapshotStore:
 
 
 def _save(store: SnapshotStore, state: _State, position: int) -> tuple[Any, segments.SegmentWriter]:
-    writer = segments.SegmentWriter("f" * 16, "stream", position)
+    writer = store.segment_writer("f" * 16, "stream", position)
     obj = msgspec.to_builtins(state, enc_hook=encode_hook(writer))
-    if writer.refs:
-        store.store_segments_locally(writer)
     return obj, writer
 
 
@@ -130,9 +128,8 @@ def test_dsml_state_round_trips_through_a_segment() -> None:
     state = DeepSeekV32ToolState()
     state.held_args.append("x" * 3000)
     store = _store()
-    writer = segments.SegmentWriter("f" * 16, "s", 1)
+    writer = store.segment_writer("f" * 16, "s", 1)
     obj = msgspec.to_builtins(state, enc_hook=encode_hook(writer))
-    store.store_segments_locally(writer)
     assert len(json.dumps(obj)) < 1000
     assert store.local is not None
     ref = writer.refs[0]
