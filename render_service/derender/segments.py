@@ -56,13 +56,6 @@ class Segment:
         while len(self.marks) > _MARKS:
             del self.marks[next(iter(self.marks))]
 
-    def verified(self, length: int, digest: bytes) -> Any | None:
-        """The hash state at `length` when this copy's first `length` bytes have `digest`."""
-        mark = self.marks.get(length)
-        if mark is not None and hmac.compare_digest(mark[0], digest):
-            return mark[1]
-        return None
-
     def nearest_mark(self, length: int) -> tuple[int, Any]:
         """The longest marked prefix not past `length` ((0, a fresh state) when none)."""
         best = max((n for n in self.marks if n <= length), default=0)
@@ -107,12 +100,22 @@ class SegmentWriter:
     segment (in `cache`, when there is one); `writes` are the appends for Redis, `segments` the
     local copies the snapshot names."""
 
-    __slots__ = ("_cache", "_fingerprint", "_position", "_stream_id", "refs", "segments", "writes")
+    __slots__ = ("_cache", "_fingerprint", "_position", "_remote", "_stream_id", "refs", "segments", "writes")
     inline_chars = INLINE_CHARS
 
-    def __init__(self, fingerprint: str, stream_id: str, position: int, cache: SegmentCache | None = None) -> None:
+    def __init__(
+        self,
+        fingerprint: str,
+        stream_id: str,
+        position: int,
+        cache: SegmentCache | None = None,
+        *,
+        remote: bool = True,
+    ) -> None:
+        """`remote`: collect `writes` (there is a Redis to send them to)."""
         self._fingerprint, self._stream_id, self._position = fingerprint, stream_id, position
         self._cache = cache
+        self._remote = remote
         self.refs: list[list[Any]] = []  # [key, length, chars, digest], stored in the snapshot
         self.segments: dict[str, Segment] = {}
         self.writes: list[SegmentWrite] = []
@@ -137,7 +140,8 @@ class SegmentWriter:
         digest = state.digest()
         cache = self._cache
         if data or stored is None:
-            self.writes.append(SegmentWrite(key, offset, data))
+            if self._remote:
+                self.writes.append(SegmentWrite(key, offset, data))
             if cache is not None:
                 cache.write(key, segment, offset, data, state, digest)
             else:
@@ -166,6 +170,17 @@ class SegmentCache:
             self.delete(key)
             return None
         return segment
+
+    def text(self, key: str, length: int, chars: int, digest: bytes) -> SegmentText | None:
+        """The prefix a ref names from this process's copy, when the copy has those bytes under
+        that digest (dictionary lookups: it runs on every chunk)."""
+        segment = self._segments.get(key)
+        if segment is None:
+            return None
+        mark = segment.marks.get(length)
+        if mark is None or mark[0] != digest or time.monotonic() - segment.stored_at > self._ttl:
+            return None
+        return SegmentText(key, segment, length, chars, mark[1])
 
     def write(
         self, key: str, segment: Segment, offset: int, data: bytes | bytearray, state: Any, digest: bytes
@@ -198,12 +213,6 @@ class SegmentCache:
 
     def __len__(self) -> int:
         return len(self._segments)
-
-
-def local_text(segment: Segment | None, key: str, length: int, chars: int, digest: bytes) -> SegmentText | None:
-    """The prefix a ref names from this process's copy, when the copy has it (a dict lookup)."""
-    state = segment.verified(length, digest) if segment is not None else None
-    return SegmentText(key, segment, length, chars, state) if segment is not None and state is not None else None
 
 
 def segment_prefix(fingerprint: str, stream_id: str, position: int) -> str:

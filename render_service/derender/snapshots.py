@@ -41,7 +41,6 @@ from render_service.derender.segments import (
     SegmentWrite,
     SegmentWriter,
     check,
-    local_text,
     parse_ref,
 )
 from render_service.redis_target import SENTINEL, RedisTarget
@@ -344,7 +343,7 @@ class SnapshotStore:
         out = []
         for ref in refs:
             parsed = parse_ref(ref)
-            text = local_text(cache.get(parsed[0]), *parsed) if parsed is not None else None
+            text = cache.text(*parsed) if parsed is not None else None
             if text is None:
                 return None
             out.append(text)
@@ -367,7 +366,7 @@ class SnapshotStore:
         that digest (the common case, O(1)); else extended from Redis by the bytes past the copy,
         or fetched whole once; never a prefix whose digest differs."""
         segment = self.local.segments.get(key) if self.local is not None else None
-        if (text := local_text(segment, key, length, chars, digest)) is not None:
+        if self.local is not None and (text := self.local.segments.text(key, length, chars, digest)) is not None:
             return text
         if self.redis is None:
             return None
@@ -443,7 +442,8 @@ class SnapshotStore:
 
     def segment_writer(self, fingerprint: str, stream_id: str, position: int) -> SegmentWriter:
         """The held-text sink for the snapshot of `stream_id` at `position` (pass it to `put`)."""
-        return SegmentWriter(fingerprint, stream_id, position, self.local.segments if self.local is not None else None)
+        cache = self.local.segments if self.local is not None else None
+        return SegmentWriter(fingerprint, stream_id, position, cache, remote=self.redis is not None)
 
     @staticmethod
     def _redis_appends(writes: list[SegmentWrite], segments: dict[str, Segment]) -> list[SegmentWrite]:

@@ -52,7 +52,9 @@ def _store() -> SnapshotStore:
 
 
 def _save(store: SnapshotStore, state: _State, position: int) -> tuple[Any, segments.SegmentWriter]:
-    writer = store.segment_writer("f" * 16, "stream", position)
+    assert store.local is not None
+    # As with Redis configured: the writer also lists each append (what Redis would be sent).
+    writer = segments.SegmentWriter("f" * 16, "stream", position, store.local.segments)
     obj = msgspec.to_builtins(state, enc_hook=encode_hook(writer))
     return obj, writer
 
@@ -61,7 +63,7 @@ def _load(store: SnapshotStore, obj: Any, refs: list[list[Any]]) -> _State:
     assert store.local is not None
     stored: list[StoredText] = []
     for key, length, chars, digest in refs:
-        text = segments.local_text(store.local.segments.get(key), key, length, chars, digest)
+        text = store.local.segments.text(key, length, chars, digest)
         assert text is not None
         stored.append(text)
     return load_with(stored, lambda: msgspec.convert(obj, _State, dec_hook=decode_hook))
@@ -118,7 +120,7 @@ def test_a_segment_written_over_by_another_attempt_is_not_used() -> None:
     other.held.append("two")  # a different chunk from the same snapshot, same length
     _save(store, other, 2)
     key, length, chars, digest = writer_one.refs[0]
-    assert segments.local_text(store.local.segments.get(key), key, length, chars, digest) is None
+    assert store.local.segments.text(key, length, chars, digest) is None
 
 
 def test_dsml_state_round_trips_through_a_segment() -> None:
@@ -133,7 +135,7 @@ def test_dsml_state_round_trips_through_a_segment() -> None:
     assert len(json.dumps(obj)) < 1000
     assert store.local is not None
     ref = writer.refs[0]
-    stored = [segments.local_text(store.local.segments.get(ref[0]), *ref)]
+    stored = [store.local.segments.text(*ref)]
     parser = parsers.tool_parser_class("deepseek_v32")
     loaded = load_with(stored, lambda: msgspec.convert(obj, parser.state_type, dec_hook=decode_hook))  # type: ignore[arg-type]
     assert loaded == state
