@@ -16,7 +16,8 @@ tokens kept):
 
 - ours: `parsers.advance` per chunk, with the state decoded before and encoded after every chunk
   as compact mode's snapshots are (msgpack, HMAC-SHA256 checked and signed: what a snapshot
-  from Redis costs); per-chunk thread CPU is recorded;
+  from Redis costs; held text appended to its in-process segment beside the snapshot and checked
+  against the snapshot's digest, as `SnapshotStore` does); per-chunk thread CPU is recorded;
 - vLLM: `ChatStreamProcessor` over vLLM's own parser classes, fed the same chunks. vLLM's render
   tier replays the whole output through fresh parsers on every chunk, so the CPU it spends on
   chunk k is the CPU of processing chunks 0..k from scratch: the cumulative curve C(k) of one
@@ -157,7 +158,8 @@ def run_ours(
 ) -> tuple[list[Any], list[int]]:
     from render_service import parsers
     from render_service.derender.detokenize import StopParams, drop_stop_token
-    from render_service.derender.snapshots import SnapshotCodec
+    from render_service.derender.snapshots import LocalStore, SnapshotCodec, SnapshotStore
+    from render_service.server.metrics import Metrics
     from tests.parsers import cases
 
     parser = parsers.get_parser(
@@ -166,24 +168,40 @@ def run_ours(
     assert parser is not None
     opts = parsers.RequestOptions.from_request(req)
     ids_fn = parsers.tool_ids("bench", 0)
-    # The snapshot as compact mode stores it: msgpack, HMAC-SHA256 signed (derender/snapshots.py).
+    # The snapshot as compact mode stores it: msgpack, HMAC-SHA256 signed (derender/snapshots.py),
+    # held text in segments beside it (derender/segments.py) in the in-process store.
     codec = SnapshotCodec(b"k" * 32)
-    state_obj = codec.encode({"parser": parsers.new_parsed_stream(parser, prompt).to_obj()})
+    store = SnapshotStore(codec, Metrics(), local=LocalStore())
+
+    def encode(state: Any, position: int) -> bytes:
+        held = store.segment_writer("f" * 16, "bench", position)
+        snapshot = {"parser": state.to_obj(held)}
+        if held.refs:
+            snapshot["held"] = held.refs
+        return codec.encode(snapshot)
+
+    def decode(blob: bytes) -> Any:
+        snapshot = codec.decode(blob)
+        stored = store.local_held_texts(snapshot["held"]) if "held" in snapshot else []
+        assert stored is not None, "a held-text segment is missing"
+        return parsers.load_parsed_stream(parser, snapshot["parser"], stored)
+
+    state_obj = encode(parsers.new_parsed_stream(parser, prompt), 0)
     out, cpu, state_bytes = [], [], []
     for i, ids in enumerate(chunks):
         finish = "stop" if i == len(chunks) - 1 else None
         t0 = time.thread_time_ns()
-        state = parsers.load_parsed_stream(parser, codec.decode(state_obj)["parser"])
+        state = decode(state_obj)
         text_ids, _ = drop_stop_token(
             ids, finish, None, eos_token_id=eos[0], model_eos_token_ids=eos[1], params=StopParams()
         )
         delta, fr = parsers.advance(parser, state, text_ids, ids, finish, opts, ids_fn)
-        state_obj = codec.encode({"parser": state.to_obj()})
+        state_obj = encode(state, i + 1)
         cpu.append(time.thread_time_ns() - t0)
         state_bytes.append(len(state_obj))
         out.append((cases.wire(delta), fr))
-    # The largest snapshot: its bytes are signed and checked on every chunk (~1 us/KB here), the
-    # part of a chunk's cost that grows where a family must hold a call's text until it ends.
+    # The largest snapshot: its bytes are signed and checked on every chunk (~1 us/KB here); held
+    # text longer than segments.INLINE_CHARS is not in it.
     out_state_bytes.append(max(state_bytes))
     return out, cpu
 

@@ -40,7 +40,9 @@ from render_service.server.metrics import Metrics
 
 MAX_N_SEQUENCES = 16384  # VLLM_MAX_N_SEQUENCES
 MAX_TOOL_CALL_ID_CHARS = 512  # ours (vLLM: none); its own ids are 46 characters
-STATE_VERSION = 2  # 2: the echo digest is blake3 over the JSON of the ids and chunk lengths (`_Echo`)
+# 2: the echo digest is blake3 over the JSON of the ids and chunk lengths (`_Echo`); 3: held text
+# in segments beside the snapshot (`held` refs, `derender/segments.py`)
+STATE_VERSION = 3
 STREAM_STOP_ERROR = (
     "stop strings are not supported by streaming derender because text already sent cannot be cut. "
     "Use non-streaming derender or output_mode=text on /inference/v1/generate which holds stop strings back."
@@ -885,7 +887,7 @@ async def _parsed_stream(
         req = _StreamRequest.from_obj(snapshot["req"])
         parser = _configured_parser(ctx, req.thinking)
         assert parser is not None  # the parser path runs only with a configured parser
-        parsed = parsers.load_parsed_stream(parser, snapshot["ps"])
+        parsed = parsers.load_parsed_stream(parser, snapshot["ps"], snapshot.get("held") or ())
         carried = snapshot["carry"]
         role_sent, tools_streamed, last_ids, context = carried
         prev_key = snapshot.get("prev")
@@ -993,6 +995,7 @@ async def _parsed_stream(
         if echo is not None:
             echo.extend(delta_ids)
             digest = echo.digest()
+        held = ctx.store.segment_writer(ctx.fingerprint, sid, new_position)
         await ctx.store.put(
             snapshot_key(ctx.fingerprint, sid, new_position),
             {
@@ -1004,10 +1007,11 @@ async def _parsed_stream(
                 "rq": vouch.request_digest,  # the request as received, now checked
                 "prev": snapshot_key(ctx.fingerprint, sid, position) if delta_ids else prev_key,
                 "req": req.to_obj(),
-                "ps": parsed.to_obj(),
+                "ps": parsed.to_obj(held),
                 "carry": [role_sent, tools_streamed, last_ids, context],
             },
             stale_key=prev_key if delta_ids else None,
+            held=held,
         )
     prompt_out = chunk.get("prompt_token_ids") if req.return_token_ids else None
     return {"chunk": _chat_chunk(ctx, body, chunk, out_choices, prompt_out), "stream_state": new_state}

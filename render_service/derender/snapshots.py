@@ -11,7 +11,14 @@ dead or slow Redis adds a bounded delay, and the caller falls back to replay. Th
 a Sentinel failover (the master is looked up again on the next connection; until the promoted
 replica answers, chunks replay) and for a Cluster resharding (redis-py follows MOVED and ASK).
 A stream's keys carry a hash tag, `{stream id}`, so in a Cluster they share one slot: the write of
-a snapshot and the delete of the one it supersedes go to one node in one round trip.
+a snapshot, the appends to its held-text segments and the delete of the snapshot it supersedes go
+to one node in one round trip.
+
+Text a parser must hold until it can emit it lives beside the snapshot, in append-only segments
+(`segments.py`) that the snapshot names by length and digest: a chunk writes and signs only the
+fixed-size state plus the new text. A segment that cannot be found or does not match its digest
+makes the snapshot unusable (`render_snapshot_rejected_total{reason="held_text"}`), as a
+missing snapshot is.
 """
 
 from __future__ import annotations
@@ -21,11 +28,21 @@ import hashlib
 import hmac
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 from cachetools import TTLCache
 
+from render_service.derender.segments import (
+    Segment,
+    SegmentCache,
+    SegmentText,
+    SegmentWrite,
+    SegmentWriter,
+    check,
+    parse_ref,
+)
 from render_service.redis_target import SENTINEL, RedisTarget
 from render_service.server.metrics import Metrics
 
@@ -53,13 +70,13 @@ class SnapshotCodec:
 
     def encode(self, snapshot: dict[str, Any]) -> bytes:
         payload = bytes([FORMAT_VERSION]) + _ENCODER.encode(snapshot)
-        return hmac.new(self._key, payload, hashlib.sha256).digest() + payload
+        return hmac.digest(self._key, payload, "sha256") + payload  # one C call (hmac.new is Python)
 
     def decode(self, blob: bytes) -> dict[str, Any]:
         if not isinstance(blob, (bytes, bytearray)) or len(blob) <= _MAC_SIZE + 1:
             raise SnapshotRejected("malformed")
         mac, payload = blob[:_MAC_SIZE], blob[_MAC_SIZE:]
-        if not hmac.compare_digest(mac, hmac.new(self._key, payload, hashlib.sha256).digest()):
+        if not hmac.compare_digest(mac, hmac.digest(self._key, payload, "sha256")):
             raise SnapshotRejected("bad_signature")
         if payload[0] != FORMAT_VERSION:
             raise SnapshotRejected("version")
@@ -77,11 +94,19 @@ def snapshot_key(fingerprint: str, stream_id: str, position: int) -> str:
 
 
 class LocalStore:
-    """A bounded in-process LRU with TTL, bounded both by entries and by bytes."""
+    """A bounded in-process LRU with TTL, bounded both by entries and by bytes; the held-text
+    segments beside the snapshots have their own byte bound (`segments`)."""
 
-    def __init__(self, max_entries: int = 100_000, max_bytes: int = 256 << 20, ttl: float = 600.0) -> None:
+    def __init__(
+        self,
+        max_entries: int = 100_000,
+        max_bytes: int = 256 << 20,
+        ttl: float = 600.0,
+        max_segment_bytes: int = 256 << 20,
+    ) -> None:
         self._by_bytes: TTLCache[str, bytes] = TTLCache(maxsize=max_bytes, ttl=ttl, getsizeof=len)
         self._max_entries = max_entries
+        self.segments = SegmentCache(max_segment_bytes, ttl)
 
     def get(self, key: str) -> bytes | None:
         return self._by_bytes.get(key)
@@ -128,7 +153,7 @@ class RedisStore:
         self._cooldown = cooldown
         self._down_until = 0.0
         self._metrics = metrics
-        self._pending: set[asyncio.Task[None]] = set()
+        self._pending: set[asyncio.Task[bool]] = set()
 
     @property
     def available(self) -> bool:
@@ -189,27 +214,67 @@ class RedisStore:
             self._metrics.redis_latency.labels("get").observe(time.perf_counter() - start)
         return value if isinstance(value, bytes) else None
 
-    def put(self, key: str, value: bytes, stale_key: str | None = None) -> asyncio.Task[None] | None:
-        """Schedule a pipelined write (and the delete of a superseded snapshot); returns at once."""
+    async def get_range(self, key: str, start: int, end: int, required: bool = False) -> bytes | None:
+        """Bytes `start`..`end` (inclusive) of a held-text segment (`GETRANGE`), as `get` asks."""
+        if not self.available and not required:
+            return None
+        began = time.perf_counter()
+        try:
+            value = await asyncio.wait_for(
+                self._client.getrange(key, start, end), self._required_timeout if required else self._timeout
+            )
+        except Exception as exc:
+            self._failed("get", exc)
+            return None
+        finally:
+            self._metrics.redis_latency.labels("get").observe(time.perf_counter() - began)
+        return value if isinstance(value, bytes) else None
+
+    def put(
+        self,
+        key: str,
+        value: bytes,
+        stale_key: str | None = None,
+        appends: Sequence[SegmentWrite] = (),
+        segment_keys: Sequence[str] = (),
+    ) -> asyncio.Task[bool] | None:
+        """Schedule a pipelined write (the segments' new bytes first, then the snapshot, and the
+        delete of a superseded snapshot); returns at once (the task tells whether it was
+        written). `segment_keys`: the segments the snapshot names, whose TTL restarts with it."""
         if not self.available:
             return None
-        task = asyncio.get_running_loop().create_task(self._write(key, value, stale_key))
+        task = asyncio.get_running_loop().create_task(self._write(key, value, stale_key, appends, segment_keys))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
         return task
 
-    async def _write(self, key: str, value: bytes, stale_key: str | None) -> None:
+    async def _write(
+        self,
+        key: str,
+        value: bytes,
+        stale_key: str | None,
+        appends: Sequence[SegmentWrite] = (),
+        segment_keys: Sequence[str] = (),
+    ) -> bool:
         start = time.perf_counter()
         try:
             async with self._client.pipeline(transaction=False) as pipe:
+                # In order on one connection: a reader that finds the snapshot finds its bytes.
+                for append in appends:
+                    if append.data:
+                        pipe.setrange(append.key, append.offset, append.data)
+                for segment_key in segment_keys:
+                    pipe.expire(segment_key, self._ttl)
                 pipe.set(key, value, ex=self._ttl)
                 if stale_key is not None:
                     pipe.delete(stale_key)
                 await asyncio.wait_for(pipe.execute(), self._timeout * 5)
         except Exception as exc:
             self._failed("set", exc)
+            return False
         finally:
             self._metrics.redis_latency.labels("set").observe(time.perf_counter() - start)
+        return True
 
     async def flush(self) -> None:
         if self._pending:
@@ -244,6 +309,8 @@ class SnapshotStore:
         self.metrics = metrics
 
     async def get(self, key: str, required: bool = False) -> dict[str, Any] | None:
+        """The snapshot, its `held` refs replaced by the verified segments they name (read by
+        `parsers.load_parsed_stream`); None when it is missing, rejected or a segment is."""
         for tier, blob in await self._lookup(key, required):
             try:
                 snapshot = self.codec.decode(blob)
@@ -253,12 +320,87 @@ class SnapshotStore:
                 if tier == "local" and self.local is not None:
                     self.local.delete(key)
                 continue
+            refs = snapshot.get("held")
+            if refs:
+                held = self.local_held_texts(refs) or await self._held_texts(refs, required)
+                if held is None:
+                    self.metrics.snapshot_rejected.labels("held_text").inc()
+                    logger.warning("snapshot %s from %s: a held-text segment is missing or differs", key, tier)
+                    break
+                snapshot["held"] = held
             self.metrics.snapshot_hits.labels(tier).inc()
             if tier == "redis" and self.local is not None:
                 self.local.put(key, blob)
             return snapshot
         self.metrics.snapshot_misses.inc()
         return None
+
+    def local_held_texts(self, refs: Any) -> list[SegmentText] | None:
+        """Every segment from this process's copies (no coroutine: the common case, every chunk)."""
+        if self.local is None or not isinstance(refs, list):
+            return None
+        cache = self.local.segments
+        out = []
+        for ref in refs:
+            parsed = parse_ref(ref)
+            text = cache.text(*parsed) if parsed is not None else None
+            if text is None:
+                return None
+            out.append(text)
+        return out
+
+    async def _held_texts(self, refs: Any, required: bool) -> list[SegmentText] | None:
+        if not isinstance(refs, list):
+            return None
+        out = []
+        for ref in refs:
+            parsed = parse_ref(ref)
+            text = await self._held_text(*parsed, required) if parsed is not None else None
+            if text is None:
+                return None
+            out.append(text)
+        return out
+
+    async def _held_text(self, key: str, length: int, chars: int, digest: bytes, required: bool) -> SegmentText | None:
+        """The segment prefix a ref names: this process's copy when it has those bytes under
+        that digest (the common case, O(1)); else extended from Redis by the bytes past the copy,
+        or fetched whole once; never a prefix whose digest differs."""
+        segment = self.local.segments.get(key) if self.local is not None else None
+        if self.local is not None and (text := self.local.segments.text(key, length, chars, digest)) is not None:
+            return text
+        if self.redis is None:
+            return None
+        if segment is not None:
+            have, base = segment.nearest_mark(length)
+            if have:
+                text = await self._fetch(segment, key, have, base, length, chars, digest, required)
+                if text is not None:
+                    return text
+        return await self._fetch(Segment(), key, 0, hashlib.sha256(), length, chars, digest, required)
+
+    async def _fetch(
+        self,
+        segment: Segment,
+        key: str,
+        start: int,
+        base: Any,
+        length: int,
+        chars: int,
+        digest: bytes,
+        required: bool,
+    ) -> SegmentText | None:
+        assert self.redis is not None
+        data = b"" if start == length else await self.redis.get_range(key, start, length - 1, required)
+        if data is None or len(data) != length - start:
+            return None
+        state = check(data, base, digest)
+        if state is None:
+            return None
+        if self.local is not None:
+            self.local.segments.write(key, segment, start, data, state, digest)
+        else:
+            segment.write(start, data, state, digest)
+        return SegmentText(key, segment, length, chars, state)
 
     async def _lookup(self, key: str, required: bool = False) -> list[tuple[str, bytes]]:
         found = []
@@ -269,10 +411,16 @@ class SnapshotStore:
             found.append(("redis", blob))
         return found
 
-    async def put(self, key: str, snapshot: dict[str, Any], stale_key: str | None = None) -> int:
+    async def put(
+        self, key: str, snapshot: dict[str, Any], stale_key: str | None = None, held: SegmentWriter | None = None
+    ) -> int:
         """Store locally at once; give the Redis write up to `write_wait` seconds, then let it finish
         in the background. The bounded wait is what lets the next chunk, sent at once to another
-        replica, find the snapshot instead of replaying."""
+        replica, find the snapshot instead of replaying. `held`: the writer the parser state was
+        encoded with (`to_obj(held)`); its refs go into the snapshot, its appends beside it."""
+        segments = held.segments if held is not None else {}
+        if held is not None and held.refs:
+            snapshot["held"] = held.refs
         blob = self.codec.encode(snapshot)
         self.metrics.snapshot_bytes.observe(len(blob))
         if self.local is not None:
@@ -280,10 +428,53 @@ class SnapshotStore:
             if stale_key is not None:
                 self.local.delete(stale_key)
         if self.redis is not None:
-            task = self.redis.put(key, blob, stale_key)
+            task = None
+            if self.redis.available:
+                appends: Sequence[SegmentWrite] = ()
+                if held is not None and segments:
+                    appends = self._redis_appends(held.writes, segments)
+                task = self.redis.put(key, blob, stale_key, appends, list(segments))
+            if segments:
+                self._track_sync(task, list(segments.values()))
             if task is not None and self.write_wait > 0:
                 await asyncio.wait({task}, timeout=self.write_wait)
         return len(blob)
+
+    def segment_writer(self, fingerprint: str, stream_id: str, position: int) -> SegmentWriter:
+        """The held-text sink for the snapshot of `stream_id` at `position` (pass it to `put`)."""
+        cache = self.local.segments if self.local is not None else None
+        return SegmentWriter(fingerprint, stream_id, position, cache, remote=self.redis is not None)
+
+    @staticmethod
+    def _redis_appends(writes: list[SegmentWrite], segments: dict[str, Segment]) -> list[SegmentWrite]:
+        """The snapshot's appends; a segment whose earlier write did not reach Redis is sent
+        whole (Redis would otherwise hold a gap, and no other replica could resume the stream)."""
+        appends = [
+            SegmentWrite(append.key, 0, bytes(segments[append.key].data)) if segments[append.key].unsynced else append
+            for append in writes
+        ]
+        written = {append.key for append in writes}
+        for key, segment in segments.items():
+            if key not in written and segment.unsynced:
+                appends.append(SegmentWrite(key, 0, bytes(segment.data)))
+        for segment in segments.values():
+            segment.unsynced = False  # until this write is known to have failed
+        return appends
+
+    @staticmethod
+    def _track_sync(task: asyncio.Task[bool] | None, segments: list[Segment]) -> None:
+        """Mark the segments unsynced when their write was skipped (Redis cooling down) or fails."""
+
+        def failed() -> None:
+            for segment in segments:
+                segment.unsynced = True
+
+        if task is None:
+            failed()
+        else:
+            task.add_done_callback(
+                lambda finished: None if not finished.cancelled() and finished.result() else failed()
+            )
 
     async def connect(self) -> None:
         if self.redis is not None:

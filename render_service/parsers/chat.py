@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from render_service.derender.detokenize import DetokState, TokenizerInfo, detokenize_delta, seed_state
-from render_service.parsers import forced
+from render_service.parsers import forced, held
 from render_service.parsers.base import (
     Delta,
     FunctionCall,
@@ -99,8 +99,9 @@ class StreamState(msgspec.Struct, array_like=True, tag=STATE_VERSION):
     # vLLM's JSON paths for tool_choice required/named (parsers that support them), once used
     forced: forced.RequiredScan | None = None
 
-    def to_obj(self) -> list[Any]:
-        return msgspec.to_builtins(self)
+    def to_obj(self, sink: held.HeldSink | None = None) -> list[Any]:
+        """Plain lists; held text (`held.HeldText` fields) inline, or as `sink` stores it."""
+        return msgspec.to_builtins(self, enc_hook=held.encode_hook(sink))
 
 
 class ParsedStreamState(msgspec.Struct, array_like=True, tag=STATE_VERSION):
@@ -110,8 +111,10 @@ class ParsedStreamState(msgspec.Struct, array_like=True, tag=STATE_VERSION):
     detok: DetokState = msgspec.field(default_factory=DetokState)
     parser: StreamState = msgspec.field(default_factory=StreamState)
 
-    def to_obj(self) -> list[Any]:
-        return msgspec.to_builtins(self)
+    def to_obj(self, sink: held.HeldSink | None = None) -> list[Any]:
+        """Plain lists; held text (`held.HeldText` fields) inline, or as `sink` stores it (a
+        snapshot: only what was appended since the last one is written)."""
+        return msgspec.to_builtins(self, enc_hook=held.encode_hook(sink))
 
 
 class ChatParser:
@@ -475,11 +478,12 @@ def new_parsed_stream(parser: ChatParser, prompt_token_ids: Sequence[int] | None
     )
 
 
-def load_parsed_stream(parser: ChatParser, obj: Any) -> ParsedStreamState:
-    """A state from `ParsedStreamState.to_obj()`, possibly made by another process."""
+def load_parsed_stream(parser: ChatParser, obj: Any, stored: Sequence[held.StoredText] = ()) -> ParsedStreamState:
+    """A state from `ParsedStreamState.to_obj()`, possibly made by another process; `stored`:
+    the snapshot's verified held-text segments, which its held-text fields name by index."""
     try:
         state = msgspec.convert(obj, ParsedStreamState)
     except msgspec.ValidationError as exc:
         raise ValueError(f"unsupported stream state: {exc}") from None
-    parser._load_substates(state.parser)
+    held.load_with(stored, lambda: parser._load_substates(state.parser))
     return state

@@ -23,6 +23,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+import msgspec
+
 from render_service.parsers.base import ToolCallDelta, ToolIdFn, tool_schema_tags
 from render_service.parsers.dsml import (
     INVOKE_END,
@@ -53,6 +55,7 @@ from render_service.parsers.engine import (
     Slot,
     Transition,
 )
+from render_service.parsers.held import HeldText
 from render_service.parsers.registry import register_tool_parser
 from render_service.render.renderers.dsml import DSML
 
@@ -104,12 +107,11 @@ class DsmlToolState(EngineState):
     conversion, kept apart from the slot's raw arguments until a conversion reads them.
 
     vLLM re-reads a DSML call only when a `>` arrives, so the text in between (typically a long
-    string value) is only kept. Keeping it in its own field is the same answer at lower cost: the
-    slot's text starts with the `｜DSML｜` markup, which makes it a UCS-2 string that every
-    snapshot transcodes, while a plain value on its own stays ASCII (msgpack copies it).
+    string value) is only kept: held text (`HeldText`), which a snapshot stores beside the state
+    and appends to, so a chunk does not pay for what is held.
     """
 
-    held_args: str = ""
+    held_args: HeldText = msgspec.field(default_factory=HeldText)
 
 
 class DsmlEngine(Engine):
@@ -144,7 +146,7 @@ class DsmlEngine(Engine):
             and structural is not None
             and structural.isdisjoint(value)
         ):
-            st.held_args += value
+            st.held_args.append(value)
             return
         self._merge_held(st)
         super()._arg_chunk(st, index, value, calls, tool_id, tools, elide=elide)
@@ -161,17 +163,17 @@ class DsmlEngine(Engine):
     def _merge_held(st: EngineState) -> None:
         if isinstance(st, DsmlToolState) and st.held_args:
             assert st.slot is not None
-            st.slot.args += st.held_args
-            st.held_args = ""
+            st.slot.args += st.held_args.text()
+            st.held_args = HeldText()
 
 
-class DeepSeekV32ToolState(DsmlToolState, tag="deepseek_v32.tool/2"):
+class DeepSeekV32ToolState(DsmlToolState, tag="deepseek_v32.tool/3"):
     pass
 
 
 @register_tool_parser("deepseek_v32")
 class DeepSeekV32ToolParser(EngineToolParser):
-    version = 2  # state: held_args
+    version = 3  # state: held_args (2), as held text (3)
     state_type = DeepSeekV32ToolState
     engine_type = DsmlEngine
     structural_tag_model = "deepseek_v3_2"

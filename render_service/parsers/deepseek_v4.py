@@ -181,7 +181,7 @@ class DeepSeekV4ReasoningState(EngineState, tag="deepseek_v4.reasoning/1"):
     pass
 
 
-class DeepSeekV4ToolState(DsmlToolState, tag="deepseek_v4.tool/1"):
+class DeepSeekV4ToolState(DsmlToolState, tag="deepseek_v4.tool/2"):
     pass
 
 
@@ -189,7 +189,7 @@ class DeepSeekV41ReasoningState(EngineState, tag="deepseek_v41.reasoning/1"):
     pass
 
 
-class DeepSeekV41ToolState(DsmlToolState, tag="deepseek_v41.tool/1"):
+class DeepSeekV41ToolState(DsmlToolState, tag="deepseek_v41.tool/2"):
     pass
 
 
@@ -210,7 +210,7 @@ class DeepSeekV4ReasoningParser(EngineReasoningParser):
 
 @register_tool_parser("deepseek_v4")
 class DeepSeekV4ToolParser(EngineToolParser):
-    version = 1
+    version = 2  # state: held_args as held text
     state_type: ClassVar[type[EngineState]] = DeepSeekV4ToolState
     engine_type = DsmlEngine
     structural_tag_model = "deepseek_v4"

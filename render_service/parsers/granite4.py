@@ -21,7 +21,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
+
 from render_service.parsers.base import Delta, FunctionCall, ToolCallDelta, ToolIdFn
+from render_service.parsers.held import HeldText
 from render_service.parsers.protocols import ParserState, RequestAdjustment, ToolParser
 from render_service.parsers.registry import register_tool_parser
 
@@ -50,15 +53,17 @@ def _args_text(args: Any) -> str | None:
     return json.dumps(args, ensure_ascii=False)
 
 
-class Granite4State(ParserState, tag="granite4/1"):
-    """`look_ahead`: vLLM's buffer (a tag prefix, or a call from `<tool_call>` on); `in_tc`:
-    vLLM's flag; `calls`: calls emitted; `broken`: vLLM's bookkeeping assertion now fails on
-    every chunk."""
+class Granite4State(ParserState, tag="granite4/2"):
+    """`look_ahead` + `held`: vLLM's buffer (a tag prefix, or a call from `<tool_call>` on);
+    `held` is the tail of a buffered call that came while its end tag had not (held text, which
+    snapshots keep beside the state; `_release_held` joins it to `look_ahead`). `in_tc`: vLLM's
+    flag; `calls`: calls emitted; `broken`: vLLM's bookkeeping assertion now fails on every chunk."""
 
     look_ahead: str = ""
     in_tc: bool = False
     calls: int = 0
     broken: bool = False
+    held: HeldText = msgspec.field(default_factory=HeldText)
 
 
 class _CallError(Exception):
@@ -88,7 +93,7 @@ class Granite4ToolParser(ToolParser):
     """Stateless; per-stream data in `Granite4State`. No structural tag model, so vLLM's JSON
     paths serve tool_choice required/named (`forced.py`)."""
 
-    version = 1
+    version = 2  # state: held text (2)
     state_type = Granite4State
 
     @classmethod
@@ -122,12 +127,15 @@ class Granite4ToolParser(ToolParser):
         return False, "", text[start_end:end]
 
     def feed(self, st: Granite4State, text: str, tool_id: ToolIdFn) -> Delta | None:
-        if st.in_tc and st.look_ahead.startswith(TC_START) and TC_END not in st.look_ahead[1 - len(TC_END) :] + text:
-            # A call is being buffered and its end tag has not arrived: vLLM's step finds the
-            # start tag at 0 and no end tag, keeps the buffer and returns nothing. Checking the
-            # new text (plus the tag prefix it may complete) is enough; no re-scan of the call.
-            st.look_ahead += text
-            return None
+        if st.in_tc and st.look_ahead.startswith(TC_START):
+            buffered_tail = (st.look_ahead[1 - len(TC_END) :] + st.held.tail(len(TC_END) - 1))[1 - len(TC_END) :]
+            if TC_END not in buffered_tail + text:
+                # A call is being buffered and its end tag has not arrived: vLLM's step finds the
+                # start tag at 0 and no end tag, keeps the buffer and returns nothing. Checking
+                # the new text (plus the tag prefix it may complete) is enough; no re-scan.
+                st.held.append(text)
+                return None
+        self._release_held(st)
         content_parts: list[str] = []
         segments: list[str] = []
         done = False
@@ -160,6 +168,13 @@ class Granite4ToolParser(ToolParser):
         if content or deltas:
             return Delta(content=content or None, tool_calls=deltas)
         return None
+
+    @staticmethod
+    def _release_held(st: Granite4State) -> None:
+        """Join the held text to `look_ahead`: every read of the buffer but the fast path's needs it."""
+        if st.held:
+            st.look_ahead += st.held.text()
+            st.held = HeldText()
 
     def remaining_args(self, st: Granite4State) -> str:
         # Calls are streamed whole: nothing parsed is ever left unstreamed.

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from render_service.derender.detokenize import TokenizerInfo
+from render_service.parsers import held
 from render_service.parsers.base import Delta, FunctionCall, RequestOptions, ToolIdFn
 
 
@@ -34,6 +35,10 @@ class ParserState(msgspec.Struct, array_like=True):
     so a state from another family or another version is refused when decoded. Bump the version
     whenever the fields or their meaning change (the parser's `version` goes into the config
     fingerprint too, so snapshots of the old layout are never looked up).
+
+    Text a family must hold until it can emit it (a call's text that vLLM emits only when the
+    call ends) goes in a `held.HeldText` field: snapshots store it beside the state, so a chunk
+    does not pay for it.
     """
 
 
@@ -97,7 +102,7 @@ class ReasoningParser(ABC):
         return self.state_type()
 
     def load_state(self, obj: Any) -> ParserState:
-        return msgspec.convert(obj, self.state_type)
+        return msgspec.convert(obj, self.state_type, dec_hook=held.decode_hook)
 
     @abstractmethod
     def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool | None:
@@ -189,7 +194,7 @@ class ToolParser(ABC):
         return self.state_type()
 
     def load_state(self, obj: Any) -> ParserState:
-        return msgspec.convert(obj, self.state_type)
+        return msgspec.convert(obj, self.state_type, dec_hook=held.decode_hook)
 
     @abstractmethod
     def feed(self, st: Any, text: str, tool_id: ToolIdFn) -> Delta | None:

@@ -159,6 +159,6 @@ def test_states_carry_their_family_tags(family_dirs: dict[str, Path]) -> None:
         "llama3_json": ["llama3_json/1"],
         "pythonic": ["pythonic/1"],
         "granite": ["granite_reasoning/1", "granite/1"],
-        "granite4": ["granite4/1"],
+        "granite4": ["granite4/2"],
         "nemotron_v3": ["nemotron_v3/1", "hermes/2"],
     }

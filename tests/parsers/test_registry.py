@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from render_service import parsers
-from render_service.parsers import registry
+from render_service.parsers import held, registry
 from render_service.parsers.hermes import HermesState, HermesToolParser
 from render_service.parsers.protocols import ParserState, RequestAdjustment, ToolParser
 from render_service.parsers.qwen3 import Qwen3ReasoningParser
@@ -130,4 +130,6 @@ def _check_state_type(state_type: type[ParserState]) -> None:
     config = state_type.__struct_config__
     assert config.array_like and isinstance(config.tag, str) and "/" in config.tag, state_type
     fresh = state_type()
-    assert msgspec.convert(msgspec.to_builtins(fresh), state_type) == fresh
+    # Held text (`parsers.held.HeldText` fields) needs the held hooks, as `to_obj`/`load_state` pass them.
+    obj = msgspec.to_builtins(fresh, enc_hook=held.encode_hook())
+    assert msgspec.convert(obj, state_type, dec_hook=held.decode_hook) == fresh
