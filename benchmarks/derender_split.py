@@ -34,7 +34,6 @@ from benchmarks import derender_bench as bench
 from benchmarks._common import example_model_dir
 from render_service import cli
 from render_service.derender import echo
-from render_service.derender import pipeline as derender
 from render_service.model.loader import load_model
 from render_service.render import pipeline as render
 from render_service.server.app import create_app
@@ -75,7 +74,7 @@ class Mode:
 
     def decode(self, raw: bytes) -> Any:
         """The body read as the route reads it: without the echo when it can be (full mode)."""
-        split = echo.split_body(raw) if derender.reads_raw_echo(self.context) else None
+        split = echo.split_body(raw) if self.context.reads_raw_echo else None
         return split if split is not None else orjson.loads(raw)
 
 

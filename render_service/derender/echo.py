@@ -144,19 +144,19 @@ def split_body(raw: bytes) -> RawEcho | None:
     if ids_span is None or lens_span is None:
         return None
     nonce = secrets.token_hex(16)
-    ids_mark, lens_mark = f"rs-echo-ids-{nonce}", f"rs-echo-lens-{nonce}"
-    (first, first_mark), (second, second_mark) = sorted(
-        ((ids_span, ids_mark), (lens_span, lens_mark)), key=lambda pair: pair[0]
-    )
+    ids_mark, lens_mark = "rs-echo-ids-" + nonce, "rs-echo-lens-" + nonce
+    first, first_mark, second, second_mark = ids_span, ids_mark, lens_span, lens_mark
+    if lens_span[0] < ids_span[0]:
+        first, first_mark, second, second_mark = lens_span, lens_mark, ids_span, ids_mark
     if first[1] > second[0]:
         return None
     view = memoryview(raw)
     cut = b"".join(
         (
             view[: first[0]],
-            b'"%s"' % first_mark.encode(),
+            b'"' + first_mark.encode() + b'"',
             view[first[1] : second[0]],
-            b'"%s"' % second_mark.encode(),
+            b'"' + second_mark.encode() + b'"',
             view[second[1] :],
         )
     )

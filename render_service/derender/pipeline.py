@@ -11,6 +11,7 @@ handle and the snapshot is required (409 when it is gone).
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import time
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ class DerenderContext:
     store: SnapshotStore | None
     compact: bool
     metrics: Metrics
+    # Whether a chat stream chunk's echo is read as bytes first (`vouch_raw`); set by `make_context`.
+    reads_raw_echo: bool = False
 
     @property
     def has_parser(self) -> bool:
@@ -80,7 +83,7 @@ def make_context(
     eos = set(_generation_eos(model))
     if model.eos_token_id is not None:
         eos.add(model.eos_token_id)
-    return DerenderContext(
+    context = DerenderContext(
         render_ctx,
         lp.Decoder(model.hf_tokenizer),
         frozenset(eos),
@@ -88,6 +91,10 @@ def make_context(
         store,
         render_ctx.settings.stream_state_mode == "compact",
         metrics,
+    )
+    # Full mode with a snapshot store and native parsers (vLLM's, in the adapter, keep no snapshots).
+    return dataclasses.replace(
+        context, reads_raw_echo=_vouches(context) and not adapter.uses_adapter(render_ctx.settings)
     )
 
 
@@ -622,12 +629,6 @@ async def vouch_raw(ctx: DerenderContext, raw: RawEcho) -> Vouch:
     value["output_chunk_lens"] = EchoedArray(raw.lens)
     request_digest = _request_digest(body.get("chat_request"), body.get("prompt_token_ids"))
     return Vouch(snapshot, echo, request_digest, _vouched(snapshot, request_digest), (sid, position), True)
-
-
-def reads_raw_echo(ctx: DerenderContext) -> bool:
-    """Whether a chat stream chunk's echo is worth reading as bytes (`vouch_raw`): full mode with
-    a snapshot store and a native parser (vLLM's parsers in the adapter keep no snapshots)."""
-    return _vouches(ctx) and adapter.runtime(ctx.render) is None
 
 
 def _vouches(ctx: DerenderContext) -> bool:
