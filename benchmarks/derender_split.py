@@ -7,8 +7,11 @@ token per chunk, the client echoing `stream_state`; `full` resends `prompt_token
 `--depth`, then the next `--window` chunks are timed phase by phase (`time.process_time` over
 many repetitions of each chunk, so the snapshot store sees the same retried chunk, as with a
 client retry): the body's JSON decode, our handler, and the JSON encode of the answer; also
-the first chunks of the stream for the start-vs-depth ratio. With `--profile`, a cProfile of
-the handler at depth (tottime; cProfile inflates Python-heavy code, read it for the split).
+the first chunks of the stream for the start-vs-depth ratio. The handler is the /derender
+route's, given the body's bytes: in `full` mode an echo that is byte for byte what the service
+sent is not decoded (`derender/echo.py`), so `decode` is then the body minus the echo. With
+`--profile`, a cProfile of the handler at depth (tottime; cProfile inflates Python-heavy code,
+read it for the split).
 
     python3 -m benchmarks.derender_split [--depth 4000] [--window 20] [--profile]
 """
@@ -25,15 +28,16 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+from starlette.requests import Request
 
 from benchmarks import derender_bench as bench
 from benchmarks._common import example_model_dir
 from render_service import cli
-from render_service.api.derender import validate_chat_derender
-from render_service.derender import pipeline as derender
+from render_service.derender import echo
 from render_service.model.loader import load_model
 from render_service.render import pipeline as render
 from render_service.server.app import create_app
+from render_service.server.handlers.derender import chat_derender
 
 
 class Mode:
@@ -44,6 +48,8 @@ class Mode:
         settings = cli.settings_from_args(cli._parser().parse_args(argv))
         state = create_app(settings, model).state.render
         state.load()
+        self.state = state
+        self.request = Request({"type": "http", "method": "POST", "path": "/", "headers": []})
         self.name = name
         self.compact = name == "compact"
         self.render_context = state.context
@@ -62,14 +68,14 @@ class Mode:
             body["chat_request"] = request
         return orjson.dumps(body)
 
-    def handle(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self.loop.run_until_complete(self._handle(body))
+    def handle(self, raw: bytes) -> dict[str, Any]:
+        """What the /derender route does with the body's bytes: read, vouch, validate, derender."""
+        return self.loop.run_until_complete(chat_derender.handler(self.state, self.request, raw))
 
-    async def _handle(self, body: dict[str, Any]) -> dict[str, Any]:
-        """What the /derender handler does after decoding: vouch, validate, derender."""
-        vouch = await derender.vouch(self.context, body)
-        validate_chat_derender(body, vouch.vouched)
-        return await derender.derender_chat_stream(self.context, body, vouch)
+    def decode(self, raw: bytes) -> Any:
+        """The body read as the route reads it: without the echo when it can be (full mode)."""
+        split = echo.split_body(raw) if self.context.reads_raw_echo else None
+        return split if split is not None else orjson.loads(raw)
 
 
 def timed(function: Callable[[], Any], repeats: int) -> float:
@@ -93,16 +99,16 @@ def measure(mode: Mode, output: list[int], prompt: list[int], request: Any, dept
         raw = mode.body(chunk, state, prompt, request)
         where = "start" if 1 <= index < 1 + window else "depth" if index >= depth else None
         if where is not None:
-            answer = mode.handle(orjson.loads(raw))
+            answer = mode.handle(raw)
             split = phases[where]
-            split.setdefault("decode", []).append(timed(lambda raw=raw: orjson.loads(raw), repeats))
-            both = timed(lambda raw=raw: mode.handle(orjson.loads(raw)), repeats)
+            split.setdefault("decode", []).append(timed(lambda raw=raw: mode.decode(raw), repeats))
+            both = timed(lambda raw=raw: mode.handle(raw), repeats)
             split.setdefault("handler", []).append(max(0.0, both - split["decode"][-1]))
             split.setdefault("encode", []).append(timed(lambda answer=answer: orjson.dumps(answer), repeats))
             split.setdefault("bytes in", []).append(len(raw))
         else:
-            answer = mode.handle(orjson.loads(raw))
-        state = answer["stream_state"]
+            answer = mode.handle(raw)
+        state = orjson.loads(orjson.dumps(answer["stream_state"]))  # as a client reads it
     return {where: {k: sorted(v)[len(v) // 2] for k, v in split.items()} for where, split in phases.items()}
 
 
@@ -148,13 +154,14 @@ def main() -> None:
             state = None
             for index in range(args.depth):
                 chunk = bench._chunk_body("generate-tokens-chatcmpl-prof", output[index], None, None)
-                state = mode.handle(orjson.loads(mode.body(chunk, state, prompt, request)))["stream_state"]
+                answer = mode.handle(mode.body(chunk, state, prompt, request))
+                state = orjson.loads(orjson.dumps(answer["stream_state"]))
             chunk = bench._chunk_body("generate-tokens-chatcmpl-prof", output[args.depth], None, None)
             raw = mode.body(chunk, state, prompt, request)
             profile = cProfile.Profile()
             profile.enable()
             for _ in range(300):
-                mode.handle(orjson.loads(raw))
+                mode.handle(raw)
             profile.disable()
             out = io.StringIO()
             pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(18)

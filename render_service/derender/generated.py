@@ -35,6 +35,8 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from render_service.derender import pipeline as derender
 from render_service.derender.snapshots import LocalStore, RedisStore, SnapshotCodec, SnapshotRejected
 from render_service.exceptions import BadRequestError
@@ -254,6 +256,8 @@ async def issue_stream(
     if chat_request is None or not choices or not engine_choices or choices[0]["finish_reason"] is None:
         return
     ids = result["stream_state"].get("output_token_ids")
+    if isinstance(ids, orjson.Fragment):  # a full-mode echo read as bytes (`echo.seal`): decoded once, at the end
+        ids = orjson.loads(orjson.dumps(ids))
     prompt_ids = body.get("prompt_token_ids") or body["generate_chunk"].get("prompt_token_ids")
     if not isinstance(ids, list) or not ids:
         store.skipped(NO_STREAM_IDS)

@@ -11,6 +11,7 @@ handle and the snapshot is required (409 when it is gone).
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import time
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from render_service.derender.detokenize import (
     drop_stop_token,
     seed_state,
 )
+from render_service.derender.echo import EchoDigest, EchoedArray, RawEcho, seal
 from render_service.derender.snapshots import SnapshotStore, snapshot_key
 from render_service.exceptions import BadRequestError, ConflictError
 from render_service.parsers import harmony
@@ -40,8 +42,8 @@ from render_service.server.metrics import Metrics
 
 MAX_N_SEQUENCES = 16384  # VLLM_MAX_N_SEQUENCES
 MAX_TOOL_CALL_ID_CHARS = 512  # ours (vLLM: none); its own ids are 46 characters
-# 2: the echo digest is blake3 over the JSON of the ids and chunk lengths (`_Echo`); 3: held text
-# in segments beside the snapshot (`held` refs, `derender/segments.py`)
+# 2: the echo digest is blake3 over the JSON of the ids and chunk lengths (`echo.EchoDigest`); 3: held
+# text in segments beside the snapshot (`held` refs, `derender/segments.py`)
 STATE_VERSION = 3
 STREAM_STOP_ERROR = (
     "stop strings are not supported by streaming derender because text already sent cannot be cut. "
@@ -67,6 +69,8 @@ class DerenderContext:
     store: SnapshotStore | None
     compact: bool
     metrics: Metrics
+    # Whether a chat stream chunk's echo is read as bytes first (`vouch_raw`); set by `make_context`.
+    reads_raw_echo: bool = False
 
     @property
     def has_parser(self) -> bool:
@@ -81,7 +85,7 @@ def make_context(
     eos = set(_generation_eos(model))
     if model.eos_token_id is not None:
         eos.add(model.eos_token_id)
-    return DerenderContext(
+    context = DerenderContext(
         render_ctx,
         lp.Decoder(model.hf_tokenizer),
         frozenset(eos),
@@ -89,6 +93,10 @@ def make_context(
         store,
         render_ctx.settings.stream_state_mode == "compact",
         metrics,
+    )
+    # Full mode with a snapshot store and native parsers (vLLM's, in the adapter, keep no snapshots).
+    return dataclasses.replace(
+        context, reads_raw_echo=_vouches(context) and not adapter.uses_adapter(render_ctx.settings)
     )
 
 
@@ -544,51 +552,6 @@ def _chat_chunk(
     }
 
 
-class _Echo:
-    """The digest of a `full`-mode echo: `output_token_ids` and `output_chunk_lens` as JSON, the
-    form this service sends them in (so a changed type is a changed echo, as a changed value is).
-
-    A snapshot stores the digest of the echo its answer carried. An echo with that digest is
-    byte for byte what this service produced from checked ids, so the next chunk checks and
-    bounds only its own new ids, not the whole history again. One JSON encode and one blake3
-    pass (both C) cost far less than walking the lists, and a delta extends the digest without
-    rehashing the history.
-    """
-
-    __slots__ = ("_ids", "_ids_open", "_lens", "_lens_open")
-
-    def __init__(self, ids_json: bytes, lens_json: bytes) -> None:
-        # All but the closing bracket is hashed, so that a delta can be appended.
-        self._ids = blake3(memoryview(ids_json)[:-1])
-        self._lens = blake3(memoryview(lens_json)[:-1])
-        self._ids_open = len(ids_json) > 2  # an item is already written: the next needs a comma
-        self._lens_open = len(lens_json) > 2
-
-    @classmethod
-    def of(cls, ids: Any, lens: Any) -> _Echo | None:
-        """None for what cannot be such an echo (it is then checked in full, and refused)."""
-        if not (isinstance(ids, list) and isinstance(lens, list)):
-            return None
-        try:
-            return cls(orjson.dumps(ids), orjson.dumps(lens))
-        except (orjson.JSONEncodeError, TypeError):  # e.g. an integer past 64 bits
-            return None
-
-    def extend(self, delta_ids: list[int]) -> None:
-        """The echo after a chunk of `delta_ids` (checked plain ints) is appended."""
-        if not delta_ids:
-            return
-        self._ids.update(b"," * self._ids_open + memoryview(orjson.dumps(delta_ids))[1:-1])
-        self._lens.update(b"," * self._lens_open + b"%d" % len(delta_ids))
-        self._ids_open = self._lens_open = True
-
-    def digest(self) -> bytes:
-        ids, lens = self._ids.copy(), self._lens.copy()
-        ids.update(b"]")
-        lens.update(b"]")
-        return ids.digest(16) + lens.digest(16)
-
-
 def _request_digest(chat_request: Any, prompt_ids: Any) -> bytes | None:
     """A chunk's chat request and prompt ids as JSON (None for what JSON cannot hold)."""
     try:
@@ -603,27 +566,27 @@ class Vouch:
     body it vouches for (`api.derender.Vouched`)."""
 
     snapshot: dict[str, Any] | None = None  # what the store holds for the echoed stream and position
-    echo: _Echo | None = None  # the digest of the echo as received
+    echo: EchoDigest | None = None  # the digest of the echo as received
     request_digest: bytes | None = None  # of the chat request and prompt ids as received
     vouched: Vouched = Vouched.NOTHING
     # The stream id and position the store was asked for (found or not): asked once per chunk, so
     # a miss or a rejected snapshot is one Redis round trip and counted once.
     looked_up: tuple[str, int] | None = None
+    from_bytes: bool = False  # the echo is in the body as `EchoedArray`s (`vouch_raw`)
 
 
-async def vouch(ctx: DerenderContext, body: Any) -> Vouch:
+async def vouch(ctx: DerenderContext, body: Any, prior: Vouch | None = None) -> Vouch:
     """Full mode: the snapshot the echoed state names, and whether it vouches for the echo (and
     the request). Runs on the body as received, before validation: it only reads, never raises,
     and a snapshot that vouches for nothing changes nothing (the body is validated in full, and
-    the snapshot compared again after lax-int coercion).
+    the snapshot compared again after lax-int coercion). `prior`: what `vouch_raw` found for this
+    body, so the store is not asked twice for the same snapshot.
 
     The request digest is of the chat request and prompt ids as received (validation fills in
     defaults, e.g. `tool_choice`): a snapshot stores it once they passed every check, so a chunk
     that resends them unchanged skips the checks. A resumed stream reads the request only for
     its presence and `stop`, and the prompt ids for their count (the rest is in the snapshot)."""
-    if ctx.compact or ctx.store is None or not ctx.has_parser or not isinstance(body, dict):
-        return Vouch()
-    if body.get("stream") is not True:
+    if not _vouches(ctx) or not isinstance(body, dict) or body.get("stream") is not True:
         return Vouch()
     request_digest = _request_digest(body.get("chat_request"), body.get("prompt_token_ids"))
     value = body.get("stream_state")
@@ -633,15 +596,52 @@ async def vouch(ctx: DerenderContext, body: Any) -> Vouch:
     ids = value.get("output_token_ids", [])
     if not (isinstance(sid, str) and len(sid) <= 64 and isinstance(ids, list)):
         return Vouch(request_digest=request_digest)
-    snapshot = await ctx.store.get(snapshot_key(ctx.fingerprint, sid, len(ids)))
     looked_up = (sid, len(ids))
-    echo = _Echo.of(ids, value.get("output_chunk_lens", [])) if snapshot is not None else None
+    if prior is not None and prior.looked_up == looked_up:
+        snapshot = prior.snapshot
+    else:
+        snapshot = await ctx.store.get(snapshot_key(ctx.fingerprint, sid, len(ids)))  # type: ignore[union-attr]
+    echo = EchoDigest.of(ids, value.get("output_chunk_lens", [])) if snapshot is not None else None
     if snapshot is None or not _snapshot_matches(ctx, snapshot, sid, len(ids), echo):
         return Vouch(snapshot, request_digest=request_digest, looked_up=looked_up)
-    vouched = Vouched.ECHO
+    return Vouch(snapshot, echo, request_digest, _vouched(snapshot, request_digest), looked_up)
+
+
+async def vouch_raw(ctx: DerenderContext, raw: RawEcho) -> Vouch:
+    """`vouch` for a body read with its echoed arrays left as bytes (`echo.split_body`): the
+    snapshot named by `rs_sid` and `rs_pos` vouches for them when their bytes digest to its
+    digest, i.e. they are byte for byte the arrays this service sent, `rs_pos` ids long. Then
+    they go into the body as `EchoedArray`s, never decoded. Otherwise (no snapshot, other
+    bytes) nothing is vouched for and the caller parses the body whole and asks `vouch`,
+    passing this lookup on."""
+    body = raw.body
+    if not _vouches(ctx) or body.get("stream") is not True:
+        return Vouch()
+    value = body["stream_state"]
+    sid, position = value.get("rs_sid"), value.get("rs_pos")
+    if not (isinstance(sid, str) and len(sid) <= 64 and type(position) is int and position >= 0):
+        return Vouch()
+    snapshot = await ctx.store.get(snapshot_key(ctx.fingerprint, sid, position))  # type: ignore[union-attr]
+    if snapshot is None:
+        return Vouch(looked_up=(sid, position))
+    echo = EchoDigest(raw.ids, raw.lens)
+    if not _snapshot_matches(ctx, snapshot, sid, position, echo):
+        return Vouch(snapshot, looked_up=(sid, position))
+    value["output_token_ids"] = EchoedArray(raw.ids, position)
+    value["output_chunk_lens"] = EchoedArray(raw.lens)
+    request_digest = _request_digest(body.get("chat_request"), body.get("prompt_token_ids"))
+    return Vouch(snapshot, echo, request_digest, _vouched(snapshot, request_digest), (sid, position), True)
+
+
+def _vouches(ctx: DerenderContext) -> bool:
+    return not ctx.compact and ctx.store is not None and ctx.has_parser
+
+
+def _vouched(snapshot: dict[str, Any], request_digest: bytes | None) -> Vouched:
+    """A matching snapshot vouches for the echo, and for the request if it is resent unchanged."""
     if request_digest is not None and snapshot.get("rq") == request_digest:
-        vouched |= Vouched.REQUEST
-    return Vouch(snapshot, echo, request_digest, vouched, looked_up)
+        return Vouched.ECHO | Vouched.REQUEST
+    return Vouched.ECHO
 
 
 def _vllm_state(state: dict[str, Any]) -> dict[str, Any]:
@@ -745,7 +745,9 @@ async def derender_chat_stream(
     _prompt_ids_bound(ctx, chunk.get("prompt_token_ids"))
     _state_bounds(ctx, state, Vouched.ECHO in vouch.vouched)
     if ctx.has_parser:
-        return await _parsed_stream(ctx, body, chunk, state, chat_request, prompt_ids, vouch)
+        answer = await _parsed_stream(ctx, body, chunk, state, chat_request, prompt_ids, vouch)
+        seal(answer["stream_state"])  # an echo read as bytes goes back as bytes
+        return answer
     return _plain_chat_stream(ctx, body, chunk, state, chat_request, prompt_ids)
 
 
@@ -871,7 +873,7 @@ async def _parsed_stream(
     if echo_vouched:
         echo = vouch.echo
     elif not ctx.compact:
-        echo = _Echo.of(state["output_token_ids"], state["output_chunk_lens"])
+        echo = EchoDigest.of(state["output_token_ids"], state["output_chunk_lens"])
     snapshot = None
     if vouch.snapshot is not None or (vouch.looked_up is not None and vouch.looked_up == (sid, position)):
         snapshot = vouch.snapshot
@@ -979,7 +981,8 @@ async def _parsed_stream(
     else:
         new_state = _vllm_state(state)
         if delta_ids:
-            # The echoed lists were decoded for this request alone: extended in place, O(delta).
+            # The echoed lists were decoded for this request alone (or are `EchoedArray`s, an echo
+            # read as bytes): extended in place, O(delta).
             new_state["output_token_ids"].extend(delta_ids)
             new_state["output_chunk_lens"].append(len(delta_ids))
         new_state.update(
@@ -1022,7 +1025,7 @@ def _snapshot_matches(
     snapshot: dict[str, Any],
     sid: str,
     position: int,
-    echo: _Echo | None,
+    echo: EchoDigest | None,
     compact: bool = False,
 ) -> bool:
     if snapshot.get("v") != STATE_VERSION or snapshot.get("sid") != sid or snapshot.get("pos") != position:

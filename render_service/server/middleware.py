@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from render_service.exceptions import BadRequestError, OverloadedError, RenderServiceError, UnauthorizedError
-from render_service.server.body import read_body
+from render_service.server.body import read_body, read_raw_body
 from render_service.server.responses import JSON_CONTENT_TYPE, JSONBody, encode_json, error_response
 from render_service.server.state import State
 
@@ -61,12 +61,13 @@ class AuthMiddleware:
         return False
 
 
-def json_endpoint(name: str) -> Callable[[JSONHandler], JSONEndpoint]:
+def json_endpoint(name: str, raw_body: bool = False) -> Callable[[JSONHandler], JSONEndpoint]:
     """Make `handler(state, request, body)` a JSON POST route named `name` in the metrics (see
-    `JSONEndpoint`)."""
+    `JSONEndpoint`). `raw_body`: the handler gets the body's bytes and parses them itself
+    (`body.parse_json`), for a route that can skip decoding part of them."""
 
     def decorate(handler: JSONHandler) -> JSONEndpoint:
-        return JSONEndpoint(name, handler)
+        return JSONEndpoint(name, handler, raw_body)
 
     return decorate
 
@@ -81,9 +82,10 @@ class JSONEndpoint:
     `RenderServiceError` in vLLM's shape, anything else a logged 500 in the same shape.
     """
 
-    def __init__(self, name: str, handler: JSONHandler) -> None:
+    def __init__(self, name: str, handler: JSONHandler, raw_body: bool = False) -> None:
         self.name = name
         self.handler = handler
+        self.read = read_raw_body if raw_body else read_body
         self.stamp_components = name.endswith("_render")
         functools.update_wrapper(self, handler)
 
@@ -105,7 +107,7 @@ class JSONEndpoint:
                     "retry shortly or on another replica.",
                     retry_after=1,
                 )
-            body = await read_body(scope, receive, state.settings.max_request_body_bytes)
+            body = await self.read(scope, receive, state.settings.max_request_body_bytes)
             wall = time.perf_counter()
             cpu = time.thread_time()
             try:
