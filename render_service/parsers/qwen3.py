@@ -109,10 +109,12 @@ class Qwen3ReasoningParser(ReasoningParser):
                 resolved[tid] = name
         configured = set(TERMINALS.values())
         drop_texts: set[str] = set()
+        drop_by_id: dict[int, str] = {}
         for text, tid in zip(info.special_tokens, info.special_ids, strict=False):
             if text not in configured:
                 resolved[tid] = DROP
                 drop_texts.add(text)
+                drop_by_id[tid] = text
         self.has_drops = bool(drop_texts)
         self.resolved = resolved
         self.strict_names = frozenset(resolved.values())
@@ -132,6 +134,11 @@ class Qwen3ReasoningParser(ReasoningParser):
         self.end_ids: frozenset[int] = (
             frozenset() if end_id is None else frozenset(t for t in (end_id, tool_id) if t is not None)
         )
+        # token id -> its text, for the markers batch drops from content (`after_end`)
+        self.dropped_after_end: dict[int, str] = {
+            tid: THINK_END for tid, name in resolved.items() if name == "THINK_END"
+        }
+        self.dropped_after_end.update(drop_by_id)
         self.boundary_ids = frozenset(t for t in (info.token_to_id(b) for b in CHATML_TURN_BOUNDARIES) if t is not None)
 
     # -- configuration ----------------------------------------------------------------------------
@@ -186,6 +193,33 @@ class Qwen3ReasoningParser(ReasoningParser):
 
     def new_state(self) -> Qwen3State:
         return Qwen3State(state=REASONING if self.thinking_enabled else CONTENT)
+
+    # -- accumulating to the batch answer -------------------------------------------------------
+
+    filters_after_end = True
+
+    def stream_prompt_ends_reasoning(self, st: Qwen3State, prompt_token_ids: Sequence[int]) -> bool:
+        """Batch starts the engine in CONTENT when the prompt closes reasoning (and the
+        tokenizer has turn boundaries; without them it ignores the prompt)."""
+        ends = self.prompt_ends_reasoning(prompt_token_ids)
+        if ends and self.thinking_enabled:
+            if not self.boundary_ids:
+                return False
+            st.state = CONTENT
+        return ends
+
+    def after_end(self, st: Qwen3State, text: str, ids: Sequence[int], *, finished: bool) -> Delta | None:
+        """Batch keeps feeding the engine after reasoning ends, which drops a `</think>` token
+        and the special tokens it does not name from the content (`enable_thinking=false`: the
+        text untouched). Only the chunk's own marker ids are removed: nothing is held back, so
+        the deltas keep vLLM's chunk boundaries (a marker spelled as text stays: THINK_TEXT)."""
+        if not self.thinking_enabled or not text:
+            return Delta(content=text) if text else None
+        for tid in ids:
+            literal = self.dropped_after_end.get(tid)
+            if literal is not None:
+                text = text.replace(literal, "", 1)
+        return Delta(content=text)
 
     # -- streaming (the adapter's API) ---------------------------------------------------------
 
