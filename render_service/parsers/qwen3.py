@@ -109,12 +109,10 @@ class Qwen3ReasoningParser(ReasoningParser):
                 resolved[tid] = name
         configured = set(TERMINALS.values())
         drop_texts: set[str] = set()
-        drop_by_id: dict[int, str] = {}
         for text, tid in zip(info.special_tokens, info.special_ids, strict=False):
             if text not in configured:
                 resolved[tid] = DROP
                 drop_texts.add(text)
-                drop_by_id[tid] = text
         self.has_drops = bool(drop_texts)
         self.resolved = resolved
         self.strict_names = frozenset(resolved.values())
@@ -138,7 +136,6 @@ class Qwen3ReasoningParser(ReasoningParser):
         self.dropped_after_end: dict[int, str] = {
             tid: THINK_END for tid, name in resolved.items() if name == "THINK_END"
         }
-        self.dropped_after_end.update(drop_by_id)
         self.boundary_ids = frozenset(t for t in (info.token_to_id(b) for b in CHATML_TURN_BOUNDARIES) if t is not None)
 
     # -- configuration ----------------------------------------------------------------------------
@@ -210,9 +207,10 @@ class Qwen3ReasoningParser(ReasoningParser):
 
     def after_end(self, st: Qwen3State, text: str, ids: Sequence[int], *, finished: bool) -> Delta | None:
         """Batch keeps feeding the engine after reasoning ends, which drops a `</think>` token
-        and the special tokens it does not name from the content (`enable_thinking=false`: the
-        text untouched). Only the chunk's own marker ids are removed: nothing is held back, so
-        the deltas keep vLLM's chunk boundaries (a marker spelled as text stays: THINK_TEXT)."""
+        from the content (`enable_thinking=false`: the text untouched). Only the chunk's own
+        marker ids are removed: nothing is held back, so the deltas keep vLLM's chunk
+        boundaries (a marker spelled as text stays: THINK_TEXT). Special tokens the engine
+        drops (`<|im_end|>` with ignore_eos) still stream, as end-to-end parity expects."""
         if not self.thinking_enabled or not text:
             return Delta(content=text) if text else None
         for tid in ids:

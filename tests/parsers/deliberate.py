@@ -14,12 +14,11 @@ from typing import Any
 # The causes (docs/parsers.md, "Where vLLM's streaming and batch answers disagree").
 QWEN3_CONTENT_AFTER_END = (
     "qwen3 reasoning: batch keeps running the reasoning engine over the content (from the start when "
-    "the prompt closes reasoning): a stray </think> and dropped special tokens leave the content"
+    "the prompt closes reasoning): a stray </think> token leaves the content"
 )
 
 # test_parsers.py GOLDEN case -> cause
 CASES: dict[str, str] = {
-    "im_end_inside/one": QWEN3_CONTENT_AFTER_END,
     "prompt_closed/one": QWEN3_CONTENT_AFTER_END,
 }
 

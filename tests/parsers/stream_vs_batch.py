@@ -104,7 +104,7 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("qwen3", "None+hermes"): ALL_OR_NOTHING,
     ("qwen3", "deepseek_r1+None"): PROMPT_END,
     ("qwen3", "deepseek_r1+hermes"): PROMPT_END,
-    ("qwen3", "qwen3+None"): THINK_TEXT,
+    ("qwen3", "qwen3+None"): THINK_TEXT + "; special tokens in content (ignore_eos) dropped in batch only",
     ("qwen3", "qwen3+hermes"): ALL_OR_NOTHING,
     ("qwen3", "qwen3+qwen3_json"): ALL_OR_NOTHING,
     ("qwen3_coder", "None+qwen3_coder"): ENGINE_WS,
