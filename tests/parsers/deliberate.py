@@ -16,6 +16,11 @@ QWEN3_CONTENT_AFTER_END = (
     "qwen3 reasoning: batch keeps running the reasoning engine over the content (from the start when "
     "the prompt closes reasoning): a stray </think> token leaves the content"
 )
+ENGINE_REASONING_WHOLE_OUTPUT = (
+    "engine reasoning parsers (GLM, MiniMax M2, Seed-OSS, Kimi K2, DeepSeek V4, Gemma 4): batch runs the "
+    "engine over the whole output, ignoring a prompt that closes reasoning unless the tokenizer has turn "
+    "boundaries, and matching markers after reasoning by text (a stray end marker leaves the content)"
+)
 
 # test_parsers.py GOLDEN case -> cause
 CASES: dict[str, str] = {
@@ -23,7 +28,20 @@ CASES: dict[str, str] = {
 }
 
 # (family golden file, "reasoning+tool") -> cause, for golden_families/*.jsonl
-CONFIGS: dict[tuple[str, str], str] = {}
+CONFIGS: dict[tuple[str, str], str] = {
+    ("deepseek_v4", "deepseek_v4+None"): ENGINE_REASONING_WHOLE_OUTPUT,
+    ("deepseek_v4", "deepseek_v4+deepseek_v4"): ENGINE_REASONING_WHOLE_OUTPUT,
+    ("deepseek_v41", "deepseek_v41+None"): ENGINE_REASONING_WHOLE_OUTPUT,
+    ("deepseek_v41", "deepseek_v41+deepseek_v41"): ENGINE_REASONING_WHOLE_OUTPUT,
+    ("gemma4", "gemma4+None"): ENGINE_REASONING_WHOLE_OUTPUT,
+    ("gemma4", "gemma4+hermes"): ENGINE_REASONING_WHOLE_OUTPUT,
+    ("glm", "glm45+None"): ENGINE_REASONING_WHOLE_OUTPUT,
+    ("minimax_m2", "minimax_m2+None"): ENGINE_REASONING_WHOLE_OUTPUT,
+    ("minimax_m2", "minimax_m2+hermes"): ENGINE_REASONING_WHOLE_OUTPUT,
+    ("minimax_m2", "minimax_m2+minimax_m2"): ENGINE_REASONING_WHOLE_OUTPUT,
+    ("seed_oss", "seed_oss+None"): ENGINE_REASONING_WHOLE_OUTPUT,
+    ("seed_oss", "seed_oss+hermes"): ENGINE_REASONING_WHOLE_OUTPUT,
+}
 
 
 def accumulate(stream: list[list[Any]]) -> dict[str, Any]:
@@ -77,4 +95,56 @@ def check_stream(
         return "differs from vLLM's stream in a case not listed in tests/parsers/deliberate.py"
     if accumulate(ours) != whole and still_open is None:
         return f"{cause}: our stream must accumulate to the batch answer: {accumulate(ours)} != {whole}"
+    return None
+
+
+# -- end-to-end goldens (tests/parity): /derender streams against their `_batch` twin ----------------
+
+# stream golden case -> cause (its `<name>_batch` golden is the batch answer)
+E2E_CASES: dict[str, str] = {
+    "kimi_history_calls_stream1": ENGINE_REASONING_WHOLE_OUTPUT,
+    "kimi_history_calls_streamr": ENGINE_REASONING_WHOLE_OUTPUT,
+}
+
+
+def batch_twin(case: str) -> str:
+    """`x_stream1` / `x_streamr` -> `x_batch`."""
+    return case.rsplit("_stream", 1)[0] + "_batch"
+
+
+def accumulate_chunks(bodies: list[Any]) -> dict[str, Any]:
+    """What a client accumulates from /derender stream responses (choice 0)."""
+    rows: list[list[Any]] = []
+    for body in bodies:
+        chunk = body.get("chunk") if isinstance(body, dict) else None
+        for choice in (chunk or {}).get("choices") or ():
+            if choice.get("index", 0) == 0:
+                rows.append([choice.get("delta"), choice.get("finish_reason")])
+    return accumulate(rows)
+
+
+def message_view(response: dict[str, Any]) -> dict[str, Any]:
+    """A batch /derender response (choice 0) in `accumulate`'s shape."""
+    choice = response["choices"][0]
+    message = choice["message"]
+    calls = [[c["function"]["name"], c["function"]["arguments"]] for c in message.get("tool_calls") or ()]
+    return {
+        "reasoning": message.get("reasoning") or "",
+        "content": message.get("content") or "",
+        "tool_calls": calls,
+        "finish_reason": choice["finish_reason"],
+    }
+
+
+def check_e2e_stream(case: str, ours: list[Any], vllm: list[Any], batch_response: dict[str, Any] | None) -> str | None:
+    """For a stream golden whose responses differ from ours: None when the difference is a
+    listed deliberate one (vLLM's stream does not accumulate to its batch twin, ours does)."""
+    cause = E2E_CASES.get(case)
+    if cause is None or batch_response is None:
+        return "differs from vLLM's stream in a case not listed in tests/parsers/deliberate.py E2E_CASES"
+    whole = message_view(batch_response)
+    if accumulate_chunks(vllm) == whole:
+        return "vLLM's stream accumulates to its batch answer here: ours must equal it chunk by chunk"
+    if accumulate_chunks(ours) != whole:
+        return f"{cause}: our stream must accumulate to the batch answer: {accumulate_chunks(ours)} != {whole}"
     return None
