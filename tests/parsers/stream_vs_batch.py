@@ -52,7 +52,6 @@ GRANITE4 = "Granite 4: an unterminated <tool_call> is never flushed in streaming
 MINIMAX_THINK = "minimax_m2_append_think: batch puts the appended <think> in the content"
 NEMOTRON = "Nemotron V3: the final flush is not whitespace-stripped; a stray </think> is content in streaming"
 SEED = "Seed-OSS: a stray </seed:think> is dropped in batch only"
-STEP3 = "Step3: reasoning until </think> in batch even when the prompt closed it"
 
 NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("deepseek", "None+deepseek_v3"): DSV3_END,
@@ -113,9 +112,8 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("seed_oss", "seed_oss+hermes"): SEED,
     ("seed_oss", "seed_oss+qwen3_coder"): SEED,
     ("seed_oss", "seed_oss+seed_oss"): SEED,
-    ("step3", "step3+None"): STEP3,
-    ("step3", "step3+hermes"): STEP3,
-    ("step3", "step3+qwen3_coder"): STEP3,
+    ("step3", "step3+hermes"): ALL_OR_NOTHING,
+    ("step3", "step3+qwen3_coder"): ENGINE_WS,
 }
 
 
