@@ -94,7 +94,7 @@ Item = tuple[str, str] | tuple[str, str, int, str]  # ("text", text) | ("term", 
 
 @register_reasoning_parser("qwen3")
 class Qwen3ReasoningParser(ReasoningParser):
-    version = 2
+    version = 3
     state_type = Qwen3State
     engine_based_streaming = True
 

@@ -26,6 +26,7 @@ class Step3State(ParserState, tag="step3/1"):
 
 @register_reasoning_parser("step3")
 class Step3ReasoningParser(ReasoningParser):
+    version = 2  # streams accumulate to the batch answer
     state_type = Step3State
 
     def __init__(self, tokenizer: TokenizerInfo, *, thinking_enabled: bool = True) -> None:
