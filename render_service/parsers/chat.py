@@ -157,7 +157,7 @@ class ChatParser:
         )
         if prompt_token_ids is not None:
             st.prompt_checked = True
-            if self.reasoning is None or self.reasoning.prompt_ends_reasoning(prompt_token_ids):
+            if self.reasoning is None or self.reasoning.stream_prompt_ends_reasoning(st.reasoning, prompt_token_ids):
                 st.reasoning_ended = True
             else:
                 self.reasoning.adjust_state_from_prompt(st.reasoning, prompt_token_ids)
@@ -234,8 +234,21 @@ class ChatParser:
         transitioned = False
         # What the tool parser consumes (vLLM: current_text / current_token_ids).
         tool_text, tool_ids_ = delta_text, delta_token_ids
+        # Reasoning (or content) that batch still finds after reasoning ended (`after_end`).
+        late_reasoning: str | None = None
 
-        if rp is not None and not st.reasoning_ended:
+        if (
+            rp is not None
+            and st.reasoning_ended
+            and rp.filters_after_end
+            and (tp is None or not tp.engine_based_streaming)
+        ):
+            # Batch runs the reasoning parser over the whole output: so does the stream (an
+            # engine tool parser matches the same markers by id itself, and needs their text).
+            late = rp.after_end(st.reasoning, delta_text, delta_token_ids, finished=finished)
+            tool_text = delta_text = (late.content or "") if late else ""
+            late_reasoning = late.reasoning if late else None
+        elif rp is not None and not st.reasoning_ended:
             delta, ended = rp.stream(st.reasoning, delta_text, delta_token_ids)
             if ended:
                 st.reasoning_ended = True
@@ -275,7 +288,11 @@ class ChatParser:
         in_reasoning = rp is not None and not st.reasoning_ended
         in_tools = tp is not None and st.reasoning_ended
         if delta is None and not transitioned and not in_reasoning and not in_tools:
-            delta = Delta(content=delta_text)
+            delta = Delta(content=delta_text) if delta_text or late_reasoning is None else None
+        if late_reasoning:
+            if delta is None:
+                delta = Delta()
+            delta.reasoning = (delta.reasoning or "") + late_reasoning
 
         if finished:
             # finalize_generation: a parser's fallback content for a stream still in reasoning

@@ -195,7 +195,7 @@ class DeepSeekV41ToolState(DsmlToolState, tag="deepseek_v41.tool/2"):
 
 @register_reasoning_parser("deepseek_v4")
 class DeepSeekV4ReasoningParser(EngineReasoningParser):
-    version = 1
+    version = 2
     state_type: ClassVar[type[EngineState]] = DeepSeekV4ReasoningState
     engine_type = DsmlEngine
 

@@ -1438,6 +1438,42 @@ class EngineReasoningParser(ReasoningParser):
     def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
         return self.engine.is_reasoning_end(prompt_token_ids)
 
+    # -- accumulating to the batch answer (see `extract`) -------------------------------------
+
+    filters_after_end = True
+
+    def _batch_is_raw(self) -> bool:
+        return self.reads_enable_thinking and not self.thinking_enabled
+
+    def stream_prompt_ends_reasoning(self, st: Any, prompt_token_ids: Sequence[int]) -> bool:
+        """Batch starts the engine in CONTENT when the prompt closes reasoning and the
+        tokenizer has turn boundaries; without them it ignores the prompt (so does the
+        stream: the engine runs from its initial state)."""
+        engine = self.engine
+        ends = engine.is_reasoning_end(prompt_token_ids)
+        if not ends or self._batch_is_raw() or engine.config.initial_state != REASONING:
+            return ends
+        if not engine.boundary_ids:
+            return False
+        st.state = CONTENT
+        return True
+
+    def after_end(self, st: Any, text: str, ids: Sequence[int], *, finished: bool) -> Delta | None:
+        """What batch's engine makes of the text after reasoning ended: it matches markers by
+        text (it has no ids) and drops or switches on them. The lexer is flushed every chunk,
+        so nothing is held back and the deltas keep vLLM's chunk boundaries."""
+        if self._batch_is_raw():
+            return Delta(content=text) if text else None
+        engine = self.engine
+        st.ever_ids = False
+        events = engine.feed(st, text, ())
+        events.extend(engine.finish(st) if finished else engine._lex_tokens(st, engine._lex_flush(st)))
+        content = "".join(v for k, v, _ in events if k == EV_TEXT)
+        reasoning = "".join(v for k, v, _ in events if k == EV_REASONING)
+        if not content and not reasoning:
+            return None
+        return Delta(content=content or None, reasoning=reasoning or None)
+
     def extract_content_ids(self, delta_ids: Sequence[int]) -> Sequence[int]:
         return self.engine.extract_content_ids(delta_ids)
 

@@ -364,6 +364,7 @@ class Gemma4ReasoningState(Gemma4State, tag="gemma4.reasoning/1"):
 
 @register_reasoning_parser("gemma4")
 class Gemma4ReasoningParser(EngineReasoningParser):
+    version = 2  # streams accumulate to the batch answer
     state_type = Gemma4ReasoningState
     engine_type = Gemma4Engine
 

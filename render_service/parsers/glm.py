@@ -154,6 +154,7 @@ class GlmReasoningState(EngineState, tag="glm.reasoning/1"):
 
 @register_reasoning_parser("glm45", aliases=("glm47",))
 class GlmReasoningParser(EngineReasoningParser):
+    version = 2  # streams accumulate to the batch answer
     state_type = GlmReasoningState
     reads_enable_thinking = True
 

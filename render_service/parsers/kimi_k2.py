@@ -199,7 +199,7 @@ class KimiK2ToolState(EngineState, tag="kimi_k2.tool/1"):
 
 @register_reasoning_parser("kimi_k2")
 class KimiK2ReasoningParser(EngineReasoningParser):
-    version = 1
+    version = 2
     state_type = KimiK2ReasoningState
 
     def __init__(self, tokenizer: TokenizerInfo, *, thinking_enabled: bool = True) -> None:

@@ -175,6 +175,7 @@ class MinimaxM2ReasoningState(EngineState, tag="minimax_m2.reasoning/1"):
 
 @register_reasoning_parser("minimax_m2")
 class MinimaxM2ReasoningParser(EngineReasoningParser):
+    version = 2  # streams accumulate to the batch answer
     state_type = MinimaxM2ReasoningState
 
     @staticmethod

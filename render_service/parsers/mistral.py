@@ -495,7 +495,7 @@ def _split_delta(text: str, stops: str) -> tuple[str, str]:
 
 @register_reasoning_parser("mistral")
 class MistralReasoningParser(EngineReasoningParser):
-    version = 1
+    version = 2
     state_type = MistralReasoningState
     engine_type = MistralEngine
 

@@ -37,7 +37,7 @@ class NemotronV3State(Qwen3State, tag="nemotron_v3/1"):
 
 @register_reasoning_parser("nemotron_v3")
 class NemotronV3ReasoningParser(Qwen3ReasoningParser):
-    version = 1
+    version = 2
     state_type = NemotronV3State
 
     def __init__(self, tokenizer: TokenizerInfo, *, thinking_enabled: bool | int = True) -> None:

@@ -118,6 +118,21 @@ class ReasoningParser(ABC):
     def stream(self, st: Any, delta_text: str, delta_ids: Sequence[int]) -> tuple[Delta | None, bool]:
         """`extract_reasoning_streaming` for one chunk, and whether reasoning ended in it."""
 
+    # Whether batch `extract` still transforms the text after reasoning has ended (e.g. an engine
+    # that drops a stray `</think>` in content): then `after_end` filters that text in streaming
+    # too, so the stream accumulates to the batch answer (vLLM streams it untouched).
+    filters_after_end: ClassVar[bool] = False
+
+    def stream_prompt_ends_reasoning(self, st: Any, prompt_token_ids: Sequence[int]) -> bool:
+        """Whether a stream starts past reasoning, as batch `extract` reads the prompt (it may
+        set `st` for `after_end`). Default: `prompt_ends_reasoning`, as vLLM's stream does."""
+        return bool(self.prompt_ends_reasoning(prompt_token_ids))
+
+    def after_end(self, st: Any, text: str, ids: Sequence[int], *, finished: bool) -> Delta | None:
+        """With `filters_after_end`: what batch `extract` makes of `text`, a chunk after
+        reasoning ended (its content goes on to the tool parser); `finished` flushes."""
+        return Delta(content=text) if text else None
+
     def flush_on_transition(self, st: Any) -> Delta | None:
         """Buffered text to hand over when reasoning ends (engine-based parsers)."""
         return None

@@ -94,7 +94,7 @@ Item = tuple[str, str] | tuple[str, str, int, str]  # ("text", text) | ("term", 
 
 @register_reasoning_parser("qwen3")
 class Qwen3ReasoningParser(ReasoningParser):
-    version = 2
+    version = 3
     state_type = Qwen3State
     engine_based_streaming = True
 
@@ -132,6 +132,10 @@ class Qwen3ReasoningParser(ReasoningParser):
         self.end_ids: frozenset[int] = (
             frozenset() if end_id is None else frozenset(t for t in (end_id, tool_id) if t is not None)
         )
+        # token id -> its text, for the markers batch drops from content (`after_end`)
+        self.dropped_after_end: dict[int, str] = {
+            tid: THINK_END for tid, name in resolved.items() if name == "THINK_END"
+        }
         self.boundary_ids = frozenset(t for t in (info.token_to_id(b) for b in CHATML_TURN_BOUNDARIES) if t is not None)
 
     # -- configuration ----------------------------------------------------------------------------
@@ -186,6 +190,34 @@ class Qwen3ReasoningParser(ReasoningParser):
 
     def new_state(self) -> Qwen3State:
         return Qwen3State(state=REASONING if self.thinking_enabled else CONTENT)
+
+    # -- accumulating to the batch answer -------------------------------------------------------
+
+    filters_after_end = True
+
+    def stream_prompt_ends_reasoning(self, st: Qwen3State, prompt_token_ids: Sequence[int]) -> bool:
+        """Batch starts the engine in CONTENT when the prompt closes reasoning (and the
+        tokenizer has turn boundaries; without them it ignores the prompt)."""
+        ends = self.prompt_ends_reasoning(prompt_token_ids)
+        if ends and self.thinking_enabled:
+            if not self.boundary_ids:
+                return False
+            st.state = CONTENT
+        return ends
+
+    def after_end(self, st: Qwen3State, text: str, ids: Sequence[int], *, finished: bool) -> Delta | None:
+        """Batch keeps feeding the engine after reasoning ends, which drops a `</think>` token
+        from the content (`enable_thinking=false`: the text untouched). Only the chunk's own
+        marker ids are removed: nothing is held back, so the deltas keep vLLM's chunk
+        boundaries (a marker spelled as text stays: THINK_TEXT). Special tokens the engine
+        drops (`<|im_end|>` with ignore_eos) still stream, as end-to-end parity expects."""
+        if not self.thinking_enabled or not text:
+            return Delta(content=text) if text else None
+        for tid in ids:
+            literal = self.dropped_after_end.get(tid)
+            if literal is not None:
+                text = text.replace(literal, "", 1)
+        return Delta(content=text)
 
     # -- streaming (the adapter's API) ---------------------------------------------------------
 

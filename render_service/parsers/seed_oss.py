@@ -39,6 +39,7 @@ class SeedOssReasoningState(EngineState, tag="seed_oss.reasoning/1"):
 
 @register_reasoning_parser("seed_oss")
 class SeedOssReasoningParser(EngineReasoningParser):
+    version = 2  # streams accumulate to the batch answer
     state_type = SeedOssReasoningState
     reads_enable_thinking = True
 

@@ -2,8 +2,9 @@
 
 The output is reasoning from its first token up to the `</think>` token (the model writes no
 opening marker), content after it. Reasoning ends in the chunk whose token ids hold `</think>`;
-a prompt holding `</think>` anywhere (an earlier turn too) starts in content, as vLLM's
-`is_reasoning_end` reads it. Batch without `</think>` is all reasoning.
+render still reports a prompt holding `</think>` anywhere (an earlier turn too) as closing
+reasoning (vLLM's `is_reasoning_end`), but the stream, like batch, ignores the prompt: batch
+without `</think>` is all reasoning (vLLM's stream sends it all as content there).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Step3State(ParserState, tag="step3/1"):
 
 @register_reasoning_parser("step3")
 class Step3ReasoningParser(ReasoningParser):
+    version = 2  # streams accumulate to the batch answer
     state_type = Step3State
 
     def __init__(self, tokenizer: TokenizerInfo, *, thinking_enabled: bool = True) -> None:
@@ -36,6 +38,11 @@ class Step3ReasoningParser(ReasoningParser):
 
     def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
         return self.end_id in prompt_token_ids
+
+    def stream_prompt_ends_reasoning(self, st: Any, prompt_token_ids: Sequence[int]) -> bool:
+        """Batch ignores the prompt (reasoning until `</think>`): so does the stream, which
+        then accumulates to the batch answer (vLLM streams it all as content)."""
+        return False
 
     def stream(self, st: Any, delta_text: str, delta_ids: Sequence[int]) -> tuple[Delta | None, bool]:
         if self.end_id not in delta_ids:

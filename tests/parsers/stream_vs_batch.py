@@ -6,10 +6,11 @@ tool-call names and arguments, and the finish reason are compared.
 
     python -m tests.parsers.stream_vs_batch [--models DIR] [--family NAME ...] [--cases N]
 
-No vLLM needed (our parsers only). Since both of our paths reproduce vLLM 0.33's (the parity
-goldens), a difference printed here is one of vLLM's own stream/batch disagreements; the output
-lists, per family and configuration, how many cases differ in which field (and how: only in
-whitespace, one side a prefix of the other, more calls on one side, ...) and one example.
+No vLLM needed (our parsers only). Our batch answer is vLLM 0.33's (the parity goldens); our
+stream must accumulate to it. The output lists, per family and configuration, how many cases
+differ in which field (and how: only in whitespace, one side a prefix of the other, more calls on
+one side, ...) and one example; `--check` exits 1 when a family and configuration not in
+`NOT_ACCUMULATING` differs (`tests/parsers/test_stream_vs_batch.py` runs that on a fixed seed).
 """
 
 from __future__ import annotations
@@ -26,6 +27,94 @@ from render_service import parsers
 from render_service.model.example import build_example_model
 from tests.parity.compare_parsers import FAMILIES, random_chunks
 from tests.parsers import cases
+from tests.parsers.families.llama import MARKERS as LLAMA_MODELS
+from tests.parsers.families.llama import build_family
+
+# (family, "reasoning+tool") -> why our stream still does not accumulate to our batch answer
+# there: vLLM's own stream/batch disagreements that we still reproduce. An entry leaves this
+# table when the family's stream is changed to accumulate (then listed in
+# `tests/parsers/deliberate.py` where it differs from vLLM's stream).
+# Why, by cause (each a whole-output decision of vLLM's batch parser, or a stream rule of its own):
+PROMPT_END = (
+    "prompt closes reasoning: batch still splits reasoning out of the output (until a </think> that may come last)"
+)
+THINK_TEXT = "reasoning markers spelled as text or repeated: batch matches them anywhere, the stream by token id once"
+ALL_OR_NOTHING = "batch rejects every call when one is malformed or unclosed: known only at the end of the output"
+ENGINE_WS = "engine tool parsers: batch strips content whitespace around calls and drops unfinished call markup"
+DSV3_END = "DeepSeek V3/V3.1: a chunk with a call's end marker streams arguments up to the last '\"}'; text after calls"
+DSML_AFTER = "DSML: text after the calls block dropped in batch; parameters converted by type only in batch"
+GEMMA4 = "Gemma 4: batch reads the thought channel and call syntax on the whole output"
+KIMI = "Kimi K2: empty arguments '{}' only in batch; calls after a malformed one kept only in batch"
+LLAMA_JSON = "llama JSON: text before the first '{' is dropped and a ';'-joined list must parse whole in batch"
+PYTHONIC = "pythonic: batch needs the whole output to be one call list"
+GRANITE = "Granite: streaming needs the thought marker at the very start; batch converts argument types"
+GRANITE4 = "Granite 4: an unterminated <tool_call> is never flushed in streaming"
+MINIMAX_THINK = "minimax_m2_append_think: batch puts the appended <think> in the content"
+NEMOTRON = "Nemotron V3: the final flush is not whitespace-stripped; a stray </think> is content in streaming"
+SEED = "Seed-OSS: a stray </seed:think> is dropped in batch only"
+
+NOT_ACCUMULATING: dict[tuple[str, str], str] = {
+    ("deepseek", "None+deepseek_v3"): DSV3_END,
+    ("deepseek", "None+deepseek_v31"): DSV3_END,
+    ("deepseek", "deepseek_r1+deepseek_v3"): PROMPT_END,
+    ("deepseek", "deepseek_r1+deepseek_v31"): PROMPT_END,
+    ("deepseek", "deepseek_v3+None"): PROMPT_END,
+    ("deepseek", "deepseek_v3+deepseek_v3"): PROMPT_END,
+    ("deepseek", "deepseek_v3+deepseek_v31"): PROMPT_END,
+    ("deepseek_v32", "None+deepseek_v32"): DSML_AFTER,
+    ("deepseek_v32", "deepseek_r1+deepseek_v32"): PROMPT_END,
+    ("deepseek_v32", "deepseek_v3+deepseek_v32"): PROMPT_END,
+    ("deepseek_v4", "None+deepseek_v4"): DSML_AFTER,
+    ("deepseek_v4", "deepseek_r1+deepseek_v4"): PROMPT_END,
+    ("deepseek_v4", "deepseek_v4+None"): PROMPT_END,
+    ("deepseek_v4", "deepseek_v4+deepseek_v4"): PROMPT_END,
+    ("deepseek_v41", "None+deepseek_v41"): DSML_AFTER,
+    ("deepseek_v41", "deepseek_r1+deepseek_v41"): PROMPT_END,
+    ("deepseek_v41", "deepseek_v41+None"): PROMPT_END,
+    ("deepseek_v41", "deepseek_v41+deepseek_v41"): PROMPT_END,
+    ("gemma4", "None+gemma4"): GEMMA4,
+    ("gemma4", "gemma4+None"): GEMMA4,
+    ("gemma4", "gemma4+gemma4"): GEMMA4,
+    ("gemma4", "gemma4+hermes"): GEMMA4,
+    ("glm", "None+glm45"): ENGINE_WS,
+    ("glm", "glm45+None"): PROMPT_END,
+    ("glm", "glm45+glm45"): ENGINE_WS,
+    ("glm", "glm47+glm47"): ENGINE_WS,
+    ("granite", "None+granite"): GRANITE,
+    ("granite", "None+granite4"): GRANITE4,
+    ("granite", "granite+None"): GRANITE,
+    ("granite", "granite+granite"): GRANITE,
+    ("granite", "granite+granite4"): GRANITE,
+    ("kimi", "None+kimi_k2"): KIMI,
+    ("kimi", "kimi_k2+None"): PROMPT_END,
+    ("kimi", "kimi_k2+kimi_k2"): PROMPT_END,
+    ("llama3_json", "None+llama3_json"): LLAMA_JSON,
+    ("llama4_json", "None+llama4_json"): LLAMA_JSON,
+    ("llama4_pythonic", "None+llama4_pythonic"): PYTHONIC,
+    ("minimax_m2", "None+minimax_m2"): ENGINE_WS,
+    ("minimax_m2", "minimax_m2+minimax_m2"): PROMPT_END,
+    ("minimax_m2", "minimax_m2_append_think+None"): MINIMAX_THINK,
+    ("minimax_m2", "minimax_m2_append_think+minimax_m2"): MINIMAX_THINK,
+    ("nemotron_v3", "nemotron_v3+None"): NEMOTRON,
+    ("nemotron_v3", "nemotron_v3+hermes"): NEMOTRON,
+    ("pythonic", "None+pythonic"): PYTHONIC,
+    ("qwen3", "None+hermes"): ALL_OR_NOTHING,
+    ("qwen3", "deepseek_r1+None"): PROMPT_END,
+    ("qwen3", "deepseek_r1+hermes"): PROMPT_END,
+    ("qwen3", "qwen3+None"): THINK_TEXT + "; special tokens in content (ignore_eos) dropped in batch only",
+    ("qwen3", "qwen3+hermes"): ALL_OR_NOTHING,
+    ("qwen3", "qwen3+qwen3_json"): ALL_OR_NOTHING,
+    ("qwen3_coder", "None+qwen3_coder"): ENGINE_WS,
+    ("qwen3_coder", "deepseek_r1+qwen3_coder"): PROMPT_END,
+    ("qwen3_coder", "qwen3+qwen3_coder"): ENGINE_WS,
+    ("qwen3_coder", "qwen3+qwen3_xml"): ENGINE_WS,
+    ("seed_oss", "None+seed_oss"): ENGINE_WS,
+    ("seed_oss", "seed_oss+hermes"): SEED,
+    ("seed_oss", "seed_oss+qwen3_coder"): SEED,
+    ("seed_oss", "seed_oss+seed_oss"): SEED,
+    ("step3", "step3+hermes"): ALL_OR_NOTHING,
+    ("step3", "step3+qwen3_coder"): ENGINE_WS,
+}
 
 
 def _batch_view(batch: dict[str, Any]) -> dict[str, Any]:
@@ -70,11 +159,28 @@ def _kind(field: str, streamed: Any, whole: Any) -> str:
     return "differ"
 
 
-def compare(family_name: str, model_dir: Path, n: int, seed: int) -> Counter[tuple[str, str, str]]:
+def load_tokenizer(family_name: str, root: Path) -> Any:
+    """The family's fixture tokenizer, built under `root` unless already there."""
     from transformers import AutoTokenizer
 
     family = FAMILIES[family_name]
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    path = root / family.model
+    if not (path / "tokenizer.json").exists():
+        if family.builder is not None:
+            path = family.builder(path)
+        elif family.model in LLAMA_MODELS:
+            path = build_family(path, family.model)
+        else:
+            path = build_example_model(path, family.model)
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def compare(
+    family_name: str, tok: Any, n: int, seed: int, *, quiet: bool = False
+) -> tuple[Counter[tuple[str, str, str]], dict[tuple[str, str, str], str]]:
+    """`n` fuzzed cases of one family: (config, field, kind) -> how many differ, and one example
+    of each."""
+    family = FAMILIES[family_name]
     rng = random.Random(seed)
     diffs: Counter[tuple[str, str, str]] = Counter()
     examples: dict[tuple[str, str, str], str] = {}
@@ -108,13 +214,21 @@ def compare(family_name: str, model_dir: Path, n: int, seed: int) -> Counter[tup
                 key = (config, field, _kind(field, streamed[field], whole[field]))
                 diffs[key] += 1
                 examples.setdefault(
-                    key, f"text={batch['text']!r}\n      stream={streamed[field]!r}\n      batch={whole[field]!r}"
+                    key,
+                    f"text={batch['text']!r} request={req_name} prompt={prompt[-3:]} chunks={chunks}\n"
+                    f"      stream={streamed[field]!r}\n      batch={whole[field]!r}",
                 )
-    print(f"{family_name}: {n} cases")
-    for key, count in sorted(diffs.items()):
-        config, field, req_name = key
-        print(f"  {config:<36} {field:<9} {req_name:<20} {count:>4}  e.g. {examples[key]}")
-    return diffs
+    if not quiet:
+        print(f"{family_name}: {n} cases")
+        for key, count in sorted(diffs.items()):
+            config, field, kind = key
+            print(f"  {config:<36} {field:<9} {kind:<20} {count:>4}  e.g. {examples[key]}")
+    return diffs, examples
+
+
+def unlisted(family_name: str, diffs: Counter[tuple[str, str, str]]) -> set[str]:
+    """The configurations of `family_name` that differ but are not in `NOT_ACCUMULATING`."""
+    return {config for config, _, _ in diffs if (family_name, config) not in NOT_ACCUMULATING}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,16 +237,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--models", type=Path, help="folder of fixture models, one sub-folder per model family")
+    ap.add_argument("--check", action="store_true", help="exit 1 on a difference not in NOT_ACCUMULATING")
     args = ap.parse_args(argv)
+    bad: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = args.models or Path(tmp)
         for name in args.family or sorted(FAMILIES):
-            family = FAMILIES[name]
-            path = root / family.model
-            if not (path / "tokenizer.json").exists():
-                path = family.builder(path) if family.builder is not None else build_example_model(path, family.model)
-            compare(name, path, args.cases, args.seed)
-    return 0
+            diffs, _ = compare(name, load_tokenizer(name, root), args.cases, args.seed)
+            bad += [f"{name} {config}" for config in sorted(unlisted(name, diffs))]
+    if bad:
+        print("not in NOT_ACCUMULATING:", *bad, sep="\n  ")
+    return 1 if args.check and bad else 0
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from render_service.parsers import (
 )
 from render_service.parsers.base import REGEX_WS, Tag, partial_tag_overlap
 from render_service.parsers.hermes import JsonCheck
+from tests.parsers import deliberate
 from tests.parsers.cases import (
     GOLDEN_CASES,
     PROMPTS,
@@ -100,7 +101,20 @@ GOLDEN: dict[str, Any] = {k: v for line in _GOLDEN_JSONL.strip().splitlines() fo
 def test_matches_vllm_golden(tok, name: str) -> None:
     if name not in GOLDEN:
         pytest.skip("golden not recorded")
-    assert golden_result(tok, name) == GOLDEN[name]
+    ours = golden_result(tok, name)
+    assert ours["batch"] == GOLDEN[name]["batch"]
+    problem = deliberate.check_stream(
+        ours["stream"], GOLDEN[name]["stream"], GOLDEN[name]["batch"], deliberate.CASES.get(name)
+    )
+    assert problem is None, problem
+
+
+def test_deliberate_cases_are_goldens_that_vllm_does_not_accumulate() -> None:
+    """Every named deliberate difference is a recorded case where vLLM's own stream does not
+    accumulate to its batch answer (so the list cannot hide a regression elsewhere)."""
+    for name in deliberate.CASES:
+        golden = GOLDEN[name]
+        assert deliberate.accumulate(golden["stream"]) != deliberate.batch_view(golden["batch"]), name
 
 
 # -- registry, ids, options ----------------------------------------------------------------------
