@@ -63,11 +63,27 @@ FUNCTION_CALLS_START = f"<{DSML}function_calls>"
 FUNCTION_CALLS_END = f"</{DSML}function_calls>"
 
 
+def dsml_call_transitions() -> dict[tuple[int, str], Transition]:
+    """The DSML calls block's transitions, shared by DeepSeek V3.2, V4 and V4.1."""
+    start_call = Transition(TOOL_NAME, (EV_TOOL_START,))
+    end_call = Transition(TOOL_BETWEEN, (EV_TOOL_END,))
+    return {
+        (CONTENT, "TOOL_START"): Transition(TOOL_PREAMBLE),
+        (TOOL_PREAMBLE, "INVOKE_PREFIX"): start_call,
+        (CONTENT, "INVOKE_PREFIX"): start_call,
+        (TOOL_NAME, "INVOKE_NAME_END"): Transition(TOOL_ARGS),
+        (TOOL_ARGS, "INVOKE_END"): end_call,
+        (TOOL_ARGS, "TOOL_END"): end_call,
+        (TOOL_BETWEEN, "INVOKE_PREFIX"): start_call,
+        # The block ends the turn: stay between calls, so what follows is dropped.
+        (TOOL_BETWEEN, "TOOL_END"): Transition(TOOL_BETWEEN),
+        (TOOL_BETWEEN, "TOOL_START"): Transition(TOOL_PREAMBLE),
+    }
+
+
 @cache
 def deepseek_v32_config() -> EngineConfig:
     """vLLM's `deepseek_v32_config`."""
-    start_call = Transition(TOOL_NAME, (EV_TOOL_START,))
-    end_call = Transition(TOOL_BETWEEN, (EV_TOOL_END,))
     return EngineConfig(
         name="deepseek_v32",
         initial_state=CONTENT,
@@ -82,18 +98,7 @@ def deepseek_v32_config() -> EngineConfig:
             "PARAM_CLOSE": PARAM_CLOSE,
         },
         token_id_terminals={"TOOL_START": FUNCTION_CALLS_START, "TOOL_END": FUNCTION_CALLS_END},
-        transitions={
-            (CONTENT, "TOOL_START"): Transition(TOOL_PREAMBLE),
-            (TOOL_PREAMBLE, "INVOKE_PREFIX"): start_call,
-            (CONTENT, "INVOKE_PREFIX"): start_call,
-            (TOOL_NAME, "INVOKE_NAME_END"): Transition(TOOL_ARGS),
-            (TOOL_ARGS, "INVOKE_END"): end_call,
-            (TOOL_ARGS, "TOOL_END"): end_call,
-            (TOOL_BETWEEN, "INVOKE_PREFIX"): start_call,
-            # The block ends the turn: stay between calls, so what follows is dropped.
-            (TOOL_BETWEEN, "TOOL_END"): Transition(TOOL_BETWEEN),
-            (TOOL_BETWEEN, "TOOL_START"): Transition(TOOL_PREAMBLE),
-        },
+        transitions=dsml_call_transitions(),
         content_events={CONTENT: EV_TEXT, TOOL_NAME: EV_TOOL_NAME, TOOL_ARGS: EV_ARG},
         arg_converter=dsml_arg_converter,
         arg_structural_chars=frozenset(">"),

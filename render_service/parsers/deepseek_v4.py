@@ -30,7 +30,7 @@ from functools import cache
 from typing import Any, ClassVar
 
 from render_service.parsers.base import tool_schema_tags
-from render_service.parsers.deepseek_v32 import DsmlEngine, DsmlToolState
+from render_service.parsers.deepseek_v32 import DsmlEngine, DsmlToolState, dsml_call_transitions
 from render_service.parsers.dsml import (
     INVOKE_END,
     INVOKE_NAME_END,
@@ -48,12 +48,9 @@ from render_service.parsers.engine import (
     EV_REASONING_END,
     EV_REASONING_START,
     EV_TEXT,
-    EV_TOOL_END,
     EV_TOOL_NAME,
-    EV_TOOL_START,
     REASONING,
     TOOL_ARGS,
-    TOOL_BETWEEN,
     TOOL_NAME,
     TOOL_PREAMBLE,
     EngineConfig,
@@ -83,8 +80,6 @@ V41_PARAM_CLOSE = f"</{DSML} parameter>"
 @cache
 def deepseek_v4_config(thinking: bool = False) -> EngineConfig:
     """vLLM's `deepseek_v4_config`."""
-    start_call = Transition(TOOL_NAME, (EV_TOOL_START,))
-    end_call = Transition(TOOL_BETWEEN, (EV_TOOL_END,))
     return EngineConfig(
         name="deepseek_v4",
         initial_state=REASONING if thinking else CONTENT,
@@ -112,16 +107,7 @@ def deepseek_v4_config(thinking: bool = False) -> EngineConfig:
             (REASONING, "THINK_START"): Transition(REASONING),  # so is a second <think>
             (REASONING, "THINK_END"): Transition(CONTENT, (EV_REASONING_END,)),
             (REASONING, "TOOL_START"): Transition(TOOL_PREAMBLE, (EV_REASONING_END,)),
-            (CONTENT, "TOOL_START"): Transition(TOOL_PREAMBLE),
-            (TOOL_PREAMBLE, "INVOKE_PREFIX"): start_call,
-            (CONTENT, "INVOKE_PREFIX"): start_call,
-            (TOOL_NAME, "INVOKE_NAME_END"): Transition(TOOL_ARGS),
-            (TOOL_ARGS, "INVOKE_END"): end_call,
-            (TOOL_ARGS, "TOOL_END"): end_call,
-            (TOOL_BETWEEN, "INVOKE_PREFIX"): start_call,
-            # The block ends the turn: stay between calls, so what follows is dropped.
-            (TOOL_BETWEEN, "TOOL_END"): Transition(TOOL_BETWEEN),
-            (TOOL_BETWEEN, "TOOL_START"): Transition(TOOL_PREAMBLE),
+            **dsml_call_transitions(),
         },
         content_events={CONTENT: EV_TEXT, REASONING: EV_REASONING, TOOL_NAME: EV_TOOL_NAME, TOOL_ARGS: EV_ARG},
         arg_converter=make_dsml_arg_converter(PARAM_START, PARAM_CLOSE),
