@@ -41,8 +41,8 @@ torchvision at module level, and the engine venv (like the 0.33 oracle venv) has
 torch 2.13.0+cpu, and PyPI's torchvision 0.28.0 (built for torch 2.13) works as a PYTHONPATH overlay
 once its `__init__` stops importing the op registrations that need its CUDA `_C` extension (the
 transforms vLLM uses are pure torch). `torchvision_overlay()` finds or builds that overlay
-(VLLM_TORCHVISION_OVERLAY, else /tmp/mm-tv as made for tests/parity/record_mm.py, else
-`pip install --no-deps --target` into the temp dir and patch).
+(VLLM_TORCHVISION_OVERLAY, else one built earlier by `pip install --no-deps --target` into the
+temp dir and patched, else builds that).
 """
 
 from __future__ import annotations
@@ -67,7 +67,6 @@ WEIGHT_STD = 0.2
 SERVED_NAME = "tinyvl"
 MAX_MODEL_LEN = 16384
 TORCHVISION = "torchvision==0.28.0"
-DEFAULT_OVERLAY = Path("/tmp/mm-tv")
 PATCH_DIR = Path(__file__).parent / "tokens_only_patch"  # sitecustomize.py: see the module docstring
 PATCH_BANNER = "render-service tokens_only_patch:"  # what the patch prints to the engine log when applied
 
@@ -131,9 +130,8 @@ def torchvision_overlay(cache_root: str | Path | None = None) -> Path:
     """A directory to put on the vLLM processes' PYTHONPATH so that `import torchvision` works on CPU torch."""
     python = require_engine()
     configured = os.environ.get("VLLM_TORCHVISION_OVERLAY")
-    candidates = [Path(configured)] if configured else [DEFAULT_OVERLAY]
     root = Path(cache_root or tempfile.gettempdir()) / "render-service-torchvision-overlay"
-    candidates.append(root)
+    candidates = [Path(configured)] if configured else [root]
     for path in candidates:
         if (path / "torchvision" / "__init__.py").exists() and _overlay_works(path, python):
             return path

@@ -8,20 +8,42 @@ or libjpeg at test time cannot change the bytes that are hashed.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
-# vLLM hashes images together with the model path exactly as given on its command line, so
-# the oracle and the service under test load the folder from this same path.
-MM_MODEL_DIR = "/tmp/render-service-mm-tinyvl"
+# vLLM hashes images together with the model path exactly as given on its command line, so the
+# oracle and the service under test load the folder by this same relative path, each from a
+# working folder that holds it (`mm_model_folder`): the goldens name no machine's paths.
+MM_MODEL_DIR = "tinyvl-mm"
 MM_MODEL_NAME = "tinyvl"
 MM_MAX_MODEL_LEN = 16384
 # Above this many base64 characters a golden keeps the kwargs' sha256 instead of the data.
 INLINE_KWARGS_LIMIT = 200_000
+
+
+@contextlib.contextmanager
+def mm_model_folder() -> Iterator[Path]:
+    """Build the Qwen3-VL example model as MM_MODEL_DIR in a temporary folder and work from there
+    (the process's working folder is restored on exit)."""
+    from render_service.model.example import build_example_model
+
+    previous = Path.cwd()
+    with tempfile.TemporaryDirectory(prefix="render-service-mm-") as workdir:
+        build_example_model(Path(workdir) / MM_MODEL_DIR, "qwen3-vl")
+        os.chdir(workdir)
+        try:
+            yield Path(workdir)
+        finally:
+            os.chdir(previous)
 
 
 def make_image(width: int, height: int, seed: int, mode: str = "RGB") -> Image.Image:

@@ -9,14 +9,13 @@ with mm_corpus.KWARGS_FLAGS added (--trust-request-mm-kwargs and a server-wide
 --mm-processor-kwargs); `--kwargs trust` records trust_cases() into golden_mm_trust/ from one with
 TRUST_FLAGS added.
 
-The oracle must serve the Qwen3-VL example folder from mm_corpus.MM_MODEL_DIR (vLLM hashes
-images with the model path as given), e.g.:
+The oracle must serve the Qwen3-VL example folder by the relative path mm_corpus.MM_MODEL_DIR
+(vLLM hashes images with the model path as given), from a working folder that holds it; the tests
+serve it the same way (mm_corpus.mm_model_folder). For example:
 
-    python -m render_service.model.example /tmp/render-service-mm-tinyvl qwen3-vl
+    cd "$(mktemp -d)" && PYTHONPATH=$REPO python -m render_service.model.example tinyvl-mm qwen3-vl
     PYTHONPATH=$VLLM_TORCHVISION_OVERLAY VLLM_TARGET_DEVICE=cpu $VLLM_ORACLE_PYTHON -m vllm.entrypoints.cli.main \\
-        launch render /tmp/render-service-mm-tinyvl --port PORT --served-model-name tinyvl --max-model-len 16384
-
-(that path is part of the goldens: mm_corpus.MM_MODEL_DIR).
+        launch render tinyvl-mm --port PORT --served-model-name tinyvl --max-model-len 16384
 
 vLLM 0.33's Qwen2-VL/Qwen3-VL modules import torchvision, which the CPU oracle venv lacks. The
 goldens were recorded with the PyPI torchvision 0.28.0 wheel (the one matching torch 2.13)
@@ -55,7 +54,7 @@ def main() -> None:
         folder, flags, make_cases = CONFIGS[args.kwargs]
         golden_dir = GOLDEN_DIR.parent / folder
     golden_dir.mkdir(exist_ok=True)
-    with httpx.Client(base_url=args.oracle_url, timeout=300) as client:
+    with httpx.Client(base_url=args.oracle_url, timeout=1200) as client:
         version = client.get("/version").json().get("version")
         for name, case in make_cases().items():
             if args.only and name not in args.only:

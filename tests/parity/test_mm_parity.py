@@ -23,7 +23,16 @@ from starlette.testclient import TestClient
 from render_service.server.app import create_app
 from render_service.settings import Settings
 
-from .mm_corpus import CHAT_PATH, KWARGS_SERVER, MM_MAX_MODEL_LEN, MM_MODEL_DIR, MM_MODEL_NAME, shrink, summarize_item
+from .mm_corpus import (
+    CHAT_PATH,
+    KWARGS_SERVER,
+    MM_MAX_MODEL_LEN,
+    MM_MODEL_DIR,
+    MM_MODEL_NAME,
+    mm_model_folder,
+    shrink,
+    summarize_item,
+)
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden_mm"
 GOLDENS = sorted(GOLDEN_DIR.glob("*.json"))
@@ -49,12 +58,14 @@ IMAGE_ERROR_TEXT_DIFFERS = {
 }
 
 
-def _client(**options: Any) -> TestClient:
-    from render_service.model.example import build_example_model
+@pytest.fixture(scope="module")
+def model_folder() -> Iterator[Path]:
+    # vLLM's mm_hash includes the model path as given: serve the folder by the recorded path.
+    with mm_model_folder() as folder:
+        yield folder
 
-    # vLLM's mm_hash includes the model path as given: serve the folder from the recorded path.
-    if not (Path(MM_MODEL_DIR) / "preprocessor_config.json").exists():
-        build_example_model(MM_MODEL_DIR, "qwen3-vl")
+
+def _client(**options: Any) -> TestClient:
     settings = Settings(
         model=MM_MODEL_DIR, served_model_name=[MM_MODEL_NAME], max_model_len=MM_MAX_MODEL_LEN, **options
     ).validate()
@@ -62,19 +73,19 @@ def _client(**options: Any) -> TestClient:
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[TestClient]:
+def client(model_folder: Path) -> Iterator[TestClient]:
     with _client() as test_client:
         yield test_client
 
 
 @pytest.fixture(scope="module")
-def trust_client() -> Iterator[TestClient]:
+def trust_client(model_folder: Path) -> Iterator[TestClient]:
     with _client(trust_request_mm_kwargs=True) as test_client:
         yield test_client
 
 
 @pytest.fixture(scope="module")
-def kwargs_client() -> Iterator[TestClient]:
+def kwargs_client(model_folder: Path) -> Iterator[TestClient]:
     with _client(trust_request_mm_kwargs=True, mm_processor_kwargs=KWARGS_SERVER) as test_client:
         yield test_client
 
