@@ -80,6 +80,7 @@ class Base64Writer:
         self._pos = len(prefix)
         self._state = ctypes.create_string_buffer(_STATE_BYTES)
         self._outlen = ctypes.c_size_t()
+        self._outlen_ref = ctypes.byref(self._outlen)
         lib.base64_stream_encode_init(self._state, 0)  # 0: libbase64 picks the CPU's codec
 
     def write(self, data: bytes | np.ndarray) -> None:
@@ -90,12 +91,17 @@ class Base64Writer:
             size, address = data.nbytes, data.ctypes.data
         else:
             size, address = len(data), ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0
+        self.write_raw(address, size)
+
+    def write_raw(self, address: int, size: int) -> None:
+        """Append the `size` bytes at `address` (of an object the caller keeps alive): `write`
+        without working out the address again, for a buffer written once per band."""
         if size == 0:
             return
         if self._written + size > self._total:
             raise ValueError("more data written than declared")
         # No overrun: the output was sized for the declared total, and no more is accepted.
-        self._lib.base64_stream_encode(self._state, address, size, self._base + self._pos, ctypes.byref(self._outlen))
+        self._lib.base64_stream_encode(self._state, address, size, self._base + self._pos, self._outlen_ref)
         self._pos += self._outlen.value
         self._written += size
 

@@ -403,21 +403,29 @@ def patchify(planes: np.ndarray, patch: int, merge: int, temporal: int) -> tuple
     return out.reshape(gh * gw, channels * temporal * patch * patch), gh, gw
 
 
-def _patchify_rows(
+def _patch_views(
     planes: np.ndarray, patch: int, merge: int, temporal: int, out: np.ndarray | None = None
-) -> np.ndarray:
-    """`patchify` of contiguous uint8 planes, moving each patch row (P bytes) as one opaque item:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(source, target, rows): `np.copyto(target, source)` writes the patch rows of contiguous
+    uint8 planes into `rows` (gh*gw, C*T*P*P), each patch row (P bytes) moved as one opaque item:
     the same bytes, copied ~6x faster than byte by byte through a 7-dimensional stride. `out`: a
-    C-contiguous uint8 array of the result's size to write into (reused across bands)."""
+    C-contiguous uint8 array of the rows' size to write into (reused across bands)."""
     channels, height, width = planes.shape
     gh, gw = height // patch, width // patch
-    rows = planes.view(np.dtype((np.void, patch)))  # (C, H, gw): one item per patch row
-    blocks = rows.reshape(channels, gh // merge, merge, patch, gw // merge, merge)
+    items = planes.view(np.dtype((np.void, patch)))  # (C, H, gw): one item per patch row
+    blocks = items.reshape(channels, gh // merge, merge, patch, gw // merge, merge)
     blocks = blocks.transpose(1, 4, 2, 5, 0, 3)  # (gh/m, gw/m, m, m, C, P)
     shape = (*blocks.shape[:5], temporal, patch)
-    target = np.empty(shape, dtype=rows.dtype) if out is None else out.view(rows.dtype).reshape(shape)
-    np.copyto(target, blocks[:, :, :, :, :, None])  # one frame repeated temporal_patch_size times
-    return target.view(np.uint8).reshape(gh * gw, channels * temporal * patch * patch)
+    target = np.empty(shape, dtype=items.dtype) if out is None else out.view(items.dtype).reshape(shape)
+    rows = target.view(np.uint8).reshape(gh * gw, channels * temporal * patch * patch)
+    return blocks[:, :, :, :, :, None], target, rows  # one frame repeated temporal_patch_size times
+
+
+def _patchify_rows(planes: np.ndarray, patch: int, merge: int, temporal: int) -> np.ndarray:
+    """`patchify` of contiguous uint8 planes (`_patch_views`, copied)."""
+    source, target, rows = _patch_views(planes, patch, merge, temporal)
+    np.copyto(target, source)
+    return rows
 
 
 @dataclass(frozen=True)
@@ -537,10 +545,17 @@ def _streamed_kwargs(image: np.ndarray, new_h: int, new_w: int, config: VisionCo
     band = patch * merge
     buffer = np.empty(merge * gw * row_bytes, dtype=np.uint8)
 
+    # The height pass hands over the same band buffer each time: its views are made once.
+    views: list[Any] = [None]
+
     def sink(planes: np.ndarray) -> None:
-        rows = planes.shape[1]
-        target = buffer if rows == band else None  # only a last, shorter band (never: smart_resize)
-        writer.write(_patchify_rows(planes, patch, merge, temporal, target))
+        if planes is not views[0]:  # (a reference is kept, so identity cannot be a reused id)
+            full = planes.shape[1] == band  # only a last, shorter band (never: smart_resize) differs
+            source, target, rows = _patch_views(planes, patch, merge, temporal, buffer if full else None)
+            views[:] = [planes, source, target, rows.ctypes.data, rows.nbytes, rows]
+        _, source, target, address, size, _ = views
+        np.copyto(target, source)
+        writer.write_raw(address, size)
 
     resize_bands(image, new_h, new_w, band, sink)
     writer.write(tail)

@@ -186,28 +186,43 @@ def _height_pass(
     truncation to uint8 is ATen's shift). Whole-image float passes moved ~4x more memory.
     Tiles start at multiples of `tile_rows` (the band blocks are sized to divide it)."""
     batch, in_size, width = src.shape
-    block_size = max(d for d in range(1, _BLOCK[1] + 1) if tile_rows % d == 0)
-    blocks = _bands(in_size, out_size, dtype, block_size)
-    per_tile = tile_rows // block_size
-    tiles = [blocks[i : i + per_tile] for i in range(0, len(blocks), per_tile)]
+    tiles, rows_in = _tiles(in_size, out_size, dtype, tile_rows)
     convert = src.dtype != dtype
-    rows_in = max(max(b[3] for b in tile) - min(b[2] for b in tile) for tile in tiles)
     floats: np.ndarray | None = np.empty((batch, rows_in, width), dtype=dtype) if convert else None
     tile_out: np.ndarray = np.empty((batch, tile_rows, width), dtype=dtype)
-    for tile in tiles:
-        row0, row1 = tile[0][0], tile[-1][1]
-        first, end = min(b[2] for b in tile), max(b[3] for b in tile)
+    matmul, copyto, clip = np.matmul, np.copyto, np.clip
+    for row0, row1, first, end, products in tiles:
         if floats is not None:
             rows = floats[:, : end - first]
-            np.copyto(rows, src[:, first:end], casting="unsafe")
+            copyto(rows, src[:, first:end], casting="unsafe")
         else:
             rows = src[:, first:end]
         out = tile_out[:, : row1 - row0]
-        for out0, out1, in0, in1, block in tile:
-            np.matmul(block, rows[:, in0 - first : in1 - first], out=out[:, out0 - row0 : out1 - row0])
+        for block, in0, in1, out0, out1 in products:
+            matmul(block, rows[:, in0:in1], out=out[:, out0:out1])
         out += 0.5  # the rounding bias, 1 << (precision - 1), after scaling by 2^-precision
-        np.clip(out, 0, 255, out=out)
+        clip(out, 0, 255, out=out)
         write(row0, row1, out)
+
+
+@lru_cache(maxsize=256)
+def _tiles(
+    in_size: int, out_size: int, dtype: type, tile_rows: int
+) -> tuple[tuple[tuple[int, int, int, int, tuple[tuple[np.ndarray, int, int, int, int], ...]], ...], int]:
+    """The height pass's plan, worked out once per size: per tile (row0, row1, first input row,
+    end input row, its band blocks with their input and output offsets within the tile), and the
+    most input rows a tile needs. The blocks are sized to divide `tile_rows`."""
+    block_size = max(d for d in range(1, _BLOCK[1] + 1) if tile_rows % d == 0)
+    blocks = _bands(in_size, out_size, dtype, block_size)
+    per_tile = tile_rows // block_size
+    plan = []
+    for i in range(0, len(blocks), per_tile):
+        group = blocks[i : i + per_tile]
+        row0, row1 = group[0][0], group[-1][1]
+        first, end = min(b[2] for b in group), max(b[3] for b in group)
+        products = tuple((b[4], b[2] - first, b[3] - first, b[0] - row0, b[1] - row0) for b in group)
+        plan.append((row0, row1, first, end, products))
+    return tuple(plan), max(end - first for _, _, first, end, _ in plan)
 
 
 @cache
