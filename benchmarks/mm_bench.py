@@ -2,7 +2,10 @@
 """Chat render with 1 and 4 images of 1280x720 (JPEG): render-service vs `vllm launch render`,
 side by side, each a separate server process measured from the outside.
 
-    python3 -m benchmarks.mm_bench [--oracle-url URL --oracle-pid PID] [--json out.json]
+    python3 -m benchmarks.mm_bench [--oracle-url URL --oracle-pid PID] [--json out.json] [--baseline DIR]
+
+--baseline DIR adds a second build of ours (another checkout's root, e.g. `git archive main
+render_service | tar -x -C DIR`) to the sequential rounds, to compare two versions under one load.
 
 Without --oracle-url the script starts vLLM 0.33's render tier itself (the python of
 VLLM_ORACLE_PYTHON, with the patched torchvision overlay of tests/parity/record_mm.py on PYTHONPATH:
@@ -121,9 +124,11 @@ class Payloads:
 # -- servers ----------------------------------------------------------------------------------
 
 
-def start_ours(workers: int, log_dir: Path) -> Server:
+def start_ours(workers: int, log_dir: Path, root: Path = ROOT, name: str = "") -> Server:
+    """Our server from the checkout at `root` (PYTHONPATH; --baseline gives another one)."""
     port = free_port()
-    log = log_dir / f"ours-w{workers}.log"
+    name = name or f"ours w{workers}"
+    log = log_dir / f"{name.replace(' ', '-')}.log"
     command = [
         sys.executable,
         "-m",
@@ -139,7 +144,7 @@ def start_ours(workers: int, log_dir: Path) -> Server:
         "--workers",
         str(workers),
     ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(root)}
     with log.open("wb") as out:
         process = subprocess.Popen(
             command,
@@ -148,15 +153,15 @@ def start_ours(workers: int, log_dir: Path) -> Server:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             env=env,
-            cwd=str(ROOT),
+            cwd=str(root),
         )
     server = Server(
-        f"ours w{workers}",
+        name,
         f"http://127.0.0.1:{port}",
         process.pid,
         owned=True,
         log=log,
-        info={"command": f"PYTHONPATH={ROOT} " + " ".join(command)},
+        info={"command": f"PYTHONPATH={root} " + " ".join(command)},
     )
     try:
         wait_healthy(server.url, 180, process.pid, log)
@@ -373,6 +378,12 @@ def main() -> None:
         help="comma-separated subset of the sequential scenarios (default: %(default)s)",
     )
     parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout's root (e.g. `git archive main render_service | tar -x -C DIR`): its server "
+        "joins the sequential rounds as 'baseline', to compare two versions of ours under the same load",
+    )
+    parser.add_argument(
         "--mm-payload",
         default="tensors",
         choices=("tensors", "none"),
@@ -403,13 +414,19 @@ def main() -> None:
         started.append(ours)
         print(f"ours: {ours.info['command']}\nvLLM: {vllm.url} (pid {vllm.pid})", flush=True)
         same_work(ours, vllm, payloads)
+        measured = [ours, vllm]
+        if args.baseline:
+            baseline = start_ours(1, tmp, args.baseline.resolve(), "baseline")
+            started.append(baseline)
+            same_work(baseline, vllm, payloads)
+            measured = [ours, baseline, vllm]
 
         seq: dict[str, dict[str, float]] = {}
         print(f"\nSequential: server CPU ms per request, median of {args.rounds} alternating rounds")
         chosen = [(int(i), m) for i, m in (name.split() for name in args.scenarios.split(","))]
         for images, mode in chosen:
             n = args.n if mode == "new" else args.n_repeated
-            seq[f"{images}x720p {mode}"] = sequential([ours, vllm], payloads, images, mode, n, args.rounds)
+            seq[f"{images}x720p {mode}"] = sequential(measured, payloads, images, mode, n, args.rounds)
         rows = []
         for name, r in seq.items():
             rows.append(
@@ -433,6 +450,21 @@ def main() -> None:
             "wall ours/vLLM",
         ]
         print(format_table(headers, rows))
+        if args.baseline:
+            print(
+                format_table(
+                    ["scenario", "baseline CPU-ms", "baseline/ours", "baseline wall-ms"],
+                    [
+                        [
+                            name,
+                            f"{r['baseline cpu_ms']:.1f}",
+                            f"{r['baseline cpu_ms'] / max(r['ours w1 cpu_ms'], 1e-9):.2f}",
+                            f"{r['baseline wall_ms']:.1f}",
+                        ]
+                        for name, r in seq.items()
+                    ],
+                )
+            )
 
         loaded: dict[str, Any] = {}
         if args.duration:

@@ -57,8 +57,8 @@ from PIL import Image, ImageOps
 from pybase64 import b64encode as _b64encode
 
 from render_service.exceptions import BadRequestError
-from render_service.multimodal import turbo_jpeg
-from render_service.multimodal.resample import resize_planar
+from render_service.multimodal import b64stream, turbo_jpeg
+from render_service.multimodal.resample import resize_bands, resize_planar
 
 SUPPORTED_MODEL_TYPES = ("qwen3_vl",)
 IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"  # Qwen3-VL's get_placeholder_str
@@ -403,17 +403,29 @@ def patchify(planes: np.ndarray, patch: int, merge: int, temporal: int) -> tuple
     return out.reshape(gh * gw, channels * temporal * patch * patch), gh, gw
 
 
-def _patchify_rows(planes: np.ndarray, patch: int, merge: int, temporal: int) -> np.ndarray:
-    """`patchify` of contiguous uint8 planes, moving each patch row (P bytes) as one opaque item:
-    the same bytes, copied ~6x faster than byte by byte through a 7-dimensional stride."""
+def _patch_views(
+    planes: np.ndarray, patch: int, merge: int, temporal: int, out: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(source, target, rows): `np.copyto(target, source)` writes the patch rows of contiguous
+    uint8 planes into `rows` (gh*gw, C*T*P*P), each patch row (P bytes) moved as one opaque item:
+    the same bytes, copied ~6x faster than byte by byte through a 7-dimensional stride. `out`: a
+    C-contiguous uint8 array of the rows' size to write into (reused across bands)."""
     channels, height, width = planes.shape
     gh, gw = height // patch, width // patch
-    rows = planes.view(np.dtype((np.void, patch)))  # (C, H, gw): one item per patch row
-    blocks = rows.reshape(channels, gh // merge, merge, patch, gw // merge, merge)
+    items = planes.view(np.dtype((np.void, patch)))  # (C, H, gw): one item per patch row
+    blocks = items.reshape(channels, gh // merge, merge, patch, gw // merge, merge)
     blocks = blocks.transpose(1, 4, 2, 5, 0, 3)  # (gh/m, gw/m, m, m, C, P)
-    out = np.empty((*blocks.shape[:5], temporal, patch), dtype=rows.dtype)
-    np.copyto(out, blocks[:, :, :, :, :, None])  # one frame repeated temporal_patch_size times
-    return out.view(np.uint8).reshape(gh * gw, channels * temporal * patch * patch)
+    shape = (*blocks.shape[:5], temporal, patch)
+    target = np.empty(shape, dtype=items.dtype) if out is None else out.view(items.dtype).reshape(shape)
+    rows = target.view(np.uint8).reshape(gh * gw, channels * temporal * patch * patch)
+    return blocks[:, :, :, :, :, None], target, rows  # one frame repeated temporal_patch_size times
+
+
+def _patchify_rows(planes: np.ndarray, patch: int, merge: int, temporal: int) -> np.ndarray:
+    """`patchify` of contiguous uint8 planes (`_patch_views`, copied)."""
+    source, target, rows = _patch_views(planes, patch, merge, temporal)
+    np.copyto(target, source)
+    return rows
 
 
 @dataclass(frozen=True)
@@ -465,13 +477,8 @@ def _json_b64_msgpack(item: dict[str, Any], pixels: np.ndarray) -> bytes:
     maps every 3 input bytes to 4 characters on their own, so the document is encoded in three
     pieces cut at multiples of 3 (head and first bytes, the bulk of the pixels straight from their
     array, the last bytes and tail) and the quotes are joined on in the one copy."""
-    encoded = _encoder.encode(item)
-    at = encoded.find(_STANDIN_BYTES)
-    if at < 0 or encoded.find(_STANDIN_BYTES, at + 1) >= 0:
-        raise RuntimeError("the pixel stand-in must occur exactly once in the encoded item")
     data = np.ascontiguousarray(pixels).data.cast("B")
-    head = encoded[:at] + ext_header(len(data), _RAW_VIEW)
-    tail = encoded[at + len(_STANDIN_BYTES) :]
+    head, tail = _split_item(item, len(data))
     lead = -len(head) % 3
     if len(data) < lead:  # too few pixels to align on: one piece
         return b'"' + _b64encode(head + bytes(data) + tail) + b'"'
@@ -500,23 +507,73 @@ def _grid_field(gh: int, gw: int) -> dict[str, Any]:
     return {"data": _tensor("int64", grid), "field": ("batched", {"keep_on_cpu": True})}
 
 
+def _item(gh: int, gw: int, row_bytes: int) -> dict[str, Any]:
+    """The msgpack item, `_PIXELS_STANDIN` standing for the (gh*gw, row_bytes) uint8 pixels.
+    vLLM builds the item from a set of field names, so its key order varies per vLLM process
+    (hash seed); the engine decodes a map, so either order is the same item."""
+    return {
+        "pixel_values": {
+            "data": ("uint8", (gh * gw, row_bytes), _PIXELS_STANDIN),
+            "field": ("flat", {"keep_on_cpu": False, "slices": [[(0, gh * gw, None)]], "dim": 0}),
+        },
+        "image_grid_thw": _grid_field(gh, gw),
+    }
+
+
+def _split_item(item: dict[str, Any], size: int) -> tuple[bytes, bytes]:
+    """The encoded item's bytes before and after `size` bytes of pixels (ext header included)."""
+    encoded = _encoder.encode(item)
+    at = encoded.find(_STANDIN_BYTES)
+    if at < 0 or encoded.find(_STANDIN_BYTES, at + 1) >= 0:
+        raise RuntimeError("the pixel stand-in must occur exactly once in the encoded item")
+    return encoded[:at] + ext_header(size, _RAW_VIEW), encoded[at + len(_STANDIN_BYTES) :]
+
+
+def _streamed_kwargs(image: np.ndarray, new_h: int, new_w: int, config: VisionConfig) -> bytes:
+    """`b'"' + b64encode(msgpack(item)) + b'"'` with the resize, patchify and base64 done band by
+    band: each band of patch*merge output rows (one row of merge blocks, a contiguous run of the
+    patch rows) is cast from the height pass's tile, patchified into a reused buffer and encoded
+    into the final bytes object while it is in the CPU cache. The whole-image planes, patch rows,
+    base64 pieces and their join (~25 MB of memory traffic per 720p image) are not made."""
+    patch, merge, temporal = config.patch_size, config.merge_size, config.temporal_patch_size
+    channels = image.shape[2]
+    gh, gw = new_h // patch, new_w // patch
+    row_bytes = channels * temporal * patch * patch
+    head, tail = _split_item(_item(gh, gw, row_bytes), gh * gw * row_bytes)
+    writer = b64stream.Base64Writer(len(head) + gh * gw * row_bytes + len(tail), b'"', b'"')
+    writer.write(head)
+    band = patch * merge
+    buffer = np.empty(merge * gw * row_bytes, dtype=np.uint8)
+
+    # The height pass hands over the same band buffer each time: its views are made once.
+    views: list[Any] = [None]
+
+    def sink(planes: np.ndarray) -> None:
+        if planes is not views[0]:  # (a reference is kept, so identity cannot be a reused id)
+            full = planes.shape[1] == band  # only a last, shorter band (never: smart_resize) differs
+            source, target, rows = _patch_views(planes, patch, merge, temporal, buffer if full else None)
+            views[:] = [planes, source, target, rows.ctypes.data, rows.nbytes, rows]
+        _, source, target, address, size, _ = views
+        np.copyto(target, source)
+        writer.write_raw(address, size)
+
+    resize_bands(image, new_h, new_w, band, sink)
+    writer.write(tail)
+    return writer.finish()
+
+
 def process(
     image: np.ndarray, config: VisionConfig, digest: str, options: ImageOptions | None = None
 ) -> ProcessedImage:
     new_h, new_w = _grid(image.shape[0], image.shape[1], config, options)
-    planes = resize_planar(image, new_h, new_w)
-    rows, gh, gw = patchify(planes, config.patch_size, config.merge_size, config.temporal_patch_size)
+    gh, gw = new_h // config.patch_size, new_w // config.patch_size
     grid_field = _grid_field(gh, gw)
-    # vLLM builds the item from a set of field names, so its key order varies per vLLM process
-    # (hash seed); the engine decodes a map, so either order is the same item.
-    item = {
-        "pixel_values": {
-            "data": ("uint8", rows.shape, _PIXELS_STANDIN),
-            "field": ("flat", {"keep_on_cpu": False, "slices": [[(0, rows.shape[0], None)]], "dim": 0}),
-        },
-        "image_grid_thw": grid_field,
-    }
-    kwargs_data = _json_b64_msgpack(item, rows)
+    if b64stream.available() and image.dtype == np.uint8:
+        kwargs_data = _streamed_kwargs(image, new_h, new_w, config)
+    else:
+        planes = resize_planar(image, new_h, new_w)
+        rows, gh, gw = patchify(planes, config.patch_size, config.merge_size, config.temporal_patch_size)
+        kwargs_data = _json_b64_msgpack(_item(gh, gw, rows.shape[1]), rows)
     metadata = _b64encode(_encoder.encode({"image_grid_thw": grid_field})).decode("ascii")
     return ProcessedImage(
         mm_hash=digest,

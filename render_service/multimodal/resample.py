@@ -172,34 +172,57 @@ def _pass(src: np.ndarray, axis: int, out_size: int, dtype: type, last: bool = F
     return dst
 
 
-def _height_pass(src: np.ndarray, out_size: int, dtype: type, write: Callable[[int, int, np.ndarray], None]) -> None:
+def _height_pass(
+    src: np.ndarray,
+    out_size: int,
+    dtype: type,
+    write: Callable[[int, int, np.ndarray], None],
+    tile_rows: int = _TILE_ROWS,
+) -> None:
     """The height pass of a (B, H, N) stack (B=1, N=W*C for interleaved pixels; B=C, N=W for
     planes), any numeric dtype holding integral 0..255, in tiles of output rows: each tile's input
     rows are cast to `dtype`, multiplied by the band blocks, biased and clamped while they are in
     the cache, then handed to `write(row0, row1, tile)` (a (B, rows, N) float array whose
-    truncation to uint8 is ATen's shift). Whole-image float passes moved ~4x more memory."""
+    truncation to uint8 is ATen's shift). Whole-image float passes moved ~4x more memory.
+    Tiles start at multiples of `tile_rows` (the band blocks are sized to divide it)."""
     batch, in_size, width = src.shape
-    blocks = _bands(in_size, out_size, dtype, _BLOCK[1])
-    per_tile = max(1, _TILE_ROWS // _BLOCK[1])
-    tiles = [blocks[i : i + per_tile] for i in range(0, len(blocks), per_tile)]
+    tiles, rows_in = _tiles(in_size, out_size, dtype, tile_rows)
     convert = src.dtype != dtype
-    rows_in = max(max(b[3] for b in tile) - min(b[2] for b in tile) for tile in tiles)
     floats: np.ndarray | None = np.empty((batch, rows_in, width), dtype=dtype) if convert else None
-    tile_out: np.ndarray = np.empty((batch, _BLOCK[1] * per_tile, width), dtype=dtype)
-    for tile in tiles:
-        row0, row1 = tile[0][0], tile[-1][1]
-        first, end = min(b[2] for b in tile), max(b[3] for b in tile)
+    tile_out: np.ndarray = np.empty((batch, tile_rows, width), dtype=dtype)
+    matmul, copyto, clip = np.matmul, np.copyto, np.clip
+    for row0, row1, first, end, products in tiles:
         if floats is not None:
             rows = floats[:, : end - first]
-            np.copyto(rows, src[:, first:end], casting="unsafe")
+            copyto(rows, src[:, first:end], casting="unsafe")
         else:
             rows = src[:, first:end]
         out = tile_out[:, : row1 - row0]
-        for out0, out1, in0, in1, block in tile:
-            np.matmul(block, rows[:, in0 - first : in1 - first], out=out[:, out0 - row0 : out1 - row0])
+        for block, in0, in1, out0, out1 in products:
+            matmul(block, rows[:, in0:in1], out=out[:, out0:out1])
         out += 0.5  # the rounding bias, 1 << (precision - 1), after scaling by 2^-precision
-        np.clip(out, 0, 255, out=out)
+        clip(out, 0, 255, out=out)
         write(row0, row1, out)
+
+
+@lru_cache(maxsize=256)
+def _tiles(
+    in_size: int, out_size: int, dtype: type, tile_rows: int
+) -> tuple[tuple[tuple[int, int, int, int, tuple[tuple[np.ndarray, int, int, int, int], ...]], ...], int]:
+    """The height pass's plan, worked out once per size: per tile (row0, row1, first input row,
+    end input row, its band blocks with their input and output offsets within the tile), and the
+    most input rows a tile needs. The blocks are sized to divide `tile_rows`."""
+    block_size = max(d for d in range(1, _BLOCK[1] + 1) if tile_rows % d == 0)
+    blocks = _bands(in_size, out_size, dtype, block_size)
+    per_tile = tile_rows // block_size
+    plan = []
+    for i in range(0, len(blocks), per_tile):
+        group = blocks[i : i + per_tile]
+        row0, row1 = group[0][0], group[-1][1]
+        first, end = min(b[2] for b in group), max(b[3] for b in group)
+        products = tuple((b[4], b[2] - first, b[3] - first, b[0] - row0, b[1] - row0) for b in group)
+        plan.append((row0, row1, first, end, products))
+    return tuple(plan), max(end - first for _, _, first, end, _ in plan)
 
 
 @cache
@@ -224,35 +247,71 @@ def pass_dtype(in_height: int, in_width: int, height: int, width: int) -> type:
     return np.float32 if bound < _F32_EXACT else np.float64
 
 
-def resize_planar(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    """(H, W, C) uint8 -> C-contiguous (C, height, width) uint8 planes, bit-exact with ATen's uint8
-    AA bicubic (what patchify copies fastest)."""
+def _height_stack(image: np.ndarray, height: int, width: int) -> tuple[np.ndarray | None, np.ndarray | None, type]:
+    """(planes, None, dtype) when no height pass is needed (uint8 planes, the resize done), else
+    (None, stack, dtype): the (B, H, N) input of the height pass (the width pass done)."""
     in_height, in_width, channels = image.shape
     need_w, need_h = in_width != width, in_height != height
     if not (need_w or need_h):
-        return np.ascontiguousarray(image.transpose(2, 0, 1))
+        return np.ascontiguousarray(image.transpose(2, 0, 1)), None, np.float32
     dtype = pass_dtype(in_height, in_width, height, width)
     _single_threaded_blas()
     if need_w:  # width first, as ATen (its uint8 intermediate is our clamped, truncated floats)
         planes: np.ndarray = np.array(image.transpose(2, 0, 1), dtype=dtype, order="C")
         planes = _pass(planes, 2, width, dtype, last=not need_h)
         if not need_h:
-            return planes
-        stack = planes  # (C, H, width): one band product per channel
-    else:  # height only (most photos: their width is already a multiple of the patch grid)
-        stack = image.reshape(1, in_height, in_width * channels)  # interleaved rows, no copy
+            return planes, None, dtype
+        return None, planes, dtype  # (C, H, width): one band product per channel
+    # height only (most photos: their width is already a multiple of the patch grid)
+    return None, image.reshape(1, in_height, in_width * channels), dtype  # interleaved rows, no copy
+
+
+def _tile_planes(tile: np.ndarray, rows: int, width: int, channels: int) -> np.ndarray:
+    """A height-pass tile as a (C, rows, W) view: planes as they are, interleaved rows split."""
+    if tile.shape[0] == channels and tile.shape[2] == width:
+        return tile
+    return tile[0].reshape(rows, width, channels).transpose(2, 0, 1)
+
+
+def resize_planar(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """(H, W, C) uint8 -> C-contiguous (C, height, width) uint8 planes, bit-exact with ATen's uint8
+    AA bicubic (what patchify copies fastest)."""
+    channels = image.shape[2]
+    planes, stack, dtype = _height_stack(image, height, width)
+    if planes is not None:
+        return planes
+    assert stack is not None
     out = np.empty((channels, height, width), dtype=np.uint8)
 
     def write(row0: int, row1: int, tile: np.ndarray) -> None:
-        if need_w:
-            target = tile
-        else:  # (1, rows, W*C) interleaved -> (C, rows, W): de-interleaved by the cast's copy
-            target = tile[0].reshape(row1 - row0, width, channels).transpose(2, 0, 1)
         # float -> uint8 truncates, and the values are in 0..255.5: ATen's shift, in the cast
-        np.copyto(out[:, row0:row1], target, casting="unsafe")
+        # (interleaved rows are de-interleaved by the cast's copy)
+        np.copyto(out[:, row0:row1], _tile_planes(tile, row1 - row0, width, channels), casting="unsafe")
 
     _height_pass(stack, height, dtype, write)
     return out
+
+
+def resize_bands(image: np.ndarray, height: int, width: int, band: int, sink: Callable[[np.ndarray], None]) -> None:
+    """`resize_planar`, handed over in bands: `sink(planes)` gets C-contiguous (C, band, width)
+    uint8 planes of output rows 0..band, band..2*band, ... in order (the last band may be shorter). With a height pass each band is cast from its tile while the
+    tile is in the CPU cache, and one band-sized buffer is reused: `sink` must be done with it when
+    it returns. Bit-exact with `resize_planar` (the same products, staged differently)."""
+    channels = image.shape[2]
+    planes, stack, dtype = _height_stack(image, height, width)
+    if planes is not None:
+        for row0 in range(0, height, band):
+            sink(np.ascontiguousarray(planes[:, row0 : row0 + band]))
+        return
+    assert stack is not None
+    buffer = np.empty((channels, band, width), dtype=np.uint8)
+
+    def write(row0: int, row1: int, tile: np.ndarray) -> None:
+        target = buffer if row1 - row0 == band else np.empty((channels, row1 - row0, width), dtype=np.uint8)
+        np.copyto(target, _tile_planes(tile, row1 - row0, width, channels), casting="unsafe")
+        sink(target)
+
+    _height_pass(stack, height, dtype, write, tile_rows=band)
 
 
 def resize_bicubic_aa(image: np.ndarray, height: int, width: int) -> np.ndarray:

@@ -12,6 +12,7 @@ import orjson
 import pytest
 from PIL import Image
 
+from render_service.multimodal import b64stream
 from render_service.multimodal import qwen3_vl as multimodal
 from render_service.multimodal.resample import resize_bicubic_aa_reference
 
@@ -55,8 +56,17 @@ def _reference_kwargs(image: np.ndarray) -> bytes:
     return b'"' + base64.b64encode(msgspec.msgpack.encode(item)) + b'"'
 
 
-@pytest.mark.parametrize(("width", "height"), [(1280, 720), (300, 200), (97, 451), (64, 64)])
-def test_processed_bytes_match_the_reference_pipeline(width: int, height: int) -> None:
+@pytest.mark.parametrize("streamed", [True, False])
+@pytest.mark.parametrize(("width", "height"), [(1280, 720), (300, 200), (97, 451), (64, 64), (1000, 1000)])
+def test_processed_bytes_match_the_reference_pipeline(
+    width: int, height: int, streamed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # streamed: resize, patchify and base64 band by band into one bytes object (b64stream);
+    # else whole-image planes, patch rows and joined base64 pieces. Both the reference's bytes.
+    # (1280x720: height pass only; 97x451 and 1000x1000: both passes; 64x64: upscaled.)
+    assert b64stream.available()
+    if not streamed:
+        monkeypatch.setattr(b64stream, "available", lambda: False)
     image = np.random.default_rng(width).integers(0, 256, (height, width, 3), dtype=np.uint8)
     processed = multimodal.process(image, CONFIG, "digest")
     assert processed.kwargs_json == _reference_kwargs(image)

@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 
 from render_service.multimodal import resample
-from render_service.multimodal.resample import resize_bicubic_aa, resize_bicubic_aa_reference, resize_planar
+from render_service.multimodal.resample import (
+    resize_bands,
+    resize_bicubic_aa,
+    resize_bicubic_aa_reference,
+    resize_planar,
+)
 
 
 def _sizes(seed: int, count: int) -> list[tuple[int, int, int, int]]:
@@ -60,3 +65,28 @@ def test_float_type_is_chosen_by_the_exactness_bound() -> None:
     assert resample.pass_dtype(150, 2000, 150, 37) is np.float64
     assert resample._bound(720, 704) < 1 << 24
     assert resample.pass_dtype(720, 1280, 704, 1280) is np.float32
+
+
+@pytest.mark.parametrize(
+    ("h", "w", "oh", "ow", "band"),
+    [
+        (720, 1280, 704, 1280, 32),  # height only: bands cast from the interleaved tiles
+        (451, 97, 448, 96, 32),  # both passes: bands cast from planar tiles
+        (300, 200, 300, 200, 32),  # no resize: bands of the planes
+        (200, 300, 200, 256, 32),  # width only
+        (100, 60, 140, 84, 28),  # upscale, a band of 28 (patch 14, merge 2): blocks of 7 rows
+        (90, 64, 77, 64, 32),  # a last, shorter band
+    ],
+)
+def test_resize_bands_are_resize_planar_in_order(h: int, w: int, oh: int, ow: int, band: int) -> None:
+    image = np.random.default_rng(h + w).integers(0, 256, (h, w, 3), dtype=np.uint8)
+    expected = resize_planar(image, oh, ow)
+    got: list[np.ndarray] = []
+
+    def sink(planes: np.ndarray) -> None:
+        assert planes.dtype == np.uint8 and planes.flags.c_contiguous
+        got.append(planes.copy())  # the buffer is reused for the next band
+
+    resize_bands(image, oh, ow, band, sink)
+    assert [b.shape[1] for b in got] == [min(band, oh - r) for r in range(0, oh, band)]
+    assert np.array_equal(np.concatenate(got, axis=1), expected)
