@@ -11,7 +11,8 @@ Without --oracle-url the script starts vLLM 0.33's render tier itself (the pytho
 VLLM_ORACLE_PYTHON, with the patched torchvision overlay of tests/parity/record_mm.py on PYTHONPATH:
 --mm-torchvision, default $VLLM_TORCHVISION_OVERLAY). Ours is `python -m render_service.cli serve` with PYTHONPATH set to
 this checkout, so the code measured is the code next to this script. Both serve the Qwen3-VL
-example folder from mm_corpus.MM_MODEL_DIR.
+example folder, built into a temporary folder (or --model-dir: the folder an external oracle
+serves, as given on its command line; vLLM hashes images with that path).
 
 Scenarios: 1 or 4 images per request; "new": every request carries images never seen before
 (each JPEG gets a unique 12-byte COM segment: same pixels, new bytes, so a new mm_hash and a
@@ -56,9 +57,11 @@ from benchmarks._common import (
     tree_cpu_seconds,
     wait_healthy,
 )
-from tests.parity.mm_corpus import MM_MAX_MODEL_LEN, MM_MODEL_DIR, MM_MODEL_NAME, make_image, summarize_item
+from tests.parity.mm_corpus import MM_MAX_MODEL_LEN, MM_MODEL_NAME, build_mm_model, make_image, summarize_item
 
 ROOT = Path(__file__).resolve().parents[1]
+# The model folder both servers load, as given on their command lines (set in main).
+MODEL_DIR = ""
 RENDER_PATH = "/v1/chat/completions/render"
 MARKER = "@" * 16  # stands for the 16 base64 characters of a JPEG COM payload (never base64 itself)
 SCENARIOS = [(1, "new"), (1, "repeated"), (4, "new"), (4, "repeated")]
@@ -134,7 +137,7 @@ def start_ours(workers: int, log_dir: Path, root: Path = ROOT, name: str = "") -
         "-m",
         "render_service.cli",
         "serve",
-        MM_MODEL_DIR,
+        MODEL_DIR,
         "--port",
         str(port),
         "--served-model-name",
@@ -177,7 +180,7 @@ def start_vllm(torchvision_path: str | None) -> Server:
     os.environ["PYTHONPATH"] = torchvision_path  # inherited by the oracle process (and only it)
     try:
         return start_vllm_render(
-            MM_MODEL_DIR, free_port(), ["--served-model-name", MM_MODEL_NAME, "--max-model-len", str(MM_MAX_MODEL_LEN)]
+            MODEL_DIR, free_port(), ["--served-model-name", MM_MODEL_NAME, "--max-model-len", str(MM_MAX_MODEL_LEN)]
         )
     finally:
         del os.environ["PYTHONPATH"]
@@ -359,7 +362,7 @@ def load(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--oracle-url", help="a running vLLM render tier serving MM_MODEL_DIR (else started here)")
+    parser.add_argument("--oracle-url", help="a running vLLM render tier serving --model-dir (else started here)")
     parser.add_argument("--oracle-pid", type=int)
     parser.add_argument(
         "--mm-torchvision",
@@ -384,6 +387,11 @@ def main() -> None:
         "joins the sequential rounds as 'baseline', to compare two versions of ours under the same load",
     )
     parser.add_argument(
+        "--model-dir",
+        help="the Qwen3-VL example folder (python -m render_service.model.example DIR qwen3-vl) as an external "
+        "--oracle-url serves it; default: built into a temporary folder",
+    )
+    parser.add_argument(
         "--mm-payload",
         default="tensors",
         choices=("tensors", "none"),
@@ -394,12 +402,12 @@ def main() -> None:
     MM_PAYLOAD = args.mm_payload
     if args.duration and shutil.which("wrk") is None:
         raise SystemExit("wrk is needed for the load phase (apt-get install wrk), or pass --duration 0")
-    if Path(MM_MODEL_DIR, "preprocessor_config.json").exists() is False:
-        raise SystemExit(
-            f"build the model folder first: python -m render_service.model.example {MM_MODEL_DIR} qwen3-vl"
-        )
+    if args.oracle_url and not args.model_dir:
+        raise SystemExit("--model-dir is needed with --oracle-url: the folder that oracle serves, as given to it")
 
     tmp = Path(tempfile.mkdtemp(prefix="mm_bench."))
+    global MODEL_DIR
+    MODEL_DIR = args.model_dir or str(build_mm_model(tmp))
     payloads = Payloads()
     started: list[Server] = []
     try:

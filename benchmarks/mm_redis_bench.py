@@ -44,9 +44,11 @@ import httpx
 from benchmarks._common import Server, format_table, free_port, stop_process_tree, tree_cpu_seconds, wait_healthy
 from benchmarks.mm_bench import fill, jpeg_template
 from render_service.multimodal import qwen3_vl as multimodal
-from tests.parity.mm_corpus import MM_MAX_MODEL_LEN, MM_MODEL_DIR, MM_MODEL_NAME
+from tests.parity.mm_corpus import MM_MAX_MODEL_LEN, MM_MODEL_NAME, build_mm_model
 
 ROOT = Path(__file__).resolve().parents[1]
+# The model folder the servers load (set in main).
+MODEL_DIR = ""
 RENDER_PATH = "/v1/chat/completions/render"
 HEADERS = {"Content-Type": "application/json", "X-Request-Id": "bench"}
 
@@ -68,7 +70,7 @@ def item_bytes(url: str, payload: str) -> int:
 
     from render_service.multimodal import media
 
-    config = multimodal.VisionConfig.load(Path(MM_MODEL_DIR), MM_MODEL_DIR)
+    config = multimodal.VisionConfig.load(Path(MODEL_DIR), MODEL_DIR)
     processor = multimodal.ImageProcessor(config)
     processor.from_data_url(
         url, partial(media.decode_data_url, limits=media.MediaLimits()), tensors=payload == "tensors"
@@ -119,7 +121,7 @@ def start_ours(name: str, log_dir: Path, *flags: str) -> Server:
         "-m",
         "render_service.cli",
         "serve",
-        MM_MODEL_DIR,
+        MODEL_DIR,
         "--port",
         str(port),
         "--served-model-name",
@@ -251,11 +253,9 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("redis-server") is None:
         raise SystemExit("redis-server is needed")
-    if not Path(MM_MODEL_DIR, "preprocessor_config.json").exists():
-        raise SystemExit(
-            f"build the model folder first: python -m render_service.model.example {MM_MODEL_DIR} qwen3-vl"
-        )
     tmp = Path(tempfile.mkdtemp(prefix="mm_redis_bench."))
+    global MODEL_DIR
+    MODEL_DIR = str(build_mm_model(tmp))
     templates = [jpeg_template(seed) for seed in range(101, 105)]
     out: dict[str, Any] = {}
     rows = []

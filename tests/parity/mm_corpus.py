@@ -30,15 +30,20 @@ MM_MAX_MODEL_LEN = 16384
 INLINE_KWARGS_LIMIT = 200_000
 
 
+def build_mm_model(root: Path) -> Path:
+    """The Qwen3-VL example model folder, built as root/MM_MODEL_DIR."""
+    from render_service.model.example import build_example_model
+
+    return build_example_model(root / MM_MODEL_DIR, "qwen3-vl")
+
+
 @contextlib.contextmanager
 def mm_model_folder() -> Iterator[Path]:
     """Build the Qwen3-VL example model as MM_MODEL_DIR in a temporary folder and work from there
     (the process's working folder is restored on exit)."""
-    from render_service.model.example import build_example_model
-
     previous = Path.cwd()
     with tempfile.TemporaryDirectory(prefix="render-service-mm-") as workdir:
-        build_example_model(Path(workdir) / MM_MODEL_DIR, "qwen3-vl")
+        build_mm_model(Path(workdir))
         os.chdir(workdir)
         try:
             yield Path(workdir)
