@@ -28,6 +28,7 @@ from typing import Any
 
 from render_service.api.protocol import BadRequestError, handler_error
 from render_service.model.mistral import MistralTokenizer
+from render_service.model.mistral_encoder import MistralChatEncoder
 from render_service.render.renderers.base import ChatInput, NoFillInTheMiddle, RenderedPrompt
 
 logger = logging.getLogger("render_service.render.renderers.mistral")
@@ -77,6 +78,9 @@ class MistralRenderer(NoFillInTheMiddle):
         from mistral_common.protocol.instruct.request import ReasoningEffort
 
         self.tokenizer = tokenizer
+        # Our encoder for the common shapes (the library's ids, without its pydantic passes);
+        # None or a shape it does not know: mistral-common renders (model/mistral_encoder.py).
+        self.fast: MistralChatEncoder | None = MistralChatEncoder(tokenizer)
         self.reasoning_efforts = [effort.value for effort in ReasoningEffort]
         # For the config fingerprint: what the prompts depend on besides the request.
         self.fingerprint = {
@@ -125,6 +129,10 @@ class MistralRenderer(NoFillInTheMiddle):
     ) -> list[int]:
         from mistral_common.exceptions import MistralCommonException
 
+        if self.fast is not None and effort is None:
+            ids = self.fast.encode(messages, tools, continue_final)
+            if ids is not None:
+                return ids
         try:
             request = self.tokenizer.chat_request([_adapt_content(m) for m in messages], tools, continue_final, effort)
             return self.tokenizer.encode_chat(request)
