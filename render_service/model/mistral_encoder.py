@@ -151,11 +151,11 @@ class MistralChatEncoder:
         self.begin_inst, self.end_inst = instruct.BEGIN_INST, instruct.END_INST
         self.tool_calls = instruct.TOOL_CALLS
         self.begin_results, self.end_results = instruct.BEGIN_TOOL_RESULTS, instruct.END_TOOL_RESULTS
-        self.begin_system = getattr(instruct, "BEGIN_SYSTEM", None)
-        self.end_system = getattr(instruct, "END_SYSTEM", None)
-        self.tool_content = getattr(instruct, "BEGIN_TOOL_CONTENT", None)
-        self.args = getattr(instruct, "ARGS", None)
-        self.call_id = getattr(instruct, "CALL_ID", None)
+        self.begin_system: Any = getattr(instruct, "BEGIN_SYSTEM", None)
+        self.end_system: Any = getattr(instruct, "END_SYSTEM", None)
+        self.tool_content: Any = getattr(instruct, "BEGIN_TOOL_CONTENT", None)
+        self.args: Any = getattr(instruct, "ARGS", None)  # v11+
+        self.call_id: Any = getattr(instruct, "CALL_ID", None)
         self.begin_think: Any = getattr(instruct, "BEGIN_THINK", None)  # None: no [THINK] (v13 only)
         self.end_think: Any = getattr(instruct, "END_THINK", None)
         # Ids of long texts (see TEXT_CACHE_MIN_CHARS), oldest dropped first once over the budget.
