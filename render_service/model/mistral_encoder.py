@@ -159,29 +159,35 @@ class MistralChatEncoder:
         self.begin_think: Any = getattr(instruct, "BEGIN_THINK", None)  # None: no [THINK] (v13 only)
         self.end_think: Any = getattr(instruct, "END_THINK", None)
         # Ids of long texts (see TEXT_CACHE_MIN_CHARS), oldest dropped first once over the budget.
-        self._texts: dict[str, tuple[int, ...]] = {}
+        self._texts: dict[str, list[int]] = {}
         self._text_ids = 0
         self._lock = threading.Lock()
 
     # -- text ids ----------------------------------------------------------------------------
 
-    def text(self, text: str) -> list[int] | tuple[int, ...]:
+    def text(self, text: str) -> list[int]:
         """`Tekkenizer.encode(text, bos=False, eos=False)`: each message text is encoded alone by
-        the library too, so the ids of a text are the same wherever it appears."""
+        the library too, so the ids of a text are the same wherever it appears. The lists kept are
+        never changed (callers copy them into the prompt)."""
         if len(text) < TEXT_CACHE_MIN_CHARS:
             return self.raw_encode(text, False, False)
         found = self._texts.get(text)
         if found is not None:
             return found
-        ids = tuple(self.raw_encode(text, False, False))
-        with self._lock:
-            if text not in self._texts and len(ids) <= TEXT_CACHE_MAX_IDS // 4:
-                self._texts[text] = ids
-                self._text_ids += len(ids)
-                while self._text_ids > TEXT_CACHE_MAX_IDS:
-                    oldest = next(iter(self._texts))
-                    self._text_ids -= len(self._texts.pop(oldest))
+        ids = self.raw_encode(text, False, False)
+        if len(ids) <= TEXT_CACHE_MAX_IDS // 4:
+            self._texts[text] = ids  # one dict store: atomic, no lock needed to add
+            self._text_ids += len(ids)  # approximate under threads: it only paces the eviction
+            if self._text_ids > TEXT_CACHE_MAX_IDS:
+                self._evict()
         return ids
+
+    def _evict(self) -> None:
+        """Drop the oldest texts until the kept ids fit the budget again."""
+        with self._lock:
+            texts = self._texts
+            while self._text_ids > TEXT_CACHE_MAX_IDS and texts:
+                self._text_ids -= len(texts.pop(next(iter(texts))))
 
     # -- the request ---------------------------------------------------------------------------
 
