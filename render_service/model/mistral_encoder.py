@@ -49,6 +49,8 @@ _BAD_NEXT = {_SYSTEM: (_TOOL,), _USER: (_TOOL,), _ASSISTANT: (_SYSTEM,), _TOOL: 
 # shorter ones cost less to encode than to look up and keep.
 TEXT_CACHE_MIN_CHARS = 64
 TEXT_CACHE_MAX_IDS = 2_000_000
+# Tool-call groups kept with their ids (by (id, name, arguments) of each call).
+CALLS_CACHE_ENTRIES = 4096
 
 
 class Unsupported(Exception):
@@ -161,6 +163,7 @@ class MistralChatEncoder:
         # Ids of long texts (see TEXT_CACHE_MIN_CHARS), oldest dropped first once over the budget.
         self._texts: dict[str, list[int]] = {}
         self._text_ids = 0
+        self._calls: dict[tuple[tuple[str, str, str], ...], list[int]] = {}
         self._lock = threading.Lock()
 
     # -- text ids ----------------------------------------------------------------------------
@@ -414,6 +417,21 @@ class MistralChatEncoder:
         return out
 
     def _encode_calls(self, out: list[int], calls: list[tuple[str, str, str]]) -> None:
+        """An assistant message's tool calls; their ids are kept by (id, name, arguments), as
+        an agent's history sends the same calls again on every turn."""
+        key = tuple(calls)
+        found = self._calls.get(key)
+        if found is None:
+            found = self._calls_ids(calls)
+            if len(self._calls) >= CALLS_CACHE_ENTRIES:
+                with self._lock:
+                    while len(self._calls) >= CALLS_CACHE_ENTRIES:
+                        self._calls.pop(next(iter(self._calls)), None)
+            self._calls[key] = found
+        out += found
+
+    def _calls_ids(self, calls: list[tuple[str, str, str]]) -> list[int]:
+        out: list[int] = []
         if self.version < 11:  # one JSON list of {name, arguments, id}
             prepared = []
             for call_id, name, arguments in calls:
@@ -423,7 +441,7 @@ class MistralChatEncoder:
                 prepared.append(entry)
             out.append(self.tool_calls)
             out += self.raw_encode(json.dumps(prepared, ensure_ascii=False), False, False)
-            return
+            return out
         for call_id, name, arguments in calls:
             out.append(self.tool_calls)
             out += self.raw_encode(name, False, False)
@@ -431,4 +449,5 @@ class MistralChatEncoder:
                 out.append(self.call_id)
                 out += self.raw_encode(call_id, False, False)
             out.append(self.args)
-            out += self.text(json.dumps(_tool_args(arguments), ensure_ascii=False))
+            out += self.raw_encode(json.dumps(_tool_args(arguments), ensure_ascii=False), False, False)
+        return out
