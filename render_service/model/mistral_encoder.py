@@ -49,6 +49,8 @@ _BAD_NEXT = {_SYSTEM: (_TOOL,), _USER: (_TOOL,), _ASSISTANT: (_SYSTEM,), _TOOL: 
 # shorter ones cost less to encode than to look up and keep.
 TEXT_CACHE_MIN_CHARS = 64
 TEXT_CACHE_MAX_IDS = 2_000_000
+# Hashes of texts seen once (a text's ids are kept when it comes again).
+SEEN_TEXTS = 1 << 16
 # Tool-call groups kept with their ids (by (id, name, arguments) of each call).
 CALLS_CACHE_ENTRIES = 4096
 
@@ -163,6 +165,7 @@ class MistralChatEncoder:
         # Ids of long texts (see TEXT_CACHE_MIN_CHARS), oldest dropped first once over the budget.
         self._texts: dict[str, list[int]] = {}
         self._text_ids = 0
+        self._seen: dict[int, None] = {}
         self._calls: dict[tuple[tuple[str, str, str], ...], list[int]] = {}
         self._lock = threading.Lock()
 
@@ -170,15 +173,26 @@ class MistralChatEncoder:
 
     def text(self, text: str) -> list[int]:
         """`Tekkenizer.encode(text, bos=False, eos=False)`: each message text is encoded alone by
-        the library too, so the ids of a text are the same wherever it appears. The lists kept are
-        never changed (callers copy them into the prompt)."""
+        the library too, so the ids of a text are the same wherever it appears. A text's ids are
+        kept the second time it is seen (chat history is sent again every turn): keeping every
+        text would make the garbage collector walk the ids of texts never seen again, which
+        costs fresh conversations more than the cache saves. The kept lists are never changed
+        (callers copy them into the prompt)."""
         if len(text) < TEXT_CACHE_MIN_CHARS:
             return self.raw_encode(text, False, False)
         found = self._texts.get(text)
         if found is not None:
             return found
         ids = self.raw_encode(text, False, False)
-        if len(ids) <= TEXT_CACHE_MAX_IDS // 4:
+        digest = hash(text)  # computed by the lookup above already
+        seen = self._seen
+        if digest not in seen:
+            seen[digest] = None  # ints only: the collector leaves this dict alone
+            if len(seen) > SEEN_TEXTS:
+                with self._lock:
+                    while len(seen) > SEEN_TEXTS:
+                        seen.pop(next(iter(seen)), None)
+        elif len(ids) <= TEXT_CACHE_MAX_IDS // 4:
             self._texts[text] = ids  # one dict store: atomic, no lock needed to add
             self._text_ids += len(ids)  # approximate under threads: it only paces the eviction
             if self._text_ids > TEXT_CACHE_MAX_IDS:

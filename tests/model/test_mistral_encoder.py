@@ -167,7 +167,8 @@ def test_our_ids_are_the_librarys_on_generated_conversations(tokenizer: MistralT
         ours += 1
         assert not isinstance(expected, Exception), (case, messages, tools, continue_final, expected)
         assert got == expected, (case, messages, tools, continue_final)
-        assert encoder.encode(messages, tools, continue_final) == expected  # the text cache gives the same
+        for _ in range(2):  # seen again: the texts' ids are kept, then read from the cache
+            assert encoder.encode(messages, tools, continue_final) == expected
     # Most of what the library renders, ours renders (the rest are shapes it leaves to the library).
     assert accepted > 300 and ours >= 0.9 * accepted, (accepted, ours)
 
@@ -194,3 +195,13 @@ def test_the_benchmark_chat_takes_our_encoder(tmp_path: Path) -> None:
     body = payload(5, 0.77)
     ids = encoder.encode(body["messages"], body["tools"], False)
     assert ids is not None and ids == _library(tok, body["messages"], body["tools"], False)
+
+
+def test_a_texts_ids_are_kept_when_it_comes_again(tokenizer: MistralTokenizer) -> None:
+    encoder = MistralChatEncoder(tokenizer)
+    text = "a message long enough to be worth keeping, sent again on the next turn " * 3
+    first = encoder.text(text)
+    assert text not in encoder._texts  # seen once: not kept
+    assert encoder.text(text) == first and encoder._texts[text] == first
+    assert encoder.text(text) is encoder._texts[text]
+    assert encoder.text("short") == tokenizer.raw.encode("short", False, False)
