@@ -74,6 +74,17 @@ def _tool_args(arguments: str) -> Any:
         return normalized
 
 
+def _text_parts(content: list[Any]) -> list[str]:
+    """The texts of content parts that are all `{"type": "text", "text": str}` (mistral-common's
+    text chunks); Unsupported for any other part (images, parts without a type, ...)."""
+    texts = []
+    for part in content:
+        if type(part) is not dict or part.get("type") != "text" or type(part.get("text")) is not str:
+            raise Unsupported
+        texts.append(part["text"])
+    return texts
+
+
 def _aggregate_contents(contents: list[Any]) -> str | list[tuple[bool, str]]:
     """`_aggregate_content_chunks_impl(contents, "\\n\\n", "\\n\\n")` over contents that are
     None, strings or [(is_think, text)] chunk lists: a string when there is no think chunk,
@@ -236,7 +247,9 @@ class MistralChatEncoder:
                 raise Unsupported
             if role == _ASSISTANT:
                 content = message.get("content")
-                if content is not None and type(content) is not str:
+                if type(content) is list:  # text parts: text chunks, joined by the normalizer
+                    content = [(False, text) for text in _text_parts(content)]
+                elif content is not None and type(content) is not str:
                     raise Unsupported
                 reasoning, reasoning_content = message.get("reasoning"), message.get("reasoning_content")
                 thinking = reasoning if reasoning is not None else reasoning_content
@@ -255,10 +268,20 @@ class MistralChatEncoder:
                 # `from_openai`'s content: a string, or a closed think chunk then the text.
                 chunks: str | list[tuple[bool, str]] | None = content
                 if thinking is not None:
-                    chunks = [(True, thinking)] if content is None else [(True, thinking), (False, content)]
+                    if content is None:
+                        chunks = [(True, thinking)]
+                    elif type(content) is str:
+                        chunks = [(True, thinking), (False, content)]
+                    else:
+                        chunks = [(True, thinking), *content]
                 parsed.append((_ASSISTANT, chunks, parsed_calls, continue_final and index == last))
             else:
-                if "content" not in message or type(message["content"]) is not str:
+                if "content" not in message:
+                    raise Unsupported
+                text = message["content"]
+                if type(text) is list:  # text parts: the normalizer joins the non-empty ones
+                    text = "\n\n".join(part for part in _text_parts(text) if part)
+                elif type(text) is not str:
                     raise Unsupported
                 if role == _TOOL:
                     call_id, name = message.get("tool_call_id"), message.get("name")
@@ -268,9 +291,9 @@ class MistralChatEncoder:
                         raise Unsupported
                     if not self._valid_id(call_id):
                         raise Unsupported
-                    parsed.append((_TOOL, message["content"], call_id))
+                    parsed.append((_TOOL, text, call_id))
                 else:
-                    parsed.append((role, message["content"]))
+                    parsed.append((role, text))
         if continue_final and parsed[-1][0] != _ASSISTANT:
             raise Unsupported
         self._check_structure(parsed)

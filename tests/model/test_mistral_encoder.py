@@ -125,8 +125,13 @@ def conversation(rng: random.Random, version: str) -> tuple[list[dict[str, Any]]
         messages.append({"role": "assistant", "content": "dangling"})
     if rng.random() < 0.03:
         messages.insert(rng.randrange(len(messages)), {"role": "tool", "tool_call_id": "call12345", "content": "x"})
+    for message in messages:  # text parts instead of a string, now and then
+        if isinstance(message.get("content"), str) and rng.random() < 0.1:
+            message["content"] = [{"type": "text", "text": rng.choice(TEXTS)} for _ in range(rng.randint(0, 3))]
     if rng.random() < 0.02:
-        messages[rng.randrange(len(messages))]["content"] = [{"type": "text", "text": "parts"}]
+        messages[rng.randrange(len(messages))]["content"] = [{"type": "image_url", "image_url": {"url": "x"}}]
+    if rng.random() < 0.02:
+        messages[rng.randrange(len(messages))]["content"] = [{"text": "no type"}]
     if rng.random() < 0.02:
         messages = messages[:1]
     tools = rng.choice([None, [], TOOLS, TOOLS[:1], TOOLS, BAD_TOOL if rng.random() < 0.1 else TOOLS])
@@ -175,7 +180,7 @@ def test_our_ids_are_the_librarys_on_generated_conversations(tokenizer: MistralT
 
 def test_unsupported_shapes_are_left_to_the_library(tokenizer: MistralTokenizer) -> None:
     encoder = MistralChatEncoder(tokenizer)
-    parts = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    parts = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
     assert encoder.encode(parts, None, False) is None
     assert encoder.encode([], None, False) is None
     assert encoder.encode([{"role": "assistant", "content": "x"}], None, False) is None  # the library's error
