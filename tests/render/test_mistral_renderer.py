@@ -205,7 +205,7 @@ def test_the_conversation_is_skipped_only_when_parsing_it_cannot_fail(v13_dir: P
         if renderer.conversation_unused(messages):
             skipped += 1
             build_conversation(messages, "string", None)  # never raises for these
-    assert skipped > 300
+    assert skipped > 100  # the rest have content parts (or a broken message), which are parsed
     for bad in (
         [{"role": "assistant", "content": None, "tool_calls": ["not an object"]}],
         [{"role": "assistant", "content": None, "tool_calls": [{"type": "custom", "function": {}}]}],
