@@ -33,6 +33,8 @@ from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
 
+import orjson
+
 # The validator's patterns, used with `re.match` as it uses them (so `$` also matches before a
 # trailing newline, exactly as in the library).
 _NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -51,6 +53,9 @@ TEXT_CACHE_MIN_CHARS = 64
 TEXT_CACHE_MAX_IDS = 2_000_000
 # Hashes of texts seen once (a text's ids are kept when it comes again).
 SEEN_TEXTS = 1 << 16
+# Tool lists kept with their `[AVAILABLE_TOOLS]` block, by their JSON (at most this long).
+TOOLS_BLOCKS = 256
+TOOLS_BLOCK_MAX_KEY = 1 << 20
 # Tool-call groups kept with their ids (by (id, name, arguments) of each call).
 CALLS_CACHE_ENTRIES = 4096
 
@@ -177,6 +182,7 @@ class MistralChatEncoder:
         self._texts: dict[str, list[int]] = {}
         self._text_ids = 0
         self._seen: dict[int, None] = {}
+        self._blocks: dict[bytes, list[int]] = {}
         self._calls: dict[tuple[tuple[str, str, str], ...], list[int]] = {}
         self._lock = threading.Lock()
 
@@ -401,17 +407,11 @@ class MistralChatEncoder:
 
     def _encode(self, messages: Any, tools: list[dict[str, Any]] | None, continue_final: bool) -> list[int]:
         parsed = self._parse(messages, continue_final)
-        tok = self.tokenizer
-        available = None
-        if tools is not None:
-            from mistral_common.protocol.instruct.converters import convert_openai_tools
-
-            available = tok._converted_tools(tools, convert_openai_tools)
-            self.validator._validate_tools(available)  # the library's checks (memoized per function)
+        block = self._tools(tools) if tools is not None else []
         parsed = self._normalized(parsed)
         users = [i for i, message in enumerate(parsed) if message[0] == _USER]
         tools_at = -1
-        if available and users:
+        if block and users:
             tools_at = users[0] if self.version >= 13 else users[-1]
         text = self.text
         out = [self.bos]
@@ -419,7 +419,7 @@ class MistralChatEncoder:
             role = message[0]
             if role == _USER:
                 if index == tools_at:
-                    out += tok._tools_block(available)
+                    out += block
                 out.append(self.begin_inst)
                 out += text(message[1])
                 out.append(self.end_inst)
@@ -452,6 +452,26 @@ class MistralChatEncoder:
                 out += text(message[1])
                 out.append(self.end_system)
         return out
+
+    def _tools(self, tools: list[dict[str, Any]]) -> list[int]:
+        """The `[AVAILABLE_TOOLS]` block of a tool list ([] for an empty one), converted and
+        checked by the library the first time, then kept by the list's JSON (an agent sends the
+        same tools with every request). A list the library rejects raises, and is not kept."""
+        key = orjson.dumps(tools)
+        block = self._blocks.get(key)
+        if block is not None:
+            return block
+        from mistral_common.protocol.instruct.converters import convert_openai_tools
+
+        available = self.tokenizer._converted_tools(tools, convert_openai_tools)
+        self.validator._validate_tools(available)  # the library's checks (memoized per function)
+        block = self.tokenizer._tools_block(available) if available else []
+        if len(key) <= TOOLS_BLOCK_MAX_KEY:
+            with self._lock:
+                while len(self._blocks) >= TOOLS_BLOCKS:
+                    self._blocks.pop(next(iter(self._blocks)), None)
+                self._blocks[key] = block
+        return block
 
     def _encode_calls(self, out: list[int], calls: list[tuple[str, str, str]]) -> None:
         """An assistant message's tool calls; their ids are kept by (id, name, arguments), as

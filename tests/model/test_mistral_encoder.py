@@ -184,7 +184,8 @@ def test_unsupported_shapes_are_left_to_the_library(tokenizer: MistralTokenizer)
     assert encoder.encode(parts, None, False) is None
     assert encoder.encode([], None, False) is None
     assert encoder.encode([{"role": "assistant", "content": "x"}], None, False) is None  # the library's error
-    assert encoder.encode([{"role": "user", "content": "x"}], BAD_TOOL, False) is None
+    for _ in range(2):  # a tool list the library rejects is never kept
+        assert encoder.encode([{"role": "user", "content": "x"}], BAD_TOOL, False) is None
     assert encoder.encode([{"role": "user", "content": "x"}], None, False) == _library(
         tokenizer, [{"role": "user", "content": "x"}], None, False
     )
