@@ -50,7 +50,7 @@ _BAD_NEXT = {_SYSTEM: (_TOOL,), _USER: (_TOOL,), _ASSISTANT: (_SYSTEM,), _TOOL: 
 # Texts at least this long have their ids kept (chat history repeats from request to request);
 # shorter ones cost less to encode than to look up and keep.
 TEXT_CACHE_MIN_CHARS = 64
-TEXT_CACHE_MAX_IDS = 2_000_000
+TEXT_CACHE_MAX_IDS = 1_000_000  # ~40 bytes an id (list slot and int object): ~40 MiB at most
 # Hashes of texts seen once (a text's ids are kept when it comes again).
 SEEN_TEXTS = 1 << 16
 # Tool lists kept with their `[AVAILABLE_TOOLS]` block, by their JSON (at most this long).

@@ -211,3 +211,17 @@ def test_a_texts_ids_are_kept_when_it_comes_again(tokenizer: MistralTokenizer) -
     assert encoder.text(text) == first and encoder._texts[text] == first
     assert encoder.text(text) is encoder._texts[text]
     assert encoder.text("short") == tokenizer.raw.encode("short", False, False)
+
+
+def test_the_kept_texts_stay_within_their_budget(tokenizer: MistralTokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
+    import render_service.model.mistral_encoder as module
+
+    monkeypatch.setattr(module, "TEXT_CACHE_MAX_IDS", 400)
+    encoder = MistralChatEncoder(tokenizer)
+    texts = [f"turn {i}: " + "some words that repeat " * 8 for i in range(12)]
+    for text in texts:
+        for _ in range(2):
+            assert encoder.text(text) == tokenizer.raw.encode(text, False, False)
+    assert 0 < encoder._text_ids <= 400
+    assert encoder._text_ids == sum(len(ids) for ids in encoder._texts.values())
+    assert texts[-1] in encoder._texts and texts[0] not in encoder._texts  # the oldest went first
