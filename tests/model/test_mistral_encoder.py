@@ -225,3 +225,31 @@ def test_the_kept_texts_stay_within_their_budget(tokenizer: MistralTokenizer, mo
     assert 0 < encoder._text_ids <= 400
     assert encoder._text_ids == sum(len(ids) for ids in encoder._texts.values())
     assert texts[-1] in encoder._texts and texts[0] not in encoder._texts  # the oldest went first
+
+
+def test_our_ids_are_vllms_on_the_goldens(tmp_path: Path) -> None:
+    """Every recorded vLLM 0.33 chat render (tests/parity/golden_mistral) that our encoder takes
+    gives vLLM's token ids; the ones it leaves to the library are few."""
+    import json
+
+    from render_service.render.renderers.mistral import truncate_tool_call_ids
+
+    encoders: dict[str, MistralChatEncoder] = {}
+    ours = left = 0
+    folder = Path(__file__).resolve().parents[1] / "parity" / "golden_mistral"
+    for path in sorted(folder.glob("*.json")):
+        golden = json.loads(path.read_text(encoding="utf-8"))
+        body = golden["request"].get("json") or {}
+        if not golden["request"]["path"].endswith("/chat/completions/render") or golden["status"] != 200:
+            continue
+        version = golden["tokenizer_version"]
+        if version not in encoders:
+            encoders[version] = MistralChatEncoder(MistralTokenizer(build_mistral_model(tmp_path / version, version)))
+        messages = truncate_tool_call_ids(body["messages"])
+        ids = encoders[version].encode(messages, body.get("tools"), bool(body.get("continue_final_message")))
+        if ids is None:
+            left += 1
+            continue
+        ours += 1
+        assert ids == golden["response"]["token_ids"], path.name
+    assert ours >= 60 and left <= ours // 3, (ours, left)
