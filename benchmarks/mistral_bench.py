@@ -8,6 +8,10 @@ The Mistral counterpart of renderer_bench.py: builds a Mistral-format fixture fo
 in rounds alternating between the servers and prints server CPU-ms per request and the ratio.
 
     python -m benchmarks.mistral_bench [--version v13] [--requests 40] [--fresh] [--json out.json]
+        [--baseline CHECKOUT]
+
+`--baseline CHECKOUT` also starts render-service from another checkout of this repository (its
+root goes first on PYTHONPATH), timed in the same rounds: the build before a change, next to it.
 
 Needs a vLLM 0.33 environment with mistral-common (VLLM_ORACLE_PYTHON or --oracle-python).
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -70,25 +75,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="time payloads neither server has seen")
     parser.add_argument("--oracle-python", default=DEFAULT_ORACLE_PYTHON, help="python of a vLLM 0.33 env")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--baseline", type=Path, help="another checkout of render-service, timed next to ours")
     args = parser.parse_args(argv)
 
     bodies = [orjson.dumps(payload(1000 + i, args.scale)) for i in range(args.variants)]
     timed = [orjson.dumps(payload(100_000 + i, args.scale)) for i in range(args.requests)] if args.fresh else None
     server_args = ["--served-model-name", MODEL_NAME, "--max-model-len", "32768"]
     folder = Path(tempfile.mkdtemp(prefix="mistral-bench-"))
+    started: dict[str, Any] = {}
     try:
         model_dir = str(build_mistral_model(folder / args.version, args.version))
         print(f"[mistral {args.version}] starting render-service and vLLM on {model_dir} ...", flush=True)
-        ours = start_render_service(model_dir, free_port(), [*server_args, "--workers", "1"], log=folder / "ours.log")
-        try:
-            vllm = start_vllm_render(model_dir, free_port(), server_args, python=args.oracle_python)
+        ours_args = [*server_args, "--workers", "1"]
+        started["ours"] = start_render_service(model_dir, free_port(), ours_args, log=folder / "ours.log")
+        if args.baseline is not None:
+            path = os.environ.get("PYTHONPATH")
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(args.baseline.resolve()), path]))
             try:
-                result = asyncio.run(measure({"ours": ours, "vLLM": vllm}, bodies, args.requests, args.rounds, timed))
+                started["baseline"] = start_render_service(
+                    model_dir, free_port(), ours_args, log=folder / "baseline.log"
+                )
             finally:
-                vllm.stop()
-        finally:
-            ours.stop()
+                if path is None:
+                    os.environ.pop("PYTHONPATH", None)
+                else:
+                    os.environ["PYTHONPATH"] = path
+        started["vLLM"] = start_vllm_render(model_dir, free_port(), server_args, python=args.oracle_python)
+        result = asyncio.run(measure(started, bodies, args.requests, args.rounds, timed))
     finally:
+        for server in started.values():
+            server.stop()
         shutil.rmtree(folder, ignore_errors=True)
     ours_ms, vllm_ms = result["cpu_ms"]["ours"], result["cpu_ms"]["vLLM"]
     row = [
@@ -112,7 +128,21 @@ def main(argv: list[str] | None = None) -> int:
     title = "~9k-token chat render, sequential, server CPU per request" + (
         " (payloads not seen before)" if args.fresh else ""
     )
-    print(format_table(headers, [row], title=title))
+    rows = [row]
+    if "baseline" in result["cpu_ms"]:
+        base_ms = result["cpu_ms"]["baseline"]
+        rows.append(
+            [
+                f"baseline ({args.baseline})",
+                fmt(result["prompt_tokens"], 0),
+                fmt(base_ms),
+                fmt(vllm_ms),
+                fmt(vllm_ms / base_ms if base_ms else None, 1) + "x",
+                fmt(result["p50_ms"]["baseline"]),
+                fmt(result["p50_ms"]["vLLM"]),
+            ]
+        )
+    print(format_table(headers, rows, title=title))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     return 0

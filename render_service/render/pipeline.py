@@ -829,9 +829,15 @@ def _render_chat_tokens(
     incremental = _incremental_prompt(ctx, body, chat_template, rendered_tools, template_kwargs, content_format, turn)
     if incremental is not None and turn is not None:
         return _encode_turn(ctx, turn, incremental), None, None
-    conversation = templating.build_conversation(
-        body["messages"], content_format, collector, model_name=ctx.settings.served_names[0]
-    )
+    # A renderer that reads the request messages (Mistral) says when parsing them could neither
+    # fail nor find media; then the conversation it would not read is not built.
+    unused = getattr(renderer, "conversation_unused", None)
+    if unused is not None and unused(body["messages"]):
+        conversation: list[dict[str, Any]] = []
+    else:
+        conversation = templating.build_conversation(
+            body["messages"], content_format, collector, model_name=ctx.settings.served_names[0]
+        )
     mm_payload = body.get("mm_payload", "tensors")
     # vLLM's processor (render_service/adapter/multimodal.py) expands the whole prompt itself.
     delegated = ctx.vision if isinstance(ctx.vision, adapter_multimodal.DelegatedVision) else None

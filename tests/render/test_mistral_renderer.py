@@ -187,3 +187,32 @@ def test_the_cached_tools_block_is_the_librarys(version: str, tmp_path: Path) ->
             request = tok.chat_request(messages, tool_list, False, None)
             assert tok.encode_chat(request) == tok.mistral.encode_chat_completion(request).tokens
     assert len(tok._tools_blocks) == 2  # one block per distinct list, however often it is sent
+
+
+def test_the_conversation_is_skipped_only_when_parsing_it_cannot_fail(v13_dir: Path) -> None:
+    """The pipeline skips vLLM's message parsing for this renderer only where that parsing could
+    neither fail nor find media; anything else is parsed (and gives its own errors)."""
+    import random
+
+    from render_service.render.templating import build_conversation
+    from tests.model.test_mistral_encoder import conversation
+
+    renderer = load_model(Settings(model=str(v13_dir)).validate()).renderer
+    rng = random.Random(3)
+    skipped = 0
+    for _ in range(400):
+        messages, _, _ = conversation(rng, "v13")
+        if renderer.conversation_unused(messages):
+            skipped += 1
+            build_conversation(messages, "string", None)  # never raises for these
+    assert skipped > 100  # the rest have content parts (or a broken message), which are parsed
+    for bad in (
+        [{"role": "assistant", "content": None, "tool_calls": ["not an object"]}],
+        [{"role": "assistant", "content": None, "tool_calls": [{"type": "custom", "function": {}}]}],
+        [{"role": "assistant", "content": None, "tool_calls": [{"function": "f"}]}],
+        [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+    ):
+        assert not renderer.conversation_unused(bad)
+    for bad in ([{"role": "assistant", "content": None, "tool_calls": ["not an object"]}],):
+        with pytest.raises(BadRequestError):
+            build_conversation(bad, "string", None)

@@ -28,6 +28,7 @@ from typing import Any
 
 from render_service.api.protocol import BadRequestError, handler_error
 from render_service.model.mistral import MistralTokenizer
+from render_service.model.mistral_encoder import MistralChatEncoder
 from render_service.render.renderers.base import ChatInput, NoFillInTheMiddle, RenderedPrompt
 
 logger = logging.getLogger("render_service.render.renderers.mistral")
@@ -77,6 +78,9 @@ class MistralRenderer(NoFillInTheMiddle):
         from mistral_common.protocol.instruct.request import ReasoningEffort
 
         self.tokenizer = tokenizer
+        # Our encoder for the common shapes (the library's ids, without its pydantic passes);
+        # None or a shape it does not know: mistral-common renders (model/mistral_encoder.py).
+        self.fast: MistralChatEncoder | None = MistralChatEncoder(tokenizer)
         self.reasoning_efforts = [effort.value for effort in ReasoningEffort]
         # For the config fingerprint: what the prompts depend on besides the request.
         self.fingerprint = {
@@ -84,6 +88,28 @@ class MistralRenderer(NoFillInTheMiddle):
             "tokenizer_version": tokenizer.version,
             "tekken": tokenizer.is_tekken,
         }
+
+    def conversation_unused(self, messages: list[Any]) -> bool:
+        """Whether vLLM's message parsing (`templating.build_conversation`, run before any
+        renderer) could neither fail nor collect media on `messages`: text or no content, tool
+        calls as a list of function-call objects. This renderer reads the request messages, not
+        that conversation, so the pipeline skips building it then (errors still come from it)."""
+        for message in messages:
+            if type(message) is not dict:
+                return False
+            content = message.get("content")
+            if content is not None and type(content) is not str:
+                return False
+            calls = message.get("tool_calls")
+            if calls is not None and message.get("role") == "assistant":
+                if type(calls) is not list:
+                    return False
+                for call in calls:
+                    if type(call) is not dict or call.get("type", "function") != "function":
+                        return False
+                    if type(call.get("function")) is not dict:
+                        return False
+        return True
 
     def check_request(self, body: dict[str, Any]) -> None:
         """vLLM's Mistral-only request checks (`validate_request_params`), run before the
@@ -125,6 +151,10 @@ class MistralRenderer(NoFillInTheMiddle):
     ) -> list[int]:
         from mistral_common.exceptions import MistralCommonException
 
+        if self.fast is not None and effort is None:
+            ids = self.fast.encode(messages, tools, continue_final)
+            if ids is not None:
+                return ids
         try:
             request = self.tokenizer.chat_request([_adapt_content(m) for m in messages], tools, continue_final, effort)
             return self.tokenizer.encode_chat(request)
