@@ -305,6 +305,24 @@ def build_paths(gateway: Server, engine: Server, served: str, args: argparse.Nam
     return paths
 
 
+def thread_schedstat(pid: int | None) -> tuple[int, int]:
+    """(run-queue wait in ns, times it ran) of `pid`'s main thread, the event loop's."""
+    if pid is None:
+        return 0, 0
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat", "rb") as handle:
+            _, wait, slices = handle.read().split()[:3]
+        return int(wait), int(slices)
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return 0, 0
+
+
+def wait_per_wakeup_us(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """Mean wait for a CPU each time the thread became runnable, in microseconds."""
+    slices = after[1] - before[1]
+    return (after[0] - before[0]) / slices / 1000 if slices > 0 else None
+
+
 def cpu_reading(gateway: Server, engine: Server) -> tuple[float, float, float]:
     """(gateway tree, engine API server process alone, engine tree) CPU seconds so far."""
     api = own_cpu_seconds(engine.pid) if engine.pid else 0.0
@@ -341,11 +359,17 @@ async def measure_level(
                 into["api_cpu"] += after[1] - before[1]
                 into["engine_cpu"] += after[2] - before[2]
             cursor += args.requests
+        waits_before = thread_schedstat(gateway.pid), thread_schedstat(engine.pid)
         groups = await run_paired(pool, paths, cursor, args.pairs, concurrency) if args.pairs else []
+        waits_after = thread_schedstat(gateway.pid), thread_schedstat(engine.pid)
         metrics_after = added_latency_histogram(httpx.get(f"{gateway.url}/metrics").text)
     finally:
         await pool.aclose()
-    return {"results": results, "groups": groups, "own": added_latency(metrics_before, metrics_after)}
+    waits = {
+        "gateway_wait_us_per_wakeup": wait_per_wakeup_us(waits_before[0], waits_after[0]),
+        "engine_wait_us_per_wakeup": wait_per_wakeup_us(waits_before[1], waits_after[1]),
+    }
+    return {"results": results, "groups": groups, "own": added_latency(metrics_before, metrics_after), "waits": waits}
 
 
 def ms(values: list[float], q: float) -> float:
@@ -363,7 +387,13 @@ def report_level(
         return seconds / tokens * 1e6 if tokens and engine.pid else None
 
     rows = []
-    summary: dict[str, Any] = {"concurrency": concurrency, "separate": {}, "paired": {}, "own": level["own"]}
+    summary: dict[str, Any] = {
+        "concurrency": concurrency,
+        "separate": {},
+        "paired": {},
+        "own": level["own"],
+        "waits": level["waits"],
+    }
     for name, r in results.items():
         samples: list[Sample] = r["samples"]
         ttfts = [x.ttft for x in samples]
@@ -440,6 +470,14 @@ def report_level(
                 f"p50 of paired differences {paired['paired_difference_p50_ms']:+.3f} ms "
                 f"(p25 {paired['paired_difference_p25_ms']:+.3f}, p75 {paired['paired_difference_p75_ms']:+.3f})"
             )
+    waits = level["waits"]
+    if groups and waits["gateway_wait_us_per_wakeup"] is not None:
+        # The gateway path wakes the gateway twice more before its first token (the request, the
+        # engine's first chunk) than the direct path: on a loaded machine each waits for a core.
+        print(
+            f"waiting for a CPU per wakeup during the interleaved groups (schedstat, event-loop thread): gateway "
+            f"{waits['gateway_wait_us_per_wakeup']:.0f} us, engine {fmt(waits['engine_wait_us_per_wakeup'], 0)} us"
+        )
     gateway_row = separate["gateway"]
     print(
         f"gateway CPU per output token: {fmt(gateway_row['gateway_cpu_us_per_token'], 1)} us (its idle CPU, "

@@ -224,8 +224,11 @@ class _Connection(asyncio.Protocol):
     def send(self, data: bytes) -> None:
         self._reset()
         assert self.transport is not None
-        self.transport.write(data)
+        # Stamped as the bytes are handed to the kernel: the write wakes the engine, and on a busy
+        # machine the scheduler may run it (and others) before this process gets its core back, a
+        # wait that delays nothing the engine does.
         self.sent_at = time.perf_counter()
+        self.transport.write(data)
 
     def close(self) -> None:
         self.closed = True
