@@ -535,7 +535,7 @@ def main() -> int:
         from tests.integration.engine_fixture import build_weighted_model, start_engine
 
         model_dir = str(build_weighted_model())
-        vllm_process = start_engine(model_dir, max_model_len=4096, tokens_only=False)
+        vllm_process = start_engine(model_dir, max_model_len=4096, tokens_only=False, timeout=900)
         engine = Server("vllm", vllm_process.url, vllm_process.process.pid)
     else:
         model_dir = example_model_dir(args.model)

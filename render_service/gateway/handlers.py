@@ -31,7 +31,7 @@ from render_service.exceptions import BadRequestError, RenderServiceError
 from render_service.gateway import Gateway, anthropic, client
 from render_service.gateway import responses as gateway_responses
 from render_service.gateway.anthropic import MessagesStream
-from render_service.gateway.disconnect import ClientDisconnected, SSEResponse, cancel_on_disconnect
+from render_service.gateway.disconnect import ClientDisconnected, DisconnectWatch, SSEResponse, cancel_on_disconnect
 from render_service.gateway.stops import StopWatch, stop_strings, without_stop_strings
 from render_service.gateway.streams import ChatStream, CompletionStream, usage
 from render_service.multimodal import media
@@ -320,11 +320,29 @@ async def _generate(gateway: Gateway, rendered: dict[str, Any], watch: StopWatch
 
 
 async def _open_stream(
-    gateway: Gateway, rendered: dict[str, Any], watch: StopWatch | None, wire: Wire
-) -> client.EngineStream:
-    """The engine stream for `rendered`; `wire` prepares its first chunk while the engine works (a
-    wire that fails to prepare abandons the engine request)."""
-    return await gateway.open_stream(rendered if watch is None else without_stop_strings(rendered), wire.prepare)
+    gateway: Gateway, request: Request, rendered: dict[str, Any], watch: StopWatch | None, wire: Wire
+) -> tuple[client.EngineStream, DisconnectWatch]:
+    """The engine stream for `rendered` and the request's disconnect watch (for its `SSEResponse`).
+    Once the generate request is written, the watch starts and `wire` prepares its first chunk
+    while the engine works (a wire that fails to prepare abandons the engine request). With P/D the
+    watch starts at once: the prefill hop comes before the written request."""
+    disconnect = DisconnectWatch(request.receive)
+
+    def while_waiting() -> None:
+        disconnect.start()
+        wire.prepare()
+
+    if gateway.disagg is not None:
+        disconnect.start()
+    try:
+        with disconnect:
+            stream = await gateway.open_stream(
+                rendered if watch is None else without_stop_strings(rendered), while_waiting
+            )
+    except BaseException:
+        disconnect.close()
+        raise
+    return stream, disconnect
 
 
 # -- /v1/chat/completions (and the chat generation Messages and Responses run on) ----------------
@@ -350,9 +368,8 @@ async def _chat_generation(
         if rendered["stream"]:
             # Built before the engine stream opens: a converter that fails leaves nothing running.
             wire = make_wire(ChatStream(state.derender, chat, request_id, prompt_ids, model))
-            async with cancel_on_disconnect(request.receive):
-                stream = await _open_stream(gateway, rendered, watch, wire)
-            return SSEResponse(_sse_stream(gateway, endpoint, arrived, stream, wire, watch))
+            stream, disconnect = await _open_stream(gateway, request, rendered, watch, wire)
+            return SSEResponse(_sse_stream(gateway, endpoint, arrived, stream, wire, watch), disconnect)
         async with cancel_on_disconnect(request.receive):
             generated = await _generate(gateway, rendered, watch)
     except ClientDisconnected:
@@ -511,9 +528,8 @@ async def completions(state: State, request: Request, body: Any) -> Any:
             )
             watch = _stop_watch(state, body, rendered[0])
             wire = CompletionWire(converter)
-            async with cancel_on_disconnect(request.receive):
-                stream = await _open_stream(gateway, rendered[0], watch, wire)
-            return SSEResponse(_sse_stream(gateway, "completions", arrived, stream, wire, watch))
+            stream, disconnect = await _open_stream(gateway, request, rendered[0], watch, wire)
+            return SSEResponse(_sse_stream(gateway, "completions", arrived, stream, wire, watch), disconnect)
         async with cancel_on_disconnect(request.receive):
             generated = await asyncio.gather(
                 *(_generate(gateway, one, _stop_watch(state, body, one)) for one in rendered)
