@@ -11,6 +11,7 @@ hand-off, `metrics` the Prometheus series.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -73,11 +74,14 @@ class Gateway:
             return await self.disagg.generate(body)
         return await client.generate(self.pool, body)
 
-    async def open_stream(self, body: dict[str, Any]) -> client.EngineStream:
-        """A streaming generate, open once its first chunk has arrived."""
+    async def open_stream(
+        self, body: dict[str, Any], while_waiting: Callable[[], None] | None = None
+    ) -> client.EngineStream:
+        """A streaming generate, open once its first chunk has arrived; `while_waiting` runs once
+        the (decode) request is written (`client.open_stream`)."""
         if self.disagg is not None:
-            return await self.disagg.open_stream(body)
-        return await client.open_stream(self.pool, body)
+            return await self.disagg.open_stream(body, while_waiting)
+        return await client.open_stream(self.pool, body, while_waiting)
 
     async def close(self) -> None:
         for pool in self.pools:

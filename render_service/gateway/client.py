@@ -12,7 +12,7 @@ slot. Closing our side of the connection is therefore how a client's disconnect 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -192,11 +192,23 @@ async def _sse_events(response: Response) -> AsyncIterator[Any]:
     raise connection.RemoteProtocolError("the engine's stream ended without [DONE]")
 
 
-async def open_stream(pool: EnginePool, body: dict[str, Any]) -> EngineStream:
-    """A streaming generate, failed over until an engine sends its first chunk."""
+async def open_stream(
+    pool: EnginePool, body: dict[str, Any], while_waiting: Callable[[], None] | None = None
+) -> EngineStream:
+    """A streaming generate, failed over until an engine sends its first chunk. `while_waiting`
+    runs once, as soon as the first attempt's request is written: what the caller prepares for the
+    answer (its converter, the role chunk) then costs no time to first token, as long as the
+    engine takes longer than it. An exception from it abandons the request (the connection closes,
+    the engine aborts) and is raised here."""
     tried: set[Engine] = set()
     last: EngineFailure | None = None
     content = orjson.dumps(body)
+    pending = [while_waiting] if while_waiting is not None else []
+
+    def after_send() -> None:
+        if pending:
+            pending.pop()()
+
     while len(tried) < len(pool.engines):
         try:
             engine = pool.pick(tried, body.get("token_ids"))
@@ -208,7 +220,9 @@ async def open_stream(pool: EnginePool, body: dict[str, Any]) -> EngineStream:
         pool.acquire(engine)
         response: Response | None = None
         try:
-            response = await pool.client.request("POST", engine.url + GENERATE_PATH, content)
+            response = await pool.client.request(
+                "POST", engine.url + GENERATE_PATH, content, after_send=after_send if pending else None
+            )
             if response.status_code != 200:
                 raw = await response.read()
                 if response.status_code < 500:

@@ -21,7 +21,7 @@ import asyncio
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
@@ -81,6 +81,8 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reused = False  # has carried a request before (an idle close may have raced it)
+        self._timer: asyncio.TimerHandle | None = None  # the read timeout (see `wait`)
+        self._deadline = 0.0  # loop time by which the current wait must see something
         self._parser = httptools.HttpResponseParser(self)
         self._reset()
 
@@ -122,6 +124,9 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.headers_done and not self.complete and not self._framed:
             self.complete = True  # a body delimited by the connection's end
         elif not self.complete and self.error is None:
@@ -170,14 +175,32 @@ class _Connection(asyncio.Protocol):
             waiter.set_result(None)
 
     async def wait(self, timeout: float) -> None:
-        """Until something new arrives (bytes, the end, an error), at most `timeout` seconds."""
-        waiter = self._waiter = self.loop.create_future()
-        timer = self.loop.call_later(timeout, _expire, waiter)
+        """Until something new arrives (bytes, the end, an error), at most `timeout` seconds.
+
+        A stream waits once per engine chunk, so the timeout is one timer per connection that is
+        moved on only when it fires (to the current wait's deadline), not a timer per wait."""
+        loop = self.loop
+        waiter = self._waiter = loop.create_future()
+        deadline = self._deadline = loop.time() + timeout
+        timer = self._timer
+        if timer is None or timer.when() > deadline:  # none armed, or armed for a longer timeout
+            if timer is not None:
+                timer.cancel()
+            self._timer = loop.call_at(deadline, self._check_deadline)
         try:
             await waiter
         finally:
-            timer.cancel()
             self._waiter = None
+
+    def _check_deadline(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # nobody waits now: the next wait arms the timer again
+        if self.loop.time() >= self._deadline:
+            waiter.set_exception(ReadTimeout("the engine was silent for longer than the timeout"))
+        else:  # this wait began after the timer was set: on to its own deadline
+            self._timer = self.loop.call_at(self._deadline, self._check_deadline)
 
     def take(self) -> bytes:
         """The body bytes received and not yet read."""
@@ -201,18 +224,19 @@ class _Connection(asyncio.Protocol):
     def send(self, data: bytes) -> None:
         self._reset()
         assert self.transport is not None
-        self.transport.write(data)
+        # Stamped as the bytes are handed to the kernel: the write wakes the engine, and on a busy
+        # machine the scheduler may run it (and others) before this process gets its core back, a
+        # wait that delays nothing the engine does.
         self.sent_at = time.perf_counter()
+        self.transport.write(data)
 
     def close(self) -> None:
         self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.transport is not None:
             self.transport.close()
-
-
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(ReadTimeout("the engine was silent for longer than the timeout"))
 
 
 class Response:
@@ -274,6 +298,7 @@ class ConnectionPool:
         self._extra_headers = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
         self._idle: dict[Origin, list[_Connection]] = {}
         self._origins: dict[str, tuple[Origin, str]] = {}
+        self._heads: dict[tuple[str, str, str], tuple[Origin, bytes]] = {}
         self._ssl: ssl.SSLContext | None = None
 
     def _origin(self, url: str) -> tuple[Origin, str]:
@@ -288,6 +313,18 @@ class ConnectionPool:
             known = self._origins[url] = (origin, target)
         return known
 
+    def _head(self, method: str, url: str, content_type: str) -> tuple[Origin, bytes]:
+        """(the origin, the request's head up to its Content-Length value), memoised: the head
+        depends on the engine URL and method only, so a request adds its length and body."""
+        key = (method, url, content_type)
+        known = self._heads.get(key)
+        if known is None:
+            origin, target = self._origin(url)
+            head = f"{method} {target} HTTP/1.1\r\nHost: {origin.host_header}\r\n{self._extra_headers}"
+            head += f"Content-Type: {content_type}\r\nContent-Length: "
+            known = self._heads[key] = (origin, head.encode("latin-1"))
+        return known
+
     async def request(
         self,
         method: str,
@@ -296,32 +333,42 @@ class ConnectionPool:
         *,
         content_type: str = "application/json",
         timeout: float | None = None,
+        after_send: Callable[[], None] | None = None,
     ) -> Response:
         """Send a request and wait for the answer's status and headers (the body is read from the
-        `Response`). Raises `TransportError` subclasses."""
-        origin, target = self._origin(url)
+        `Response`). `after_send` runs once, right after the request is written and before its
+        answer is awaited: work the caller needs only once the engine answers overlaps the engine's
+        own (an exception from it abandons the request). Raises `TransportError` subclasses."""
         timeout = self.timeout if timeout is None else timeout
-        head = f"{method} {target} HTTP/1.1\r\nHost: {origin.host_header}\r\n{self._extra_headers}"
         if body or method == "POST":
-            head += f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-        data = (head + "\r\n").encode("latin-1") + body
+            origin, head = self._head(method, url, content_type)
+            data = b"%b%d\r\n\r\n%b" % (head, len(body), body)
+        else:
+            origin, target = self._origin(url)
+            text = f"{method} {target} HTTP/1.1\r\nHost: {origin.host_header}\r\n{self._extra_headers}\r\n"
+            data = text.encode("latin-1")
         connection = await self._acquire(origin, timeout)
         try:
-            await self._send(connection, data, timeout)
+            await self._send(connection, data, timeout, after_send)
         except TransportError as exc:
             if not connection.reused or connection.received_any or isinstance(exc, ReadTimeout):
                 raise
-            # The engine closed this idle connection as we reused it: once more, on a new one.
+            # The engine closed this idle connection as we reused it: once more, on a new one
+            # (`after_send` ran with the first write: not again).
             connection = await self._acquire(origin, timeout, fresh=True)
-            await self._send(connection, data, timeout)
+            await self._send(connection, data, timeout, None)
         except BaseException:
             connection.close()
             raise
         return Response(self, origin, connection, timeout)
 
-    async def _send(self, connection: _Connection, data: bytes, timeout: float) -> None:
+    async def _send(
+        self, connection: _Connection, data: bytes, timeout: float, after_send: Callable[[], None] | None
+    ) -> None:
         connection.send(data)
         try:
+            if after_send is not None:
+                after_send()
             while not connection.headers_done:
                 if connection.error is not None:
                     raise connection.error

@@ -24,6 +24,7 @@ the decode pool.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from render_service.exceptions import OverloadedError, RenderServiceError
@@ -114,5 +115,7 @@ class Disaggregated:
     async def generate(self, body: dict[str, Any]) -> dict[str, Any]:
         return await client.generate(self.decode, await self.decode_request(body))
 
-    async def open_stream(self, body: dict[str, Any]) -> client.EngineStream:
-        return await client.open_stream(self.decode, await self.decode_request(body))
+    async def open_stream(
+        self, body: dict[str, Any], while_waiting: Callable[[], None] | None = None
+    ) -> client.EngineStream:
+        return await client.open_stream(self.decode, await self.decode_request(body), while_waiting)

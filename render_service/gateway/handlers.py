@@ -31,7 +31,7 @@ from render_service.exceptions import BadRequestError, RenderServiceError
 from render_service.gateway import Gateway, anthropic, client
 from render_service.gateway import responses as gateway_responses
 from render_service.gateway.anthropic import MessagesStream
-from render_service.gateway.disconnect import ClientDisconnected, SSEResponse, cancel_on_disconnect
+from render_service.gateway.disconnect import ClientDisconnected, DisconnectWatch, SSEResponse, cancel_on_disconnect
 from render_service.gateway.stops import StopWatch, stop_strings, without_stop_strings
 from render_service.gateway.streams import ChatStream, CompletionStream, usage
 from render_service.multimodal import media
@@ -88,6 +88,9 @@ class Wire:
 
     trailer = DONE
 
+    def prepare(self) -> None:
+        """Work for the first chunk done ahead of it (`client.open_stream`'s `while_waiting`)."""
+
     def start(self) -> list[bytes]:
         return []
 
@@ -104,9 +107,18 @@ class Wire:
 class ChatWire(Wire):
     def __init__(self, chat: ChatStream) -> None:
         self.chat = chat
+        self._role = b""  # the role chunks, encoded ahead by `prepare`
+
+    def prepare(self) -> None:
+        self.chat.prepare()
+        self._role = b"".join([sse(chunk) for chunk in self.chat.start()])
 
     def feed(self, engine_chunk: dict[str, Any]) -> list[bytes]:
-        return [sse(chunk) for chunk in self.chat.feed(engine_chunk)]
+        out = [sse(chunk) for chunk in self.chat.feed(engine_chunk)]
+        if self._role:  # they go before the first output's chunk, as vLLM sends them
+            out.insert(0, self._role)
+            self._role = b""
+        return out
 
     def finish(self) -> list[bytes]:
         return [sse(chunk) for chunk in self.chat.finish()]
@@ -115,6 +127,9 @@ class ChatWire(Wire):
 class CompletionWire(Wire):
     def __init__(self, completion: CompletionStream) -> None:
         self.completion = completion
+
+    def prepare(self) -> None:
+        self.completion.prepare()
 
     def feed(self, engine_chunk: dict[str, Any]) -> list[bytes]:
         return [sse(chunk) for chunk in self.completion.feed(engine_chunk)]
@@ -137,6 +152,9 @@ class MessagesWire(Wire):
         self.chat = chat
         self.messages = MessagesStream()
 
+    def prepare(self) -> None:
+        self.chat.prepare()
+
     def feed(self, engine_chunk: dict[str, Any]) -> list[bytes]:
         return [event for chunk in self.chat.feed(engine_chunk) for event in self.messages.feed(chunk)]
 
@@ -156,6 +174,9 @@ class ResponsesWire(Wire):
     def __init__(self, chat: ChatStream, stream: gateway_responses.ResponsesStream) -> None:
         self.chat = chat
         self.responses = stream
+
+    def prepare(self) -> None:
+        self.chat.prepare()
 
     def start(self) -> list[bytes]:
         return self.responses.start()
@@ -183,10 +204,8 @@ def _sse_stream(
 
     async def body() -> AsyncIterator[bytes]:
         metrics = gateway.metrics
-        metrics.ttft.labels(endpoint).observe(time.perf_counter() - arrived)
-        if gateway.disagg is None:
-            metrics.added.labels(endpoint, "to_engine").observe(stream.sent_at - arrived)
-        last = time.perf_counter()
+        first_token_at = last = time.perf_counter()
+        inter_token = metrics.inter_token.labels(endpoint)
         finished = False
         try:
             if started := b"".join(wire.start()):
@@ -196,15 +215,18 @@ def _sse_stream(
                 tokens = sum(len(c.get("token_ids") or []) for c in engine_chunk.get("choices") or [])
                 first = engine_chunk is stream.first
                 if tokens and not first:
-                    metrics.inter_token.labels(endpoint).observe((now - last) / tokens)
+                    inter_token.observe((now - last) / tokens)
                 last = now
                 if watch is not None:
                     engine_chunk = watch.apply(engine_chunk)
                 data = b"".join(wire.feed(engine_chunk))  # one write per engine chunk
                 if data:
                     yield data
-                if first:  # its bytes are with the client's transport now
+                if first:  # its bytes are with the client's transport now: the metrics after them
                     metrics.added.labels(endpoint, "to_client").observe(time.perf_counter() - stream.first_received_at)
+                    metrics.ttft.labels(endpoint).observe(first_token_at - arrived)
+                    if gateway.disagg is None:
+                        metrics.added.labels(endpoint, "to_engine").observe(stream.sent_at - arrived)
                 if watch is not None and watch.done:
                     break  # a stop string finished every choice: closing the stream aborts the engine request
             if ended := b"".join(wire.finish()):
@@ -297,8 +319,30 @@ async def _generate(gateway: Gateway, rendered: dict[str, Any], watch: StopWatch
     return await _generate_watched(gateway, rendered, watch)
 
 
-async def _open_stream(gateway: Gateway, rendered: dict[str, Any], watch: StopWatch | None) -> client.EngineStream:
-    return await gateway.open_stream(rendered if watch is None else without_stop_strings(rendered))
+async def _open_stream(
+    gateway: Gateway, request: Request, rendered: dict[str, Any], watch: StopWatch | None, wire: Wire
+) -> tuple[client.EngineStream, DisconnectWatch]:
+    """The engine stream for `rendered` and the request's disconnect watch (for its `SSEResponse`).
+    Once the generate request is written, the watch starts and `wire` prepares its first chunk
+    while the engine works (a wire that fails to prepare abandons the engine request). With P/D the
+    watch starts at once: the prefill hop comes before the written request."""
+    disconnect = DisconnectWatch(request.receive)
+
+    def while_waiting() -> None:
+        disconnect.start()
+        wire.prepare()
+
+    if gateway.disagg is not None:
+        disconnect.start()
+    try:
+        with disconnect:
+            stream = await gateway.open_stream(
+                rendered if watch is None else without_stop_strings(rendered), while_waiting
+            )
+    except BaseException:
+        disconnect.close()
+        raise
+    return stream, disconnect
 
 
 # -- /v1/chat/completions (and the chat generation Messages and Responses run on) ----------------
@@ -324,9 +368,8 @@ async def _chat_generation(
         if rendered["stream"]:
             # Built before the engine stream opens: a converter that fails leaves nothing running.
             wire = make_wire(ChatStream(state.derender, chat, request_id, prompt_ids, model))
-            async with cancel_on_disconnect(request.receive):
-                stream = await _open_stream(gateway, rendered, watch)
-            return SSEResponse(_sse_stream(gateway, endpoint, arrived, stream, wire, watch))
+            stream, disconnect = await _open_stream(gateway, request, rendered, watch, wire)
+            return SSEResponse(_sse_stream(gateway, endpoint, arrived, stream, wire, watch), disconnect)
         async with cancel_on_disconnect(request.receive):
             generated = await _generate(gateway, rendered, watch)
     except ClientDisconnected:
@@ -484,9 +527,9 @@ async def completions(state: State, request: Request, body: Any) -> Any:
                 echo_text=None if echoed is None else echoed[0],
             )
             watch = _stop_watch(state, body, rendered[0])
-            async with cancel_on_disconnect(request.receive):
-                stream = await _open_stream(gateway, rendered[0], watch)
-            return SSEResponse(_sse_stream(gateway, "completions", arrived, stream, CompletionWire(converter), watch))
+            wire = CompletionWire(converter)
+            stream, disconnect = await _open_stream(gateway, request, rendered[0], watch, wire)
+            return SSEResponse(_sse_stream(gateway, "completions", arrived, stream, wire, watch), disconnect)
         async with cancel_on_disconnect(request.receive):
             generated = await asyncio.gather(
                 *(_generate(gateway, one, _stop_watch(state, body, one)) for one in rendered)

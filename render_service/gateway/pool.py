@@ -22,6 +22,7 @@ import time
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from render_service.gateway.connection import ConnectionPool, TransportError
 from render_service.gateway.metrics import GatewayMetrics
@@ -41,6 +42,9 @@ class Engine:
     inflight: int = 0
     failed_at: float = 0.0  # monotonic time of the last failure (0: never)
     order: int = field(default=0)  # round-robin tie-breaker: when it was last picked
+    # Its labelled series, looked up once (a `labels()` call takes a lock and hashes the labels).
+    inflight_gauge: Any = None
+    requests_counter: Any = None
 
     @property
     def key(self) -> bytes:
@@ -78,7 +82,9 @@ class EnginePool:
         self._health_task: asyncio.Task[None] | None = None
         for engine in self.engines:
             metrics.engine_healthy.labels(engine.url).set(1)
-            metrics.engine_inflight.labels(engine.url).set(0)
+            engine.inflight_gauge = metrics.engine_inflight.labels(engine.url)
+            engine.inflight_gauge.set(0)
+            engine.requests_counter = metrics.engine_requests.labels(engine.url)
 
     # -- picking ----------------------------------------------------------------------------
 
@@ -118,12 +124,12 @@ class EnginePool:
 
     def acquire(self, engine: Engine) -> None:
         engine.inflight += 1
-        self.metrics.engine_inflight.labels(engine.url).set(engine.inflight)
-        self.metrics.engine_requests.labels(engine.url).inc()
+        engine.inflight_gauge.set(engine.inflight)
+        engine.requests_counter.inc()
 
     def release(self, engine: Engine) -> None:
         engine.inflight -= 1
-        self.metrics.engine_inflight.labels(engine.url).set(engine.inflight)
+        engine.inflight_gauge.set(engine.inflight)
 
     def succeeded(self, engine: Engine) -> None:
         """An engine that answered is up, whatever the last probe said."""

@@ -109,6 +109,12 @@ class ChatStream:
             self.choices[index] = state
         return state
 
+    def prepare(self) -> None:
+        """Every choice's state (the detokenizer window primed from the prompt's tail, or the
+        parser's stream) made ahead of the first engine chunk, while the engine prefills."""
+        for index in range(self.n):
+            self._choice(index)
+
     def _chunk(self, choice: dict[str, Any], **extra: Any) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -315,13 +321,22 @@ class CompletionStream:
         )
         self.return_token_ids = bool(request.get("return_token_ids"))
         self.choices: dict[int, _Choice] = {}
+        self._seeded: dict[int, DetokState] = {}  # `prepare`'s windows, taken by each choice's first output
+
+    def prepare(self) -> None:
+        """The detokenizer windows of the request's choices, primed from the prompt's tail ahead
+        of the first engine chunk, while the engine prefills."""
+        for index in range(int(self.request.get("n") or 1)):
+            if index not in self.choices and index not in self._seeded:
+                self._seeded[index] = self._seed()
+
+    def _seed(self) -> DetokState:
+        return seed_state(self.ctx.render.model.hf_tokenizer, self.prompt_ids, skip_special_tokens=self.skip_special)
 
     def _choice(self, index: int) -> tuple[_Choice, bool]:
         state = self.choices.get(index)
         if state is None:
-            detok = seed_state(
-                self.ctx.render.model.hf_tokenizer, self.prompt_ids, skip_special_tokens=self.skip_special
-            )
+            detok = self._seeded.pop(index, None) or self._seed()
             state = self.choices[index] = _Choice(detok=detok)
             return state, True
         return state, False

@@ -182,6 +182,76 @@ def test_silence_is_a_read_timeout_and_a_refused_port_a_connect_error() -> None:
     assert server.closed_by_client == 1
 
 
+def test_the_read_timeout_follows_each_wait_on_a_reused_connection() -> None:
+    """One timer per connection: a request with a short timeout on a connection a long-timeout
+    request left armed still times out on time, and a stream whose chunks keep coming (each within
+    the timeout, all of them together longer) never does."""
+
+    async def test(url: str, server: RawServer) -> None:
+        pool = ConnectionPool(timeout=30, connect_timeout=5)
+        response = await pool.request("POST", url + "/long", b"{}")  # arms a 30 s timer
+        assert await response.read() == b"ok"
+        await response.aclose()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(connection.ReadTimeout):
+            await pool.request("POST", url + "/short", b"{}", timeout=0.2)
+        assert loop.time() - started < 2
+        await pool.aclose()
+
+    server = run(lambda head: sized(b"ok") if b"/long" in head else None, test)
+    assert server.connections == 1
+
+
+def test_a_steady_stream_slower_in_total_than_the_timeout() -> None:
+    async def main() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            await reader.readexactly(2)
+            writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+            for _ in range(8):  # 8 x 0.05 s: twice the timeout in all, a quarter of it between pieces
+                await asyncio.sleep(0.05)
+                writer.write(b"1\r\nx\r\n")
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            writer.close()
+
+        listener = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        async with listener:
+            pool = ConnectionPool(timeout=0.2, connect_timeout=5)
+            response = await pool.request("POST", f"http://127.0.0.1:{port}/x", b"{}")
+            assert await response.read() == b"x" * 8
+            await response.aclose()
+            await pool.aclose()
+
+    asyncio.run(main())
+
+
+def test_after_send_runs_once_the_request_is_written() -> None:
+    """The hook runs after the write and before the answer; one that raises abandons the request
+    (its connection closes, as a client's disconnect does)."""
+
+    async def test(url: str, server: RawServer) -> None:
+        pool = ConnectionPool(timeout=5, connect_timeout=5)
+        seen: list[int] = []
+        response = await pool.request("POST", url + "/x", b"{}", after_send=lambda: seen.append(len(server.requests)))
+        assert seen == [0]  # written, not yet read by the server: the hook ran before any answer
+        assert await response.read() == b"ok"
+        await response.aclose()
+
+        def fail() -> None:
+            raise ValueError("the converter failed")
+
+        with pytest.raises(ValueError):
+            await pool.request("POST", url + "/x", b"{}", after_send=fail)
+        await pool.aclose()
+
+    server = run(lambda _: sized(b"ok"), test)
+    assert server.connections == 1 and server.closed_by_client == 1
+
+
 def test_a_body_cut_short_and_garbage_are_protocol_errors() -> None:
     async def test(url: str, server: RawServer) -> None:
         pool = ConnectionPool(timeout=5, connect_timeout=5)
