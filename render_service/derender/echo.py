@@ -28,7 +28,6 @@ from typing import Any
 
 import orjson
 from blake3 import blake3
-from cachetools import LRUCache
 
 IDS_KEY = "output_token_ids"
 LENS_KEY = "output_chunk_lens"
@@ -186,27 +185,41 @@ class Sent:
 
 class SentCache:
     """Per stream id, the last two `Sent`s (the newest, and the one before for a retried chunk),
-    least recently used streams dropped past `max_bytes` of kept echo. Only an optimisation:
+    the least recently written streams dropped past `max_bytes` of kept echo. Only an optimisation:
     a stream missing here is read as before (hashed, parsed)."""
 
     def __init__(self, max_bytes: int = 64 << 20) -> None:
-        self._streams: LRUCache[str, tuple[Sent, ...]] = LRUCache(
-            maxsize=max_bytes, getsizeof=lambda kept: sum(sent.size for sent in kept) + 256
-        )
+        self.max_bytes = max_bytes
+        self._bytes = 0
+        # insertion order = least recently written first (a stream is written on every chunk)
+        self._streams: dict[str, tuple[Sent, ...]] = {}
 
     def candidates(self, sid: str) -> tuple[Sent, ...]:
         return self._streams.get(sid, ())
 
     def put(self, sent: Sent) -> None:
-        kept = self._streams.get(sent.sid, ())
-        if sent.size + 256 > self._streams.maxsize:
-            self._streams.pop(sent.sid, None)
-            return
+        kept = self._streams.pop(sent.sid, ())
+        self._bytes -= _kept_size(kept)
         # the newest first; the one this chunk continued from stays for a retry of this chunk
-        self._streams[sent.sid] = (sent, *[old for old in kept if old.position < sent.position][:1])
+        kept = (sent, *[old for old in kept if old.position < sent.position][:1])
+        size = _kept_size(kept)
+        if size > self.max_bytes:
+            return
+        self._streams[sent.sid] = kept
+        self._bytes += size
+        while self._bytes > self.max_bytes:
+            oldest = next(iter(self._streams))
+            self._bytes -= _kept_size(self._streams.pop(oldest))
+
+    def forget(self, sid: str) -> None:
+        self._bytes -= _kept_size(self._streams.pop(sid, ()))
 
     def __len__(self) -> int:
         return len(self._streams)
+
+
+def _kept_size(kept: tuple[Sent, ...]) -> int:
+    return sum(sent.size for sent in kept) + 256 if kept else 0
 
 
 @dataclass(slots=True)
@@ -325,14 +338,15 @@ def _kept_request(
     kept = sent.request if sent is not None else None
     if kept is None:
         return None
-    first, second = sorted(echo)
-    regions = ((second[1], len(raw)), (0, first[0]), (first[1], second[0]))
+    first, second = (echo[0], echo[1]) if echo[0] < echo[1] else (echo[1], echo[0])
     spans = []
     for pattern, value in ((_PROMPT_PATTERN, kept.prompt), (_REQUEST_PATTERN, kept.chat)):
-        for start, stop in regions:
-            at = _value_at(raw, pattern, start, stop)
-            if at is not None:
-                break
+        # after the echo (where this service's clients put them), else before it, else between
+        at = _value_at(raw, pattern, second[1])
+        if at is None:
+            at = _value_at(raw, pattern, 0, first[0])
+        if at is None:
+            at = _value_at(raw, pattern, first[1], second[0])
         if at is None or not raw.startswith(value, at):
             return None
         spans.append((at, at + len(value)))

@@ -654,6 +654,14 @@ async def vouch_raw(ctx: DerenderContext, raw: RawEcho) -> Vouch:
     return Vouch(snapshot, echo, request_digest, vouched, (sid, position), True, kept=kept)
 
 
+def forget_kept(ctx: DerenderContext, vouch: Vouch) -> None:
+    """After a failed validation of a body read as bytes: the whole body was validated, which may
+    have filled defaults into the kept request values it held; the stream's kept bytes go (its
+    next chunk is read as before, and keeps fresh ones)."""
+    if ctx.sent is not None and vouch.looked_up is not None:
+        ctx.sent.forget(vouch.looked_up[0])
+
+
 def _unshare(body: dict[str, Any], kept: KeptRequest | None) -> None:
     """A body holding the kept request values gets its own copies before anything may change them."""
     if kept is not None and body.get("chat_request") is kept.chat_value:

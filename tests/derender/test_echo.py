@@ -446,24 +446,11 @@ def test_altered_echo_after_a_kept_hit_is_refused_or_replayed_as_by_a_whole_pars
 def test_changed_request_after_a_kept_hit_is_parsed_and_checked(
     app_client: TestClient, case: dict[str, Any], reads: list[bool], splits: list[tuple[bool, bool]]
 ) -> None:
-    """Request fields that differ from the kept bytes are parsed and validated in full (an
-    invalid one refused as by a whole parse); a changed request then changed back is cut out as
-    the kept bytes, but, the snapshot vouching for the other request, validated in full on fresh
-    copies: the kept values stay as they were."""
+    """Request fields that differ from the kept bytes are parsed and validated in full; a changed
+    request then changed back is cut out as the kept bytes, but, the snapshot vouching for the
+    other request, validated in full on fresh copies: the kept values stay as they were. An
+    invalid changed request is refused as by a whole parse."""
     state = _stream_to_depth(app_client, case)
-    bad = chunk_body(
-        {**case["base"], "chat_request": {**CHAT_REQUEST, "n": "many"}}, [case["output"][DEPTH]], None, state
-    )
-    splits.clear()
-    fast = _post(app_client, orjson.dumps(bad))
-    assert splits == [(True, False)]
-    whole = _post(app_client, json.dumps(bad).encode())
-    assert fast.status_code == whole.status_code == 400
-    assert fast.json() == whole.json()
-    bad_prompt = chunk_body({**case["base"], "prompt_token_ids": [-1]}, [case["output"][DEPTH]], None, state)
-    fast = _post(app_client, orjson.dumps(bad_prompt))
-    assert fast.status_code == 400 and fast.json() == _post(app_client, json.dumps(bad_prompt).encode()).json()
-
     # another valid request (the conversation's user turn reworded): parsed, validated, answered
     other_request = {**CHAT_REQUEST, "messages": [{"role": "user", "content": "Weather in Lyon?"}]}
     other = chunk_body({**case["base"], "chat_request": other_request}, [case["output"][DEPTH]], None, state)
@@ -480,6 +467,43 @@ def test_changed_request_after_a_kept_hit_is_parsed_and_checked(
     whole = _post(app_client, json.dumps(back).encode())
     assert fast.status_code == 200
     assert _without_time(fast.json()) == _without_time(whole.json())
+    _kept_request_intact(app_client)
+
+    # invalid request fields (a retry of the chunk at DEPTH): refused exactly as by a whole parse
+    bad = chunk_body(
+        {**case["base"], "chat_request": {**CHAT_REQUEST, "n": "many"}}, [case["output"][DEPTH]], None, state
+    )
+    fast = _post(app_client, orjson.dumps(bad))
+    whole = _post(app_client, json.dumps(bad).encode())
+    assert fast.status_code == whole.status_code == 400
+    assert fast.json() == whole.json()
+    bad_prompt = chunk_body({**case["base"], "prompt_token_ids": [-1]}, [case["output"][DEPTH]], None, state)
+    fast = _post(app_client, orjson.dumps(bad_prompt))
+    assert fast.status_code == 400 and fast.json() == _post(app_client, json.dumps(bad_prompt).encode()).json()
+    _kept_request_intact(app_client)
+
+
+def test_invalid_chunk_after_kept_hits_leaves_the_kept_request_as_it_was(
+    app_client: TestClient, case: dict[str, Any], splits: list[tuple[bool, bool]]
+) -> None:
+    """A chunk whose request fields were the kept bytes but which fails validation elsewhere is
+    validated whole (filling in the request's defaults): the errors are a whole parse's, the
+    kept values never change, and the stream goes on (read as before, then kept again)."""
+    state = _stream_to_depth(app_client, case)
+    assert splits[-1] == (True, True)
+    body = chunk_body(case["base"], [case["output"][DEPTH]], None, state)
+    body["generate_chunk"]["choices"][0]["index"] = "first"
+    fast = _post(app_client, orjson.dumps(body))
+    assert fast.status_code == 400
+    assert fast.json() == _post(app_client, json.dumps(body).encode()).json()
+    _kept_request_intact(app_client)
+    splits.clear()
+    state = _post(app_client, orjson.dumps(chunk_body(case["base"], [case["output"][DEPTH]], None, state))).json()
+    state = state["stream_state"]
+    nxt = chunk_body(case["base"], [case["output"][DEPTH + 1]], None, state)
+    fast = _post(app_client, orjson.dumps(nxt))
+    assert splits[-1] == (True, True)  # kept again
+    assert _without_time(fast.json()) == _without_time(_post(app_client, json.dumps(nxt).encode()).json())
     _kept_request_intact(app_client)
 
 

@@ -26,7 +26,9 @@ async def chat_derender(state: State, request: Request, raw: bytes) -> Any:
         if not vouch.from_bytes:
             raise
         # An `EchoedArray` is no list to the full checks a failed validation lists its errors
-        # with: the errors are those of the body parsed whole.
+        # with: the errors are those of the body parsed whole. Those checks may have filled
+        # defaults into request values kept for the stream: they are dropped.
+        derender.forget_kept(state.derender, vouch)
         body, vouch = await read_chat_body(state, request, raw, prior=vouch)
         stream = validate_chat_derender(body, vouch.vouched)
     if stream:
