@@ -9,11 +9,16 @@ per round, alternating the modes round by round, and prints the server CPU per c
 (/proc schedstat of the process tree) per round, the medians and full/compact.
 
     python3 -m benchmarks.derender_depth_ab [--depth 4000] [--requests 300] [--rounds 6]
+
+`--baseline DIR` also starts both modes from another checkout of the repository (e.g. the
+commit before a change, `git archive REV | tar -x -C DIR`), so old and new code are timed in
+the same rounds: every server's chunk, then the ratios new/old per mode.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -33,21 +38,34 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=4000, help="output tokens before the timed chunk")
     parser.add_argument("--requests", type=int, default=300, help="timed chunks per mode and round")
     parser.add_argument("--rounds", type=int, default=6, help="rounds, the modes alternating")
+    parser.add_argument("--baseline", help="another checkout whose servers run in the same rounds (`MODE@base`)")
     args = parser.parse_args()
     model = example_model_dir(args.model)
     logs = Path(tempfile.mkdtemp(prefix="derender-ab-"))
     servers = {}
+    names = [*MODES, *(f"{mode}@base" for mode in MODES)] if args.baseline else list(MODES)
     try:
-        for mode in MODES:
+        for name in names:
+            mode, _, tree = name.partition("@")
             flags = [*bench.DEFAULT_SERVER_ARGS.split(), "--stream-state-mode", mode, "--workers", "1"]
-            servers[mode] = start_render_service(model, free_port(), flags, log=logs / f"{mode}.log")
+            saved = os.environ.get("PYTHONPATH")
+            if tree:  # the baseline's package first on the server's path
+                os.environ["PYTHONPATH"] = str(Path(args.baseline).resolve())
+            try:
+                servers[name] = start_render_service(model, free_port(), flags, log=logs / f"{name}.log")
+            finally:
+                if saved is None:
+                    os.environ.pop("PYTHONPATH", None)
+                else:
+                    os.environ["PYTHONPATH"] = saved
         clients = {mode: httpx.Client(base_url=s.url, trust_env=False, timeout=60) for mode, s in servers.items()}
         request = bench.chat_request(0)
         rendered = clients["full"].post(bench.RENDER_PATH, content=orjson.dumps(request), headers=bench.HEADERS)
         prompt = orjson.loads(rendered.content)["token_ids"]
         output = bench.OutputBuilder(model).build(args.depth + 8, 0).token_ids
         payloads = {}
-        for mode, client in clients.items():
+        for name, client in clients.items():
+            mode = name.partition("@")[0]
             state = None
             for index in range(args.depth + 1):
                 chunk = bench._chunk_body("generate-tokens-chatcmpl-ab", output[index], None, None)
@@ -58,28 +76,34 @@ def main() -> None:
                 payload = orjson.dumps(body)
                 response = client.post(bench.DERENDER_PATH, content=payload, headers=bench.HEADERS)
                 if response.status_code != 200:
-                    raise SystemExit(f"ABORT: {mode} answered {response.status_code}: {response.text[:300]}")
-                payloads[mode] = payload
+                    raise SystemExit(f"ABORT: {name} answered {response.status_code}: {response.text[:300]}")
+                payloads[name] = payload
                 state = orjson.loads(response.content)["stream_state"]
-            print(f"{mode}: chunk at token {args.depth}: {len(payloads[mode])} bytes in, {len(response.content)} out")
-        cpus = {mode: bench.TreeCpu([server.pid]) for mode, server in servers.items() if server.pid is not None}
-        per_round: dict[str, list[float]] = {mode: [] for mode in MODES}
+            print(f"{name}: chunk at token {args.depth}: {len(payloads[name])} bytes in, {len(response.content)} out")
+        cpus = {name: bench.TreeCpu([server.pid]) for name, server in servers.items() if server.pid is not None}
+        per_round: dict[str, list[float]] = {name: [] for name in names}
         for round_index in range(args.rounds):
-            for mode in MODES if round_index % 2 == 0 else MODES[::-1]:
-                before = cpus[mode].ns()
+            shift = round_index % len(names)  # each server first in turn
+            for name in (names[shift:] + names[:shift])[:: 1 if round_index % 2 == 0 else -1]:
+                before = cpus[name].ns()
                 for _ in range(args.requests):
-                    response = clients[mode].post(bench.DERENDER_PATH, content=payloads[mode], headers=bench.HEADERS)
+                    response = clients[name].post(bench.DERENDER_PATH, content=payloads[name], headers=bench.HEADERS)
                     if response.status_code != 200:
-                        raise SystemExit(f"ABORT: {mode} answered {response.status_code}: {response.text[:300]}")
-                per_round[mode].append((cpus[mode].ns() - before) / args.requests / 1e6)
-        for mode, values in per_round.items():
+                        raise SystemExit(f"ABORT: {name} answered {response.status_code}: {response.text[:300]}")
+                per_round[name].append((cpus[name].ns() - before) / args.requests / 1e6)
+        for name, values in per_round.items():
             shown = " ".join(f"{v:.3f}" for v in values)
-            print(f"{mode:<8} server CPU ms/chunk per round: {shown}  median {statistics.median(values):.3f}")
-        ratios = [f / c for f, c in zip(per_round["full"], per_round["compact"], strict=True)]
-        print(
-            f"full/compact at token {args.depth}: per round {' '.join(f'{r:.2f}' for r in ratios)}, "
-            f"median {statistics.median(ratios):.2f}x"
-        )
+            print(f"{name:<13} server CPU ms/chunk per round: {shown}  median {statistics.median(values):.3f}")
+
+        def compare(label: str, top: str, bottom: str) -> None:
+            ratios = [a / b for a, b in zip(per_round[top], per_round[bottom], strict=True)]
+            print(f"{label}: per round {' '.join(f'{r:.2f}' for r in ratios)}, median {statistics.median(ratios):.2f}x")
+
+        compare(f"full/compact at token {args.depth}", "full", "compact")
+        if args.baseline:
+            compare(f"baseline full/compact at token {args.depth}", "full@base", "compact@base")
+            for mode in MODES:
+                compare(f"{mode} new/baseline", mode, f"{mode}@base")
         for client in clients.values():
             client.close()
     finally:

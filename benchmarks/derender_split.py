@@ -9,7 +9,8 @@ many repetitions of each chunk, so the snapshot store sees the same retried chun
 client retry): the body's JSON decode, our handler, and the JSON encode of the answer; also
 the first chunks of the stream for the start-vs-depth ratio. The handler is the /derender
 route's, given the body's bytes: in `full` mode an echo that is byte for byte what the service
-sent is not decoded (`derender/echo.py`), so `decode` is then the body minus the echo. With
+sent is not decoded (`derender/echo.py`), so `decode` is then the body minus the echo (and minus
+the resent prompt ids and chat request when they are the bytes kept for the stream). With
 `--profile`, a cProfile of the handler at depth (tottime; cProfile inflates Python-heavy code,
 read it for the split).
 
@@ -74,7 +75,7 @@ class Mode:
 
     def decode(self, raw: bytes) -> Any:
         """The body read as the route reads it: without the echo when it can be (full mode)."""
-        split = echo.split_body(raw) if self.context.reads_raw_echo else None
+        split = echo.split_body(raw, self.context.sent) if self.context.reads_raw_echo else None
         return split if split is not None else orjson.loads(raw)
 
 

@@ -33,7 +33,7 @@ from render_service.derender.detokenize import (
     drop_stop_token,
     seed_state,
 )
-from render_service.derender.echo import EchoDigest, EchoedArray, RawEcho, seal
+from render_service.derender.echo import EchoDigest, EchoedArray, KeptRequest, RawEcho, Sent, SentCache, seal
 from render_service.derender.snapshots import SnapshotStore, snapshot_key
 from render_service.exceptions import BadRequestError, ConflictError
 from render_service.parsers import harmony
@@ -71,6 +71,8 @@ class DerenderContext:
     metrics: Metrics
     # Whether a chat stream chunk's echo is read as bytes first (`vouch_raw`); set by `make_context`.
     reads_raw_echo: bool = False
+    # What this process last sent per stream (`echo.SentCache`), when it reads echoes as bytes.
+    sent: SentCache | None = None
 
     @property
     def has_parser(self) -> bool:
@@ -95,9 +97,8 @@ def make_context(
         metrics,
     )
     # Full mode with a snapshot store and native parsers (vLLM's, in the adapter, keep no snapshots).
-    return dataclasses.replace(
-        context, reads_raw_echo=_vouches(context) and not adapter.uses_adapter(render_ctx.settings)
-    )
+    raw = _vouches(context) and not adapter.uses_adapter(render_ctx.settings)
+    return dataclasses.replace(context, reads_raw_echo=raw, sent=SentCache() if raw else None)
 
 
 def _generation_eos(model: Any) -> list[int]:
@@ -573,6 +574,9 @@ class Vouch:
     # a miss or a rejected snapshot is one Redis round trip and counted once.
     looked_up: tuple[str, int] | None = None
     from_bytes: bool = False  # the echo is in the body as `EchoedArray`s (`vouch_raw`)
+    # The request bytes this process keeps for the stream (`echo.KeptRequest`), carried into the
+    # next `Sent`.
+    kept: KeptRequest | None = None
 
 
 async def vouch(ctx: DerenderContext, body: Any, prior: Vouch | None = None) -> Vouch:
@@ -622,15 +626,46 @@ async def vouch_raw(ctx: DerenderContext, raw: RawEcho) -> Vouch:
     if not (isinstance(sid, str) and len(sid) <= 64 and type(position) is int and position >= 0):
         return Vouch()
     snapshot = await ctx.store.get(snapshot_key(ctx.fingerprint, sid, position))  # type: ignore[union-attr]
-    if snapshot is None:
+    kept = raw.request
+    if snapshot is None:  # (the caller parses the body whole: the kept values stay untouched)
         return Vouch(looked_up=(sid, position))
-    echo = EchoDigest(raw.ids, raw.lens)
-    if not _snapshot_matches(ctx, snapshot, sid, position, echo):
+    sent = raw.sent
+    if sent is not None and sent.sid == sid and sent.position == position:
+        # The echo is byte for byte (length + memcmp, `echo.split_body`) what this process sent
+        # for this stream at this position: its digest is the one kept with it, no hashing.
+        echo = sent.digest.copy()
+        matches = _snapshot_matches(ctx, snapshot, sid, position, echo, digest=sent.digest_bytes)
+    else:
+        echo = EchoDigest(raw.ids, raw.lens)
+        matches = _snapshot_matches(ctx, snapshot, sid, position, echo)
+    if not matches:
         return Vouch(snapshot, looked_up=(sid, position))
     value["output_token_ids"] = EchoedArray(raw.ids, position)
     value["output_chunk_lens"] = EchoedArray(raw.lens)
-    request_digest = _request_digest(body.get("chat_request"), body.get("prompt_token_ids"))
-    return Vouch(snapshot, echo, request_digest, _vouched(snapshot, request_digest), (sid, position), True)
+    if kept is not None:
+        request_digest: bytes | None = kept.digest  # the digest of exactly these values
+    else:
+        request_digest = _request_digest(body.get("chat_request"), body.get("prompt_token_ids"))
+    vouched = _vouched(snapshot, request_digest)
+    if Vouched.REQUEST not in vouched:
+        _unshare(body, kept)  # validated in full, which may fill defaults in: not the kept values
+    if kept is None and sent is not None:
+        kept = sent.request
+    return Vouch(snapshot, echo, request_digest, vouched, (sid, position), True, kept=kept)
+
+
+def forget_kept(ctx: DerenderContext, vouch: Vouch) -> None:
+    """After a failed validation of a body read as bytes: the whole body was validated, which may
+    have filled defaults into the kept request values it held; the stream's kept bytes go (its
+    next chunk is read as before, and keeps fresh ones)."""
+    if ctx.sent is not None and vouch.looked_up is not None:
+        ctx.sent.forget(vouch.looked_up[0])
+
+
+def _unshare(body: dict[str, Any], kept: KeptRequest | None) -> None:
+    """A body holding the kept request values gets its own copies before anything may change them."""
+    if kept is not None and body.get("chat_request") is kept.chat_value:
+        body["prompt_token_ids"], body["chat_request"] = kept.fresh()
 
 
 def _vouches(ctx: DerenderContext) -> bool:
@@ -1016,8 +1051,58 @@ async def _parsed_stream(
             stale_key=prev_key if delta_ids else None,
             held=held,
         )
+        if ctx.sent is not None and echo is not None and digest is not None and "output_token_ids" in new_state:
+            _keep_sent(ctx.sent, new_state, sid, new_position, echo, digest, vouch, chat_request, prompt_ids)
     prompt_out = chunk.get("prompt_token_ids") if req.return_token_ids else None
     return {"chunk": _chat_chunk(ctx, body, chunk, out_choices, prompt_out), "stream_state": new_state}
+
+
+def _keep_sent(
+    cache: SentCache,
+    new_state: dict[str, Any],
+    sid: str,
+    position: int,
+    echo: EchoDigest,
+    digest: bytes,
+    vouch: Vouch,
+    chat_request: Any,
+    prompt_ids: Any,
+) -> None:
+    """Keep what this answer's echo carries (`echo.SentCache`), so that the next chunk's echo is
+    checked by memcmp. The echo is encoded here, once: the answer sends these very bytes."""
+    ids = _echo_bytes(new_state, "output_token_ids")
+    lens = _echo_bytes(new_state, "output_chunk_lens")
+    if ids is None or lens is None:
+        return
+    kept = vouch.kept
+    if kept is None and Vouched.REQUEST in vouch.vouched:
+        # The request fields as received, checked (a snapshot vouched for them): kept as compact
+        # JSON with the values those bytes decode to, once per stream.
+        try:
+            prompt, chat = orjson.dumps(prompt_ids), orjson.dumps(chat_request)
+        except (orjson.JSONEncodeError, TypeError):
+            prompt = chat = b""
+        if prompt and chat:
+            prompt_value, chat_value = orjson.loads(prompt), orjson.loads(chat)
+            request_digest = _request_digest(chat_value, prompt_value)
+            if request_digest is not None:
+                kept = KeptRequest(prompt, chat, prompt_value, chat_value, request_digest)
+    cache.put(Sent(sid, position, ids, lens, echo, digest, kept))
+
+
+def _echo_bytes(state: dict[str, Any], key: str) -> bytes | None:
+    """The JSON of an echoed array as the answer sends it; a list is replaced by those bytes."""
+    value = state[key]
+    if isinstance(value, EchoedArray):
+        return value.wire_bytes()
+    if not isinstance(value, list):
+        return None
+    try:
+        encoded = orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):
+        return None
+    state[key] = orjson.Fragment(encoded)
+    return encoded
 
 
 def _snapshot_matches(
@@ -1027,7 +1112,9 @@ def _snapshot_matches(
     position: int,
     echo: EchoDigest | None,
     compact: bool = False,
+    digest: bytes | None = None,
 ) -> bool:
+    """`digest`: `echo.digest()`, when it is already known."""
     if snapshot.get("v") != STATE_VERSION or snapshot.get("sid") != sid or snapshot.get("pos") != position:
         return False
     if snapshot.get("fp") != ctx.fingerprint:
@@ -1035,7 +1122,9 @@ def _snapshot_matches(
     if compact:
         return True
     # Full mode: the client-carried output is the truth; the snapshot must be of exactly it.
-    return echo is not None and snapshot.get("digest") == echo.digest()
+    if digest is None:
+        digest = echo.digest() if echo is not None else None
+    return digest is not None and snapshot.get("digest") == digest
 
 
 async def derender_completion_stream(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:

@@ -341,3 +341,216 @@ def test_compact_mode_never_reads_bytes(qwen3_model_dir: Path, case: dict[str, A
             assert response.status_code == 200, response.text
             state = response.json()["stream_state"]
     assert reads == []
+
+
+# -- what this process sent, kept per stream (`echo.SentCache`) ---------------------------------
+
+
+@pytest.fixture
+def splits(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, bool]]:
+    """For each body read as bytes: (the echo was found equal to the kept bytes, the request
+    fields were cut out as the kept bytes)."""
+    seen: list[tuple[bool, bool]] = []
+    original = echo.split_body
+
+    def spy(raw: bytes, cache: echo.SentCache | None = None) -> echo.RawEcho | None:
+        split = original(raw, cache)
+        if split is not None:
+            seen.append((split.sent is not None, split.request is not None))
+        return split
+
+    monkeypatch.setattr(echo, "split_body", spy)
+    return seen
+
+
+def _kept_request_intact(client: TestClient) -> None:
+    """Every kept request's values are still what its bytes decode to (nothing changed them)."""
+    cache = client.app.state.render.derender.sent  # type: ignore[attr-defined]
+    assert cache is not None and len(cache) > 0
+    for kept in cache._streams.values():
+        for sent in kept:
+            if sent.request is not None:
+                assert sent.request.prompt_value == orjson.loads(sent.request.prompt)
+                assert sent.request.chat_value == orjson.loads(sent.request.chat)
+
+
+def test_stream_after_its_first_chunks_is_checked_against_the_kept_bytes(
+    app_client: TestClient, case: dict[str, Any], reads: list[bool], splits: list[tuple[bool, bool]]
+) -> None:
+    """From the second chunk on the echo is what was kept (memcmp, no hashing); from the third,
+    the resent prompt ids and chat request too (the second chunk is the first whose request a
+    snapshot vouched for). Every answer is the one a whole parse gives."""
+    state = None
+    for index in range(DEPTH):
+        body = chunk_body(case["base"], [case["output"][index]], None, state)
+        fast = _post(app_client, orjson.dumps(body))
+        whole = _post(app_client, json.dumps(body).encode())  # a retry, parsed whole
+        if index == 0:  # (a first chunk starts a stream: each of the two is given its own id)
+            assert _without_time(fast.json())["chunk"] == _without_time(whole.json())["chunk"]
+        else:
+            assert _without_time(fast.json()) == _without_time(whole.json())
+        state = fast.json()["stream_state"]
+    fast_reads = splits[: DEPTH - 1]
+    assert fast_reads[0] == (True, False)
+    assert fast_reads[1:] == [(True, True)] * (DEPTH - 2)
+    assert reads == [True] * (DEPTH - 1)
+    _kept_request_intact(app_client)
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        pytest.param(lambda s: s["output_token_ids"].__setitem__(0, s["output_token_ids"][1]), id="first-id"),
+        pytest.param(lambda s: s["output_token_ids"].__setitem__(-1, s["output_token_ids"][0]), id="last-id"),
+        pytest.param(lambda s: s["output_token_ids"].append(s["output_token_ids"][0]), id="longer"),
+        pytest.param(lambda s: s["output_token_ids"].pop(), id="shorter"),
+        pytest.param(lambda s: s.update(output_chunk_lens=[2, *s["output_chunk_lens"][2:]]), id="lens"),
+    ],
+)
+def test_altered_echo_after_a_kept_hit_is_refused_or_replayed_as_by_a_whole_parse(
+    app_client: TestClient, case: dict[str, Any], reads: list[bool], splits: list[tuple[bool, bool]], tamper: Any
+) -> None:
+    """After chunks whose echo matched the kept bytes, an echo that differs from them in one id,
+    in length or in its chunk lengths is no kept hit: it is compared by digest (and refused as a
+    mismatch, then replayed as sent) or refused by validation, exactly as when parsed whole."""
+    state = _stream_to_depth(app_client, case)
+    assert splits[-1] == (True, True)  # the stream was read against the kept bytes
+    altered = {**state, "output_token_ids": list(state["output_token_ids"])}
+    tamper(altered)
+    body = chunk_body(case["base"], [case["output"][DEPTH]], None, altered)
+    splits.clear()
+    reads.clear()
+    _, mismatches, replays = _counters(app_client)
+    fast = _post(app_client, orjson.dumps(body))
+    assert [hit for hit, _ in splits] in ([], [False])  # never taken as the kept echo
+    assert reads in ([], [False])  # never vouched for
+    whole = _post(app_client, json.dumps(body).encode())
+    assert fast.status_code == whole.status_code
+    if fast.status_code == 200:
+        # the same answer, each replay starting a stream of its own (a new id)
+        answers = [_without_time(r.json()) for r in (fast, whole)]
+        assert answers[0]["stream_state"].pop("rs_sid") != answers[1]["stream_state"].pop("rs_sid")
+        assert answers[0] == answers[1]
+        echoed = fast.json()["stream_state"]
+        assert echoed["output_token_ids"] == [*altered["output_token_ids"], case["output"][DEPTH]]
+        _, mismatches_after, replays_after = _counters(app_client)
+        assert mismatches_after > mismatches and replays_after == replays + 2
+    else:
+        assert fast.json() == whole.json()
+    # the stream as sent still continues from the kept bytes
+    splits.clear()
+    ok = _post(app_client, orjson.dumps(chunk_body(case["base"], [case["output"][DEPTH]], None, state)))
+    assert ok.status_code == 200 and splits == [(True, True)]
+
+
+def test_changed_request_after_a_kept_hit_is_parsed_and_checked(
+    app_client: TestClient, case: dict[str, Any], reads: list[bool], splits: list[tuple[bool, bool]]
+) -> None:
+    """Request fields that differ from the kept bytes are parsed and validated in full; a changed
+    request then changed back is cut out as the kept bytes, but, the snapshot vouching for the
+    other request, validated in full on fresh copies: the kept values stay as they were. An
+    invalid changed request is refused as by a whole parse."""
+    state = _stream_to_depth(app_client, case)
+    # another valid request (the conversation's user turn reworded): parsed, validated, answered
+    other_request = {**CHAT_REQUEST, "messages": [{"role": "user", "content": "Weather in Lyon?"}]}
+    other = chunk_body({**case["base"], "chat_request": other_request}, [case["output"][DEPTH]], None, state)
+    splits.clear()
+    reads.clear()
+    answer = _post(app_client, orjson.dumps(other))
+    assert answer.status_code == 200, answer.text
+    assert splits == [(True, False)] and reads == [True]
+    # back to the kept request, which the new snapshot does not vouch for (it vouches for the other)
+    back = chunk_body(case["base"], [case["output"][DEPTH + 1]], None, answer.json()["stream_state"])
+    splits.clear()
+    fast = _post(app_client, orjson.dumps(back))
+    assert splits == [(True, True)]
+    whole = _post(app_client, json.dumps(back).encode())
+    assert fast.status_code == 200
+    assert _without_time(fast.json()) == _without_time(whole.json())
+    _kept_request_intact(app_client)
+
+    # invalid request fields (a retry of the chunk at DEPTH): refused exactly as by a whole parse
+    bad = chunk_body(
+        {**case["base"], "chat_request": {**CHAT_REQUEST, "n": "many"}}, [case["output"][DEPTH]], None, state
+    )
+    fast = _post(app_client, orjson.dumps(bad))
+    whole = _post(app_client, json.dumps(bad).encode())
+    assert fast.status_code == whole.status_code == 400
+    assert fast.json() == whole.json()
+    bad_prompt = chunk_body({**case["base"], "prompt_token_ids": [-1]}, [case["output"][DEPTH]], None, state)
+    fast = _post(app_client, orjson.dumps(bad_prompt))
+    assert fast.status_code == 400 and fast.json() == _post(app_client, json.dumps(bad_prompt).encode()).json()
+    _kept_request_intact(app_client)
+
+
+def test_invalid_chunk_after_kept_hits_leaves_the_kept_request_as_it_was(
+    app_client: TestClient, case: dict[str, Any], splits: list[tuple[bool, bool]]
+) -> None:
+    """A chunk whose request fields were the kept bytes but which fails validation elsewhere is
+    validated whole (filling in the request's defaults): the errors are a whole parse's, the
+    kept values never change, and the stream goes on (read as before, then kept again)."""
+    state = _stream_to_depth(app_client, case)
+    assert splits[-1] == (True, True)
+    body = chunk_body(case["base"], [case["output"][DEPTH]], None, state)
+    body["generate_chunk"]["choices"][0]["index"] = "first"
+    fast = _post(app_client, orjson.dumps(body))
+    assert fast.status_code == 400
+    assert fast.json() == _post(app_client, json.dumps(body).encode()).json()
+    _kept_request_intact(app_client)
+    splits.clear()
+    state = _post(app_client, orjson.dumps(chunk_body(case["base"], [case["output"][DEPTH]], None, state))).json()
+    state = state["stream_state"]
+    nxt = chunk_body(case["base"], [case["output"][DEPTH + 1]], None, state)
+    fast = _post(app_client, orjson.dumps(nxt))
+    assert splits[-1] == (True, True)  # kept again
+    assert _without_time(fast.json()) == _without_time(_post(app_client, json.dumps(nxt).encode()).json())
+    _kept_request_intact(app_client)
+
+
+def test_kept_request_bytes_must_be_the_keys_values(case: dict[str, Any]) -> None:
+    """The kept request bytes cut out only where they are the top-level values: found inside
+    another key, or overridden by a later duplicate, the body is parsed whole."""
+    cache = echo.SentCache()
+    prompt, chat = b"[1,2,3]", orjson.dumps(CHAT_REQUEST)
+    kept = echo.KeptRequest(prompt, chat, [1, 2, 3], CHAT_REQUEST, b"d" * 16)
+    digest = echo.EchoDigest(b"[5,6]", b"[2]")
+    cache.put(echo.Sent("s1", 2, b"[5,6]", b"[2]", digest, digest.digest(), kept))
+    state = b'"stream_state":{"output_token_ids":[5,6],"output_chunk_lens":[2],"rs_sid":"s1","rs_pos":2}'
+    good = b'{"stream":true,' + state + b',"prompt_token_ids":[1,2,3],"chat_request":' + chat + b"}"
+    split = echo.split_body(good, cache)
+    assert split is not None and split.sent is not None and split.request is kept
+    assert split.body["chat_request"] is CHAT_REQUEST and split.body["prompt_token_ids"] == [1, 2, 3]
+    # the same bytes, but the prompt ids overridden by a later key: parsed whole
+    duplicate = good[:-1] + b',"prompt_token_ids":[9]}'
+    assert echo.split_body(duplicate, cache) is None
+    # the prompt ids differ (a longer list starting with the kept bytes' digits): not cut out
+    longer = good.replace(b"[1,2,3]", b"[1,2,3,4]")
+    split = echo.split_body(longer, cache)
+    assert split is not None and split.request is None and split.body["prompt_token_ids"] == [1, 2, 3, 4]
+    # the kept bytes only inside another object: not cut out
+    nested = b'{"stream":true,' + state + b',"x":{"prompt_token_ids":[1,2,3],"chat_request":' + chat + b"}}"
+    split = echo.split_body(nested, cache)
+    assert split is None or split.request is None
+    # the echo equal to the kept bytes but the stream id another: the bytes are still exact
+    # (compared by digest later: `sent` is a hint that `vouch_raw` checks against the body)
+    other = good.replace(b'"rs_sid":"s1"', b'"rs_sid":"s2"')
+    split = echo.split_body(other, cache)
+    assert split is not None and split.sent is None and split.ids == b"[5,6]"
+
+
+def test_sent_cache_keeps_two_per_stream_within_its_bound() -> None:
+    digest = echo.EchoDigest(b"[]", b"[]")
+    cache = echo.SentCache(max_bytes=4096)
+    for position in range(1, 5):
+        ids = orjson.dumps(list(range(position)))
+        cache.put(echo.Sent("s", position, ids, b"[1]", digest, b"", None))
+    assert [sent.position for sent in cache.candidates("s")] == [4, 3]
+    cache.put(echo.Sent("t", 1, b"[" + b"1," * 3000 + b"1]", b"[1]", digest, b"", None))  # past the bound alone
+    assert cache.candidates("t") == ()
+    for n in range(40):
+        cache.put(echo.Sent(f"u{n}", 1, b"[" + b"7," * 30 + b"7]", b"[1]", digest, b"", None))
+    assert cache.candidates("s") == ()  # the least recently used stream went first
+    assert len(cache.candidates("u39")) == 1
+    twin = digest.copy()
+    twin.extend([5])
+    assert twin.digest() != digest.digest() == echo.EchoDigest(b"[]", b"[]").digest()

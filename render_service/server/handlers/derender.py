@@ -26,7 +26,9 @@ async def chat_derender(state: State, request: Request, raw: bytes) -> Any:
         if not vouch.from_bytes:
             raise
         # An `EchoedArray` is no list to the full checks a failed validation lists its errors
-        # with: the errors are those of the body parsed whole.
+        # with: the errors are those of the body parsed whole. Those checks may have filled
+        # defaults into request values kept for the stream: they are dropped.
+        derender.forget_kept(state.derender, vouch)
         body, vouch = await read_chat_body(state, request, raw, prior=vouch)
         stream = validate_chat_derender(body, vouch.vouched)
     if stream:
@@ -51,7 +53,7 @@ async def read_chat_body(
     (`prior`), is parsed whole and checked as before: the fast path answers exactly as the whole
     parse would, or gives way to it. The store is asked once either way."""
     ctx = state.derender
-    split = echo.split_body(raw) if prior is None and ctx.reads_raw_echo else None
+    split = echo.split_body(raw, ctx.sent) if prior is None and ctx.reads_raw_echo else None
     # The fingerprint is checked before the store is asked, as for a body parsed whole (a stale
     # stream is a 409 whatever else it holds, and costs no lookup).
     if split is not None and fingerprint_error(state, request, split.body) is None:
