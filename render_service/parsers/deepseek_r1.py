@@ -97,11 +97,15 @@ class DeepSeekR1ReasoningParser(ReasoningParser):
             if keep:
                 st.held = reasoning[-keep:]
                 reasoning = reasoning[:-keep]
-            return (Delta(reasoning=reasoning) if reasoning else None), False
+            if not reasoning and len(delta_ids) == 1 and delta_ids[0] in (self.start_token_id, self.end_token_id):
+                return None, False  # vLLM: a chunk that is one marker token yields nothing
+            # (vLLM sends `reasoning: ""` for a chunk whose text is still empty, e.g. half a
+            # multibyte character: so do we)
+            return Delta(reasoning=reasoning), False
         st.seen_start = True
-        if not reasoning and not content:
-            return None, True
-        return Delta(reasoning=reasoning or None, content=content or None), True
+        if not reasoning and not content and len(delta_ids) == 1 and delta_ids[0] == self.end_token_id:
+            return None, True  # vLLM: a chunk that is one marker token yields nothing
+        return Delta(reasoning=reasoning, content=content or None), True
 
     def finish(self, st: DeepSeekR1State) -> Delta | None:
         """The stream ends still in reasoning: a held marker prefix is reasoning after all."""

@@ -194,6 +194,18 @@ E2E_TOOLS_STILL_OPEN: dict[str, str] = {
 }
 
 
+# batch golden case (tests/parity golden_derender) -> cause, where our batch message follows
+# the stream's rule: it must then be what vLLM's `<name>_stream1` twin accumulates to
+E2E_BATCH_CASES: dict[str, str] = {
+    "deepseek_thinking_disabled_batch": PROMPT_END_BATCH,
+}
+
+
+def stream_twin(case: str) -> str:
+    """`x_batch` -> `x_stream1`."""
+    return case.rsplit("_batch", 1)[0] + "_stream1"
+
+
 def batch_twin(case: str) -> str:
     """`x_stream1` / `x_streamr` -> `x_batch`."""
     return case.rsplit("_stream", 1)[0] + "_batch"

@@ -91,7 +91,7 @@ def test_deepseek_r1_resumes_mid_hold(tok: Any) -> None:
     state = load_parsed_stream(parser, obj)
     rest = encode(tok, [("chars", "ink>"), "done"])
     delta, _ = advance(parser, state, rest, rest, None, opts, tool_ids("r"))
-    assert delta is not None and delta.reasoning is None and delta.content == "done"
+    assert delta is not None and not delta.reasoning and delta.content == "done"
 
 
 def test_deepseek_r1_held_prefix_flushed_at_the_end(tok: Any) -> None:
