@@ -364,7 +364,7 @@ def derender_chat(ctx: DerenderContext, body: dict[str, Any]) -> dict[str, Any]:
             )
             message = _message(fields["content"], fields["reasoning"], fields["tool_calls"])
         elif parser is not None:
-            reasoning, content, calls = parser.parse(text, opts, gen.get("prompt_token_ids"), token_ids)
+            reasoning, content, calls = parser.parse_batch(text, opts, gen.get("prompt_token_ids"), token_ids, seed_ids)
             reasoning, content, id_calls = parser.assemble(
                 reasoning, content, calls, opts, parsers.tool_ids(request_id, choice["index"])
             )

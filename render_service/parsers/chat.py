@@ -307,8 +307,9 @@ class ChatParser:
                 last = delta.tool_calls[-1]
                 last.arguments = (last.arguments or "") + tp.remaining_args(st.tool)
             # _flush_engine_parsers: a reasoning engine still in reasoning, then a tool engine
+            # (and a parser that holds a possible marker prefix flushes it here too)
             flushes: list[Delta | None] = []
-            if rp is not None and rp.engine_based_streaming and not st.reasoning_ended:
+            if rp is not None and not st.reasoning_ended:
                 flushes.append(rp.finish(st.reasoning))
             if tp is not None and tp.engine_based_streaming:
                 flushes.append(tp.finish_for_request(st.tool, tool_id, opts))
@@ -356,8 +357,9 @@ class ChatParser:
 
         `model_output` is the decoded text with special tokens kept. `prompt_token_ids` is what
         vLLM passes to `set_prompt_token_ids` (batch derender: `generate_response.prompt_token_ids`,
-        possibly None); only `qwen3` reads it, to start in content when the prompt closes reasoning.
-        `output_token_ids` are the choice's ids (`model_output_token_ids`: Harmony parses those).
+        possibly None); `qwen3` and the engine families read it, to start in content when the
+        prompt closes reasoning. `output_token_ids` are the choice's ids
+        (`model_output_token_ids`: Harmony parses those).
         """
         if self.reasoning is not None:
             reasoning, content = self.reasoning.extract(model_output, prompt_token_ids)
@@ -365,6 +367,30 @@ class ChatParser:
             reasoning, content = None, model_output
         tool_calls, content = self._extract_tool_calls(content, opts)
         return reasoning, content, tool_calls
+
+    def parse_batch(
+        self,
+        model_output: str,
+        opts: RequestOptions,
+        prompt_token_ids: Sequence[int] | None = None,
+        output_token_ids: Sequence[int] = (),
+        stream_prompt_token_ids: Sequence[int] | None = None,
+    ) -> tuple[str | None, str | None, list[FunctionCall] | None]:
+        """`parse` for the batch derender: where the reasoning parser sets
+        `batch_follows_prompt_end` and `stream_prompt_token_ids` (the prompt a stream of the same
+        request checks: the request's `prompt_token_ids`, else the generate response's) closes
+        reasoning, the whole output is content, as the stream sends it (vLLM's batch would still
+        read reasoning out of it: a deliberate difference, docs/parsers.md)."""
+        rp = self.reasoning
+        if (
+            rp is not None
+            and rp.batch_follows_prompt_end
+            and stream_prompt_token_ids is not None
+            and rp.stream_prompt_ends_reasoning(rp.new_state(), stream_prompt_token_ids)
+        ):
+            tool_calls, content = self._extract_tool_calls(model_output, opts)
+            return None, content, tool_calls
+        return self.parse(model_output, opts, prompt_token_ids, output_token_ids)
 
     def _extract_tool_calls(
         self, content: str | None, opts: RequestOptions

@@ -118,6 +118,14 @@ class ReasoningParser(ABC):
     def stream(self, st: Any, delta_text: str, delta_ids: Sequence[int]) -> tuple[Delta | None, bool]:
         """`extract_reasoning_streaming` for one chunk, and whether reasoning ended in it."""
 
+    # Whether batch follows the stream's rule when the prompt already closed reasoning: the
+    # stream then sends the whole output as content (vLLM's `is_reasoning_end(prompt)`), while
+    # vLLM's batch `extract_reasoning` ignores the prompt and still reads reasoning out of the
+    # output up to a `</think>` that may come last. Holding the stream until the end is no
+    # option, so with this flag `ChatParser.parse` returns the whole output as content there
+    # instead (a deliberate batch difference from vLLM, docs/parsers.md).
+    batch_follows_prompt_end: ClassVar[bool] = False
+
     # Whether batch `extract` still transforms the text after reasoning has ended (e.g. an engine
     # that drops a stray `</think>` in content): then `after_end` filters that text in streaming
     # too, so the stream accumulates to the batch answer (vLLM streams it untouched).

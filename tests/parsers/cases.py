@@ -139,7 +139,7 @@ def run_batch(
     text, stop_reason = dt.decode_output(
         tok, ids, finish, None, seed, eos_token_id=eos[0], model_eos_token_ids=eos[1], skip_special_tokens=False
     )
-    reasoning, content, calls = parser.parse(text, opts, prompt)
+    reasoning, content, calls = parser.parse_batch(text, opts, prompt, (), prompt)
     reasoning, content, pairs = parser.assemble(reasoning, content, calls, opts, tool_ids("req-1"))
     return {
         "text": text,

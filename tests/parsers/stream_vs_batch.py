@@ -35,8 +35,13 @@ from tests.parsers.families.llama import build_family
 # table when the family's stream is changed to accumulate (then listed in
 # `tests/parsers/deliberate.py` where it differs from vLLM's stream).
 # Why, by cause (each a whole-output decision of vLLM's batch parser, or a stream rule of its own):
-PROMPT_END = (
-    "prompt closes reasoning: batch still splits reasoning out of the output (until a </think> that may come last)"
+ENGINE_REASONING = (
+    "engine reasoning parsers (engine.py): trailing reasoning whitespace stripped per delta in streaming, once in "
+    "batch; reasoning markers spelled as text or repeated matched in batch only"
+)
+ENGINE_THINK_IN_CONTENT = (
+    "engine tool parsers behind deepseek_r1 (prompt closed reasoning): reasoning markers in the content are "
+    "dropped or read as reasoning by id in streaming, kept as text in batch"
 )
 THINK_TEXT = "reasoning markers spelled as text or repeated: batch matches them anywhere, the stream by token id once"
 ALL_OR_NOTHING = "batch rejects every call when one is malformed or unclosed: known only at the end of the output"
@@ -56,28 +61,27 @@ SEED = "Seed-OSS: a stray </seed:think> is dropped in batch only"
 NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("deepseek", "None+deepseek_v3"): DSV3_END,
     ("deepseek", "None+deepseek_v31"): DSV3_END,
-    ("deepseek", "deepseek_r1+deepseek_v3"): PROMPT_END,
-    ("deepseek", "deepseek_r1+deepseek_v31"): PROMPT_END,
-    ("deepseek", "deepseek_v3+None"): PROMPT_END,
-    ("deepseek", "deepseek_v3+deepseek_v3"): PROMPT_END,
-    ("deepseek", "deepseek_v3+deepseek_v31"): PROMPT_END,
+    ("deepseek", "deepseek_r1+deepseek_v3"): DSV3_END,
+    ("deepseek", "deepseek_r1+deepseek_v31"): DSV3_END,
+    ("deepseek", "deepseek_v3+deepseek_v3"): DSV3_END,
+    ("deepseek", "deepseek_v3+deepseek_v31"): DSV3_END,
     ("deepseek_v32", "None+deepseek_v32"): DSML_AFTER,
-    ("deepseek_v32", "deepseek_r1+deepseek_v32"): PROMPT_END,
-    ("deepseek_v32", "deepseek_v3+deepseek_v32"): PROMPT_END,
+    ("deepseek_v32", "deepseek_r1+deepseek_v32"): DSML_AFTER,
+    ("deepseek_v32", "deepseek_v3+deepseek_v32"): DSML_AFTER,
     ("deepseek_v4", "None+deepseek_v4"): DSML_AFTER,
-    ("deepseek_v4", "deepseek_r1+deepseek_v4"): PROMPT_END,
-    ("deepseek_v4", "deepseek_v4+None"): PROMPT_END,
-    ("deepseek_v4", "deepseek_v4+deepseek_v4"): PROMPT_END,
+    ("deepseek_v4", "deepseek_r1+deepseek_v4"): ENGINE_THINK_IN_CONTENT,
+    ("deepseek_v4", "deepseek_v4+None"): ENGINE_REASONING,
+    ("deepseek_v4", "deepseek_v4+deepseek_v4"): DSML_AFTER + "; " + ENGINE_REASONING,
     ("deepseek_v41", "None+deepseek_v41"): DSML_AFTER,
-    ("deepseek_v41", "deepseek_r1+deepseek_v41"): PROMPT_END,
-    ("deepseek_v41", "deepseek_v41+None"): PROMPT_END,
-    ("deepseek_v41", "deepseek_v41+deepseek_v41"): PROMPT_END,
+    ("deepseek_v41", "deepseek_r1+deepseek_v41"): ENGINE_THINK_IN_CONTENT,
+    ("deepseek_v41", "deepseek_v41+None"): ENGINE_REASONING,
+    ("deepseek_v41", "deepseek_v41+deepseek_v41"): DSML_AFTER + "; " + ENGINE_REASONING,
     ("gemma4", "None+gemma4"): GEMMA4,
     ("gemma4", "gemma4+None"): GEMMA4,
     ("gemma4", "gemma4+gemma4"): GEMMA4,
     ("gemma4", "gemma4+hermes"): GEMMA4,
     ("glm", "None+glm45"): ENGINE_WS,
-    ("glm", "glm45+None"): PROMPT_END,
+    ("glm", "glm45+None"): ENGINE_REASONING,
     ("glm", "glm45+glm45"): ENGINE_WS,
     ("glm", "glm47+glm47"): ENGINE_WS,
     ("granite", "None+granite"): GRANITE,
@@ -86,26 +90,25 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("granite", "granite+granite"): GRANITE,
     ("granite", "granite+granite4"): GRANITE,
     ("kimi", "None+kimi_k2"): KIMI,
-    ("kimi", "kimi_k2+None"): PROMPT_END,
-    ("kimi", "kimi_k2+kimi_k2"): PROMPT_END,
+    ("kimi", "kimi_k2+None"): ENGINE_REASONING,
+    ("kimi", "kimi_k2+kimi_k2"): KIMI + "; " + ENGINE_REASONING,
     ("llama3_json", "None+llama3_json"): LLAMA_JSON,
     ("llama4_json", "None+llama4_json"): LLAMA_JSON,
     ("llama4_pythonic", "None+llama4_pythonic"): PYTHONIC,
     ("minimax_m2", "None+minimax_m2"): ENGINE_WS,
-    ("minimax_m2", "minimax_m2+minimax_m2"): PROMPT_END,
+    ("minimax_m2", "minimax_m2+minimax_m2"): ENGINE_WS,
     ("minimax_m2", "minimax_m2_append_think+None"): MINIMAX_THINK,
     ("minimax_m2", "minimax_m2_append_think+minimax_m2"): MINIMAX_THINK,
     ("nemotron_v3", "nemotron_v3+None"): NEMOTRON,
     ("nemotron_v3", "nemotron_v3+hermes"): NEMOTRON,
     ("pythonic", "None+pythonic"): PYTHONIC,
     ("qwen3", "None+hermes"): ALL_OR_NOTHING,
-    ("qwen3", "deepseek_r1+None"): PROMPT_END,
-    ("qwen3", "deepseek_r1+hermes"): PROMPT_END,
+    ("qwen3", "deepseek_r1+hermes"): ALL_OR_NOTHING,
     ("qwen3", "qwen3+None"): THINK_TEXT + "; special tokens in content (ignore_eos) dropped in batch only",
     ("qwen3", "qwen3+hermes"): ALL_OR_NOTHING,
     ("qwen3", "qwen3+qwen3_json"): ALL_OR_NOTHING,
     ("qwen3_coder", "None+qwen3_coder"): ENGINE_WS,
-    ("qwen3_coder", "deepseek_r1+qwen3_coder"): PROMPT_END,
+    ("qwen3_coder", "deepseek_r1+qwen3_coder"): ENGINE_THINK_IN_CONTENT,
     ("qwen3_coder", "qwen3+qwen3_coder"): ENGINE_WS,
     ("qwen3_coder", "qwen3+qwen3_xml"): ENGINE_WS,
     ("seed_oss", "None+seed_oss"): ENGINE_WS,

@@ -102,19 +102,27 @@ def test_matches_vllm_golden(tok, name: str) -> None:
     if name not in GOLDEN:
         pytest.skip("golden not recorded")
     ours = golden_result(tok, name)
-    assert ours["batch"] == GOLDEN[name]["batch"]
-    problem = deliberate.check_stream(
-        ours["stream"], GOLDEN[name]["stream"], GOLDEN[name]["batch"], deliberate.CASES.get(name)
-    )
+    batch_cause = deliberate.BATCH_CASES.get(name)
+    problem = deliberate.check_batch(ours["batch"], GOLDEN[name]["batch"], ours["stream"], batch_cause)
+    assert problem is None, problem
+    # A deliberate batch answer is the one our stream must accumulate to (checked above).
+    batch = ours["batch"] if batch_cause is not None else GOLDEN[name]["batch"]
+    problem = deliberate.check_stream(ours["stream"], GOLDEN[name]["stream"], batch, deliberate.CASES.get(name))
     assert problem is None, problem
 
 
 def test_deliberate_cases_are_goldens_that_vllm_does_not_accumulate() -> None:
     """Every named deliberate difference is a recorded case where vLLM's own stream does not
     accumulate to its batch answer (so the list cannot hide a regression elsewhere)."""
-    for name in deliberate.CASES:
+    for name in [*deliberate.CASES, *deliberate.BATCH_CASES]:
         golden = GOLDEN[name]
         assert deliberate.accumulate(golden["stream"]) != deliberate.batch_view(golden["batch"]), name
+
+
+def test_deliberate_batch_cases_differ_from_vllm(tok) -> None:
+    """A named deliberate batch difference is one: our batch answer there is not vLLM's."""
+    for name in deliberate.BATCH_CASES:
+        assert golden_result(tok, name)["batch"] != GOLDEN[name]["batch"], name
 
 
 # -- registry, ids, options ----------------------------------------------------------------------
