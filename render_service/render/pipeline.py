@@ -480,34 +480,69 @@ def validate_chat_request(body: dict[str, Any]) -> None:
     requests.validate_chat_request(body)
 
 
-def _validate_chat(ctx: RenderContext, body: dict[str, Any], key: prefix.HistoryKey | None) -> tuple[bool, int]:
-    """Validate the request; when its messages before the latest reply are a request this worker
-    validated and rendered before (same digest), only the messages from the reply on are validated
-    (message validation is per message). Any error validates the whole request again, for vLLM's
-    exact error. Returns whether the messages came through unchanged (a later turn may skip them),
-    and how many leading messages were a validated and rendered request's (0: none skipped)."""
-    messages = body.get("messages")
-    record = ctx.prefix_guard.lookup(key) if ctx.history is not None and ctx.prefix_guard and key else None
+@dataclass
+class _Validated:
+    unchanged: bool  # the messages came through validation unchanged (a later turn may skip them)
+    seen: int = 0  # leading messages that were a validated and rendered request's (not validated again)
+    tools_key: bytes | None = None  # SharedTools.key_of(body["tools"]), when taken
+
+
+def _validate_chat(ctx: RenderContext, body: dict[str, Any], key: prefix.HistoryKey | None) -> _Validated:
+    """Validate the request. With the segment cache on, what validated before is not validated
+    again: when the messages before the latest reply are a request this worker validated and
+    rendered (same digest, same bytes), only the messages from the reply on are validated (message
+    validation is per message); when the tools are a list that passed validation unchanged before
+    (same bytes), a list of the same names stands in for them (the only validator that reads tools
+    beside their own schema, `chat_check_tool_usage`, reads their names and whether there are any).
+    Any error validates the whole request again, for vLLM's exact error."""
+    messages: Any = body.get("messages")
+    if ctx.history is None:
+        validate_chat_request(body)
+        return _Validated(isinstance(messages, list) and _unchanged(body.get("messages"), messages))
+    record = ctx.prefix_guard.lookup(key) if ctx.prefix_guard and key else None
     start = key.reply_index if key is not None and record is not None and record.validated else 0
     if not isinstance(messages, list) or not 0 < start < len(messages) <= MAX_MESSAGES:
+        start = 0
+    tools: Any = body.get("tools")
+    tools_key = templating.SHARED_TOOLS.key_of(tools)
+    names = templating.SHARED_TOOLS.validated_names(tools_key) if tools_key is not None else None
+    if not start and names is None:
         validate_chat_request(body)
-        return isinstance(messages, list) and _unchanged(body.get("messages"), messages), 0
+        return _validated(body, messages, 0, tools, tools_key)
     original = dict(body)
-    body["messages"] = messages[start:]
+    if start:
+        body["messages"] = messages[start:]
+    if names is not None:
+        body["tools"] = [{"type": "function", "function": {"name": name}} for name in names]
     try:
         validate_chat_request(body)
     except RenderServiceError:
         body.clear()
         body.update(original)
         validate_chat_request(body)  # raises the whole request's error
-        return _unchanged(body.get("messages"), messages), 0
+        return _validated(body, messages, 0, tools, tools_key)
+    if names is not None:
+        body["tools"] = tools  # they would have come through unchanged
+    if not start:
+        return _validated(body, messages, 0, tools, tools_key)
     suffix = body["messages"]
     for message in messages[:start]:  # what validation renames (chat_normalize_messages)
         reasoning_content = message.pop("reasoning_content", None)
         if reasoning_content is not None and message.get("reasoning") is None:
             message["reasoning"] = reasoning_content
     body["messages"] = [*messages[:start], *suffix]
-    return _unchanged(suffix, messages[start:]), start
+    return _Validated(_unchanged(suffix, messages[start:]), start, tools_key)
+
+
+def _validated(body: dict[str, Any], messages: Any, seen: int, tools: Any, tools_key: bytes | None) -> _Validated:
+    """The outcome of validating `body` (its messages were `messages`, its tools `tools`); tools
+    that came through unchanged are remembered as validated."""
+    unchanged = isinstance(messages, list) and _unchanged(body.get("messages"), messages)
+    came_through = body.get("tools") is tools
+    if tools_key is None or not isinstance(tools, list) or not came_through:
+        return _Validated(unchanged, seen)
+    templating.SHARED_TOOLS.remember_validated(tools_key, tools)
+    return _Validated(unchanged, seen, tools_key)
 
 
 def _unchanged(validated: Any, raw: list[Any]) -> bool:
@@ -618,9 +653,15 @@ def render_chat(
     `generated`: the request asked for token-identical continuation and these are its replies'
     generated ids (derender/generated.py); the verdict lands in `generated.result`."""
     key = prefix.history_key(body.get("messages")) if ctx.prefix_guard is not None else None
-    validated, seen = False, 0
+    validated, seen, tools_key, validated_tools = False, 0, None, None
     if not converted:
-        validated, seen = _validate_chat(ctx, body, key)
+        outcome = _validate_chat(ctx, body, key)
+        validated, seen, tools_key, validated_tools = (
+            outcome.unchanged,
+            outcome.seen,
+            outcome.tools_key,
+            body.get("tools"),
+        )
     check_model(ctx, body.get("model"))
     if body.get("use_beam_search"):
         raise BadRequestError("Beam search is not supported by the render endpoint")
@@ -648,7 +689,8 @@ def render_chat(
     # The template's tools and parse_context's (the template cannot mutate them); with the segment
     # cache on, an HF template's are the dicts of an earlier request with the same tools.
     if ctx.segments is not None and ctx.model.renderer_mode == "hf":
-        dumped_tools = templating.SHARED_TOOLS.get(tools, tool_dicts)
+        # (the key validation took of these very tools, if it did)
+        dumped_tools = templating.SHARED_TOOLS.get(tools, tool_dicts, tools_key if tools is validated_tools else None)
     else:
         dumped_tools = tool_dicts(tools)
     rendered_tools = None if tool_choice == "none" and settings.exclude_tools_when_tool_choice_none else dumped_tools

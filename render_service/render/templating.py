@@ -869,18 +869,44 @@ class SharedTools:
         self._lists: OrderedDict[bytes, list[dict[str, Any]]] = OrderedDict()
         # id(first dict of a shared list) -> (that list, its orjson encoding), for `encoding`.
         self._encodings: dict[int, tuple[list[dict[str, Any]], bytes]] = {}
+        # key_of(tools) -> the tool names, for tool lists that passed request validation unchanged.
+        self._validated: OrderedDict[bytes, tuple[str, ...]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, tools: Any, dump: Callable[[Any], list[dict[str, Any]] | None]) -> list[dict[str, Any]] | None:
-        """`dump(tools)`, or the list it returned for the same tools before (a new list object
-        holding the same dicts)."""
+    @staticmethod
+    def key_of(tools: Any) -> bytes | None:
+        """The bytes that tell `tools` apart from every other JSON value (None: a value they cannot:
+        no list, empty, not encodable, or a null that may have been NaN; see _hf_tojson)."""
         if not isinstance(tools, list) or not tools:
-            return dump(tools)
+            return None
         try:
             key = orjson.dumps(tools)
         except (TypeError, orjson.JSONEncodeError):
-            return dump(tools)
-        if _has_null_literal(key):  # None, or NaN/infinity written as null (see _hf_tojson): no sharing
+            return None
+        return None if _has_null_literal(key) else key
+
+    def validated_names(self, key: bytes) -> tuple[str, ...] | None:
+        """The names of the tools encoded as `key`, when such a list passed request validation
+        unchanged before (validation is a function of the JSON value: it would pass again)."""
+        with self._lock:
+            return self._validated.get(key)
+
+    def remember_validated(self, key: bytes, tools: list[dict[str, Any]]) -> None:
+        """`tools` (encoded as `key`) passed request validation and came out unchanged."""
+        names = tuple(tool["function"]["name"] for tool in tools)
+        with self._lock:
+            self._validated[key] = names
+            while len(self._validated) > self.max_entries:
+                self._validated.popitem(last=False)
+
+    def get(
+        self, tools: Any, dump: Callable[[Any], list[dict[str, Any]] | None], key: bytes | None = None
+    ) -> list[dict[str, Any]] | None:
+        """`dump(tools)`, or the list it returned for the same tools before (a new list object
+        holding the same dicts). `key`: `key_of(tools)` when the caller has it."""
+        if key is None:
+            key = self.key_of(tools)
+        if key is None:
             return dump(tools)
         with self._lock:
             shared = self._lists.get(key)

@@ -195,6 +195,46 @@ def test_a_changed_tool_byte_renders_as_without_the_cache(contexts) -> None:
     assert _result(cached, changed) == _result(uncached, changed)
 
 
+def _tool_variants(tools: list[dict[str, Any]]) -> list[tuple[list[dict[str, Any]], Any]]:
+    """(tools, tool_choice): valid ones, ones validation coerces or refuses, named choices."""
+    coerced = copy.deepcopy(tools)
+    coerced[0]["function"]["strict"] = "true"
+    missing_name = copy.deepcopy(tools)
+    del missing_name[1]["function"]["name"]
+    bad_type = copy.deepcopy(tools)
+    bad_type[0]["type"] = "retrieval"
+    first = tools[0]["function"]["name"]
+    return [
+        (tools, "auto"),
+        (tools, {"type": "function", "function": {"name": first}}),
+        (tools, {"type": "function", "function": {"name": "not_a_tool"}}),
+        (tools, {"type": "function", "function": {"name": ""}}),
+        (tools, "sometimes"),
+        (coerced, "auto"),
+        (missing_name, "auto"),
+        (bad_type, "auto"),
+    ]
+
+
+def test_tools_validated_before_stand_in_by_name_with_the_same_outcome(contexts) -> None:
+    """A tool list that passed validation unchanged is not validated again (its names stand in):
+    every request answers as without the cache, sent twice (the second finds the list validated),
+    errors included; a list validation would change or refuse is never remembered."""
+    cached, uncached = contexts
+    bodies = conversation(turns=4, seed=29)
+    for body in bodies[:3]:
+        _result(cached, body)
+    for tools, choice in _tool_variants(bodies[3]["tools"]):
+        body = {**copy.deepcopy(bodies[3]), "tools": tools, "tool_choice": choice}
+        for _ in range(2):
+            assert _result(cached, body) == _result(uncached, body), choice
+    key = templating.SharedTools.key_of(bodies[3]["tools"])
+    assert key is not None and templating.SHARED_TOOLS.validated_names(key) is not None
+    for tools, _ in _tool_variants(bodies[3]["tools"])[5:]:
+        changed_key = templating.SharedTools.key_of(tools)
+        assert changed_key is not None and templating.SHARED_TOOLS.validated_names(changed_key) is None
+
+
 _JSONISH = st.lists(st.sampled_from(['"null"', "null", ":", ",", "[", "]", "}", "{", "nul", "l", "x", '"a"']))
 
 
