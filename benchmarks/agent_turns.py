@@ -127,6 +127,7 @@ def _start_rs(binary: str, model_dir: str, port: int, log: Any) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
+    import os
     import tempfile
     from pathlib import Path
 
@@ -153,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ours-args", default="", help="extra flags for both of ours, e.g. '--tokenizer-backend hf'")
     args = parser.parse_args(argv)
     model_dir = example_model_dir(args.model)
+    load_before = os.getloadavg()
     logs = Path(tempfile.mkdtemp(prefix="agent-turns-"))
     ours_args = [*SERVER_ARGS.split(), "--enable-auto-tool-choice", "--workers", "1", *args.ours_args.split()]
     servers = {}
@@ -205,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     rows.append([f"{last.start + 1}-{args.turns} avg", str(tokens[-1]), *(fmt(average[n]) for n in names)])
     print(format_table(["turn", "tokens", *(f"{n} CPU ms" for n in names)], rows, title="server CPU per render"))
     wall_avg = {n: sum(wall[n][i] for i in last) / len(last) for n in names}
+    load_after = os.getloadavg()
+    print(f"load average (1, 5, 15 min) before: {load_before}, after: {load_after} (the machine is shared: rough)")
     print("sequential req/s over the last 10 turns: " + ", ".join(f"{n} {1000 / wall_avg[n]:.0f}" for n in names))
     print(f"ratios (CPU, turns {last.start + 1}-{args.turns}), all with identical token ids:")
     for other in names:

@@ -107,9 +107,20 @@ def with_json(encoded: Encoded, previous: _Previous | None) -> tuple[EncodedIds,
     """The ids of `encoded` with their JSON text, and the JSON of its head (`encoded.head_ids` ids,
     no closing bracket) for the next turn. The ids copied from `previous` are written from its text."""
     ids = encoded.ids
+    if type(ids) is not EncodedIds:
+        ids = EncodedIds(ids)
     start, base = 0, b""
     if previous is not None and previous.head_json and 0 < encoded.reused_ids == previous.head_ids:
         start, base = previous.head_ids, previous.head_json
     head_json = extend_json(base, ids, start, encoded.head_ids) if encoded.head_ids else b""
-    full = extend_json(head_json, ids, encoded.head_ids) + b"]"
-    return EncodedIds(ids, full), head_json
+    ids.json = _closed(head_json, ids, encoded.head_ids)
+    return ids, head_json
+
+
+def _closed(head_json: bytes, ids: list[int], start: int) -> bytes:
+    """`extend_json(head_json, ids, start) + b"]"` with one copy of `head_json`, not two."""
+    added = ids[start:]
+    if not added:
+        return head_json + b"]" if start else b"[]"
+    text = orjson.dumps(added)
+    return b"".join((head_json, b",", memoryview(text)[1:])) if start else text

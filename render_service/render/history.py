@@ -72,11 +72,15 @@ class HistoryRenderer:
         render: RenderFn,
         render_full: Callable[[], str],
         add_generation_prompt: bool,
+        known: HistoryFacts | None = None,
     ) -> str:
         """The prompt of `messages`, whose first `start` messages were the previous turn's request
-        (rendered as `previous_prompt`). `render_full()` is the reference full render."""
-        anchor = anchor_indices(messages, start)
-        shape = (fingerprint, add_generation_prompt, *_shape(messages, start))
+        (rendered as `previous_prompt`). `render_full()` is the reference full render. `known`: the
+        facts of those `start` messages (kept with the previous prompt), else they are read here."""
+        if known is not None and known.count != start:
+            known = None
+        anchor = anchor_indices(messages, start, known.users if known is not None else None)
+        shape = (fingerprint, add_generation_prompt, *_shape(messages, start, known.kinds if known else None))
         with self._lock:
             verdict = self._verdicts.get(shape)
             if verdict is True:
@@ -173,12 +177,48 @@ class HistoryRenderer:
             return HistoryStats(self.incremental, self.full, self.verified, self.mismatches)
 
 
-def anchor_indices(messages: Sequence[dict[str, Any]], start: int) -> list[int]:
+@dataclass(frozen=True)
+class HistoryFacts:
+    """What a render reads from every message of a request, kept with its prompt (prefix.PromptRecord)
+    so that the next turn, whose history is byte for byte that request's messages, reads only the
+    messages it adds: the kinds of messages (see `_kind`), where the user messages are (the anchor),
+    and how many tool calls the assistant made (`parse_context.history_tool_call_cnt`)."""
+
+    count: int  # messages described
+    kinds: frozenset[tuple[Any, ...]]
+    users: tuple[int, ...]
+    tool_calls: int
+
+
+def history_facts(messages: Sequence[dict[str, Any]], known: HistoryFacts | None = None) -> HistoryFacts:
+    """The facts of `messages`; `known`: those of its first `known.count` messages (the caller
+    proved them the same messages), so only the rest are read."""
+    start = 0 if known is None or known.count > len(messages) else known.count
+    kinds = set() if start == 0 or known is None else set(known.kinds)
+    users = [] if start == 0 or known is None else list(known.users)
+    calls = 0 if start == 0 or known is None else known.tool_calls
+    for index in range(start, len(messages)):
+        message = messages[index]
+        kinds.add(_kind(message))
+        role = message.get("role")
+        if role == "user":
+            users.append(index)
+        elif role == "assistant":
+            tool_calls = message.get("tool_calls")
+            if tool_calls is not None:
+                calls += len(tool_calls) if isinstance(tool_calls, list) else 1
+    return HistoryFacts(len(messages), frozenset(kinds), tuple(users), calls)
+
+
+def anchor_indices(messages: Sequence[dict[str, Any]], start: int, users: Sequence[int] | None = None) -> list[int]:
     """The leading system/developer message, every user message before `start`, and the message
     right before `start`: what templates look back at when they render the new messages (a system
     block, the last user query, which Qwen3 finds by skipping tool results sent as user messages,
-    a tool-result group)."""
-    indices = [i for i in range(start) if messages[i].get("role") == "user"]
+    a tool-result group). `users`: the indices of the user messages before `start`, when known."""
+    if users is None:
+        indices = [i for i in range(start) if messages[i].get("role") == "user"]
+    else:
+        indices = list(users)
     if start > 0 and messages[0].get("role") in ("system", "developer") and 0 not in indices:
         indices.insert(0, 0)
     if start > 0 and start - 1 not in indices:
@@ -186,13 +226,18 @@ def anchor_indices(messages: Sequence[dict[str, Any]], start: int) -> list[int]:
     return indices
 
 
-def _shape(messages: Sequence[dict[str, Any]], start: int) -> tuple[Any, ...]:
+def _shape(
+    messages: Sequence[dict[str, Any]], start: int, history: frozenset[tuple[Any, ...]] | None = None
+) -> tuple[Any, ...]:
     """What a verdict is about: the kind of each new message, of the message before them, and the
     set of kinds in the history (a template that drops thinking or parses markup out of earlier
-    messages changes the history only when there is thinking or markup to drop)."""
+    messages changes the history only when there is thinking or markup to drop). `history`: that
+    set, when known."""
     new = tuple(_kind(message) for message in messages[start:])
     before = _kind(messages[start - 1]) if start > 0 else None
-    return (new, before, frozenset(_kind(message) for message in messages[:start]))
+    if history is None:
+        history = frozenset(_kind(message) for message in messages[:start])
+    return (new, before, history)
 
 
 def _kind(message: dict[str, Any]) -> tuple[Any, ...]:

@@ -480,33 +480,69 @@ def validate_chat_request(body: dict[str, Any]) -> None:
     requests.validate_chat_request(body)
 
 
-def _validate_chat(ctx: RenderContext, body: dict[str, Any], key: prefix.HistoryKey | None) -> bool:
-    """Validate the request; when its messages before the latest reply are a request this worker
-    validated and rendered before (same digest), only the messages from the reply on are validated
-    (message validation is per message). Any error validates the whole request again, for vLLM's
-    exact error. True when the messages came through unchanged (a later turn may skip them)."""
-    messages = body.get("messages")
-    record = ctx.prefix_guard.lookup(key) if ctx.history is not None and ctx.prefix_guard and key else None
+@dataclass
+class _Validated:
+    unchanged: bool  # the messages came through validation unchanged (a later turn may skip them)
+    seen: int = 0  # leading messages that were a validated and rendered request's (not validated again)
+    tools_key: bytes | None = None  # SharedTools.key_of(body["tools"]), when taken
+
+
+def _validate_chat(ctx: RenderContext, body: dict[str, Any], key: prefix.HistoryKey | None) -> _Validated:
+    """Validate the request. With the segment cache on, what validated before is not validated
+    again: when the messages before the latest reply are a request this worker validated and
+    rendered (same digest, same bytes), only the messages from the reply on are validated (message
+    validation is per message); when the tools are a list that passed validation unchanged before
+    (same bytes), a list of the same names stands in for them (the only validator that reads tools
+    beside their own schema, `chat_check_tool_usage`, reads their names and whether there are any).
+    Any error validates the whole request again, for vLLM's exact error."""
+    messages: Any = body.get("messages")
+    if ctx.history is None:
+        validate_chat_request(body)
+        return _Validated(isinstance(messages, list) and _unchanged(body.get("messages"), messages))
+    record = ctx.prefix_guard.lookup(key) if ctx.prefix_guard and key else None
     start = key.reply_index if key is not None and record is not None and record.validated else 0
     if not isinstance(messages, list) or not 0 < start < len(messages) <= MAX_MESSAGES:
+        start = 0
+    tools: Any = body.get("tools")
+    tools_key = templating.SHARED_TOOLS.key_of(tools)
+    names = templating.SHARED_TOOLS.validated_names(tools_key) if tools_key is not None else None
+    if not start and names is None:
         validate_chat_request(body)
-        return isinstance(messages, list) and _unchanged(body.get("messages"), messages)
+        return _validated(body, messages, 0, tools, tools_key)
     original = dict(body)
-    body["messages"] = messages[start:]
+    if start:
+        body["messages"] = messages[start:]
+    if names is not None:
+        body["tools"] = [{"type": "function", "function": {"name": name}} for name in names]
     try:
         validate_chat_request(body)
     except RenderServiceError:
         body.clear()
         body.update(original)
         validate_chat_request(body)  # raises the whole request's error
-        return _unchanged(body.get("messages"), messages)
+        return _validated(body, messages, 0, tools, tools_key)
+    if names is not None:
+        body["tools"] = tools  # they would have come through unchanged
+    if not start:
+        return _validated(body, messages, 0, tools, tools_key)
     suffix = body["messages"]
     for message in messages[:start]:  # what validation renames (chat_normalize_messages)
         reasoning_content = message.pop("reasoning_content", None)
         if reasoning_content is not None and message.get("reasoning") is None:
             message["reasoning"] = reasoning_content
     body["messages"] = [*messages[:start], *suffix]
-    return _unchanged(suffix, messages[start:])
+    return _Validated(_unchanged(suffix, messages[start:]), start, tools_key)
+
+
+def _validated(body: dict[str, Any], messages: Any, seen: int, tools: Any, tools_key: bytes | None) -> _Validated:
+    """The outcome of validating `body` (its messages were `messages`, its tools `tools`); tools
+    that came through unchanged are remembered as validated."""
+    unchanged = isinstance(messages, list) and _unchanged(body.get("messages"), messages)
+    came_through = body.get("tools") is tools
+    if tools_key is None or not isinstance(tools, list) or not came_through:
+        return _Validated(unchanged, seen)
+    templating.SHARED_TOOLS.remember_validated(tools_key, tools)
+    return _Validated(unchanged, seen, tools_key)
 
 
 def _unchanged(validated: Any, raw: list[Any]) -> bool:
@@ -617,9 +653,15 @@ def render_chat(
     `generated`: the request asked for token-identical continuation and these are its replies'
     generated ids (derender/generated.py); the verdict lands in `generated.result`."""
     key = prefix.history_key(body.get("messages")) if ctx.prefix_guard is not None else None
-    validated = False
+    validated, seen, tools_key, validated_tools = False, 0, None, None
     if not converted:
-        validated = _validate_chat(ctx, body, key)
+        outcome = _validate_chat(ctx, body, key)
+        validated, seen, tools_key, validated_tools = (
+            outcome.unchanged,
+            outcome.seen,
+            outcome.tools_key,
+            body.get("tools"),
+        )
     check_model(ctx, body.get("model"))
     if body.get("use_beam_search"):
         raise BadRequestError("Beam search is not supported by the render endpoint")
@@ -647,7 +689,8 @@ def render_chat(
     # The template's tools and parse_context's (the template cannot mutate them); with the segment
     # cache on, an HF template's are the dicts of an earlier request with the same tools.
     if ctx.segments is not None and ctx.model.renderer_mode == "hf":
-        dumped_tools = templating.SHARED_TOOLS.get(tools, tool_dicts)
+        # (the key validation took of these very tools, if it did)
+        dumped_tools = templating.SHARED_TOOLS.get(tools, tool_dicts, tools_key if tools is validated_tools else None)
     else:
         dumped_tools = tool_dicts(tools)
     rendered_tools = None if tool_choice == "none" and settings.exclude_tools_when_tool_choice_none else dumped_tools
@@ -677,6 +720,7 @@ def render_chat(
     )
     template_kwargs = effective_template_kwargs(ctx, body)
     features = None
+    turn: prefix.Turn | None = None
     reused = reused_prompt_ids(ctx, body)
     if reused is not None:
         offsets = None
@@ -684,7 +728,8 @@ def render_chat(
         _check_lengths(ctx, len(token_ids), max_output, output_param, truncate)
     else:
         if not converted:
-            content_parts.check_messages(body["messages"])
+            # The first `seen` messages passed these checks in the request they were rendered in.
+            content_parts.check_messages(body["messages"][seen:] if seen else body["messages"])
         if harmony:
             check_chat_effort(body.get("reasoning_effort"))
         turn = _begin_turn(ctx, body, chat_template, rendered_tools, template_kwargs, key)
@@ -750,7 +795,7 @@ def render_chat(
         "include_reasoning": body.get("include_reasoning", True),
         # Harmony output is parsed without template kwargs (vLLM's `_build_parse_context`).
         "chat_template_kwargs": {} if harmony else template_kwargs,
-        "history_tool_call_cnt": _history_tool_calls(body["messages"]),
+        "history_tool_call_cnt": _history_tool_calls(body["messages"], turn),
     }
     return generate_request(
         request_id=_request_id("chatcmpl-", body, header_request_id),
@@ -828,7 +873,7 @@ def _render_chat_tokens(
         collector = templating.MediaCollector(ctx.vision.config.placeholder, ctx.settings.served_names[0])
     incremental = _incremental_prompt(ctx, body, chat_template, rendered_tools, template_kwargs, content_format, turn)
     if incremental is not None and turn is not None:
-        return _encode_turn(ctx, turn, incremental), None, None
+        return _encode_turn(ctx, turn, incremental, body["messages"]), None, None
     # A renderer that reads the request messages (Mistral) says when parsing them could neither
     # fail nor find media; then the conversation it would not read is not built.
     unused = getattr(renderer, "conversation_unused", None)
@@ -884,7 +929,7 @@ def _render_chat_tokens(
     if turn is None or add_special or ctx.prefix_guard is None:
         _skip_turn(ctx, turn)
         return ctx.encode(prompt, add_special), None, None
-    return _encode_turn(ctx, turn, prompt), None, None
+    return _encode_turn(ctx, turn, prompt, body["messages"]), None, None
 
 
 # -- the segment cache, incremental templating and the prefix guard -------------------------
@@ -917,7 +962,8 @@ def _incremental_prompt(
     ):
         return None
     messages = body["messages"]
-    if not templating.supports_developer_role(chat_template) and any(m["role"] == "developer" for m in messages):
+    facts = _facts(turn, messages)
+    if not templating.supports_developer_role(chat_template) and any(kind[0] == "developer" for kind in facts.kinds):
         return None
     tokenizer = ctx.model.hf_tokenizer
     model_name = ctx.settings.served_names[0]
@@ -943,6 +989,7 @@ def _incremental_prompt(
         render,
         render_full,
         bool(kwargs.get("add_generation_prompt")),
+        turn.previous.facts,
     )
 
 
@@ -1073,7 +1120,8 @@ def _begin_turn(
     if guard is None:
         return None
     try:  # what the template saw besides the messages: a change breaks the prefix by itself
-        fingerprint = hash((chat_template, orjson.dumps(rendered_tools), orjson.dumps(template_kwargs, default=repr)))
+        tools = templating.SHARED_TOOLS.encoding(rendered_tools)
+        fingerprint = hash((chat_template, tools, orjson.dumps(template_kwargs, default=repr)))
     except (TypeError, orjson.JSONEncodeError):
         return None
     new_turn = bool(template_kwargs.get("add_generation_prompt")) and not template_kwargs.get("continue_final_message")
@@ -1086,14 +1134,15 @@ def _skip_turn(ctx: RenderContext, turn: prefix.Turn | None) -> None:
         ctx.prefix_guard.count(prefix.SKIP)
 
 
-def _encode_turn(ctx: RenderContext, turn: prefix.Turn, prompt: str) -> list[int]:
+def _encode_turn(ctx: RenderContext, turn: prefix.Turn, prompt: str, messages: list[dict[str, Any]]) -> list[int]:
     """Encode the prompt (copying the previous turn's ids where the text allows), then check and
-    record it in the prefix guard."""
+    record it in the prefix guard (with the facts of its messages, for the next turn)."""
     guard = ctx.prefix_guard
     assert guard is not None
+    _facts(turn, messages)
     head_json = b""
     if ctx.segments is not None:
-        encoded = ctx.segments.encode_prompt(prompt, turn.previous)
+        encoded = ctx.segments.encode_prompt(prompt, turn.previous, encoded_ids.EncodedIds)
         ids, head_chars, head_ids = encoded.ids, encoded.head_chars, encoded.head_ids
         if ids:  # the response writes the copied ids from the previous turn's JSON
             ids, head_json = encoded_ids.with_json(encoded, turn.previous)
@@ -1104,7 +1153,21 @@ def _encode_turn(ctx: RenderContext, turn: prefix.Turn, prompt: str) -> list[int
     return ids
 
 
-def _history_tool_calls(messages: list[dict[str, Any]]) -> int:
+def _facts(turn: prefix.Turn, messages: list[dict[str, Any]]) -> history.HistoryFacts:
+    """The facts of the request's (validated) messages: those of its history are the previous
+    turn's, whose messages were these byte for byte (`PrefixGuard.lookup`); only the rest are read."""
+    if turn.facts is None:
+        previous = turn.previous
+        known = previous.facts if previous is not None else None
+        if known is not None and known.count != len(turn.history) - 1:
+            known = None
+        turn.facts = history.history_facts(messages, known)
+    return turn.facts
+
+
+def _history_tool_calls(messages: list[dict[str, Any]], turn: prefix.Turn | None = None) -> int:
+    if turn is not None and turn.facts is not None:  # read when the prompt was recorded
+        return turn.facts.tool_calls
     count = 0
     for message in messages:
         if message.get("role") != "assistant":

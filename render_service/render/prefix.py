@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 import xxhash
 
+from render_service.render.history import HistoryFacts
 from render_service.render.segments import SegmentEncoder, Segmenter, head_of
 
 HEADER = "X-Render-Prefix"
@@ -90,11 +91,14 @@ class PromptRecord:
     validated: bool = False  # see Turn.validated
     messages: bytes = b""  # the request's messages as `history_key` encodes them (a hit is compared to them)
     head_json: bytes = b""  # the JSON of ids[:head_ids] without its closing bracket (encoded_ids.py), or empty
+    facts: HistoryFacts | None = None  # what the render read from every message (history.py)
 
     @property
     def size(self) -> int:
         ids = len(self.ids) + len(self.tail_ids)
         held = len(self.messages) + len(self.head_json)
+        if self.facts is not None:
+            held += 8 * len(self.facts.users) + 100 * len(self.facts.kinds)
         return sys.getsizeof(self.text) + held + _RECORD_OVERHEAD + _BYTES_PER_ID * ids
 
 
@@ -112,17 +116,13 @@ class HistoryKey:
     key: bytes
     previous_key: bytes
     reply_index: int  # -1: no assistant message
-    encoded: bytes = b""  # each message's orjson encoding followed by a record separator
+    encoded: bytes = b""  # the messages' orjson encoding without its closing bracket
     previous_length: int = 0  # bytes of `encoded` before the latest reply (the previous turn's `encoded`)
 
 
 def history_key(messages: Any) -> HistoryKey | None:
     """The digests, or None when the messages are not a list of JSON objects (validation answers)."""
     if not isinstance(messages, list):
-        return None
-    try:
-        parts = [orjson.dumps(message) for message in messages]
-    except (TypeError, orjson.JSONEncodeError):
         return None
     reply_index = -1
     for index in range(len(messages) - 1, -1, -1):
@@ -132,14 +132,23 @@ def history_key(messages: Any) -> HistoryKey | None:
         if message.get("role") == "assistant":
             reply_index = index
             break
-    # One record separator after each message (orjson never writes one raw): the encoding of a list
-    # starts with the encoding of each of its prefixes, and where one message ends is unambiguous.
+    # The list's encoding without its closing bracket: the encoding of a list starts with that of
+    # each of its prefixes, and an encoding of whole JSON values ends where a message ends. Two
+    # orjson calls (the history, then the rest) instead of one per message.
     split = max(reply_index, 0)
-    before = b"\x1e".join(parts[:split]) + b"\x1e" if split else b""
-    encoded = before + b"\x1e".join(parts[split:]) + b"\x1e" if split < len(parts) else before
-    previous_key = xxhash.xxh3_128_digest(before, _DIGEST_SEED)
-    key = xxhash.xxh3_128_digest(encoded, _DIGEST_SEED) if len(encoded) != len(before) else previous_key
-    return HistoryKey(key, previous_key, reply_index, encoded, len(before))
+    try:
+        before = orjson.dumps(messages[:split] if split else [])[:-1]
+        after = orjson.dumps(messages[split:]) if split < len(messages) else b"[]"
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+    hasher = xxhash.xxh3_128(before, _DIGEST_SEED)
+    previous_key = hasher.digest()
+    if len(after) == 2:  # nothing after the history
+        return HistoryKey(previous_key, previous_key, reply_index, before, len(before))
+    rest = (b"," if split else b"") + after[1:-1]
+    hasher.update(rest)
+    encoded = before + rest
+    return HistoryKey(hasher.digest(), previous_key, reply_index, encoded, len(before))
 
 
 @dataclass
@@ -155,6 +164,7 @@ class Turn:
     check: PrefixCheck | None = None  # the verdict, once rendered
     validated: bool = False  # its messages passed chat validation unchanged (a later turn may skip them)
     messages: bytes = b""  # HistoryKey.encoded: what the record is compared with when found
+    facts: HistoryFacts | None = None  # of the messages, once read (`facts` in pipeline.py)
 
 
 class PrefixGuard:
@@ -248,6 +258,7 @@ class PrefixGuard:
                     validated=turn.validated,
                     messages=turn.messages,
                     head_json=head_json,
+                    facts=turn.facts,
                 ),
             )
         self.count(check)
