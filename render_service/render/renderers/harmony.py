@@ -188,6 +188,10 @@ def _text_key(
     return ("text", role, name, channel, recipient, content_type, texts)
 
 
+# Distinct message framings (author, channel, recipient, content type) kept by a renderer.
+FRAMINGS_MAX = 4096
+
+
 class Part(NamedTuple):
     """One Harmony message of the prompt, before rendering."""
 
@@ -225,6 +229,7 @@ class HarmonyRenderer(NoFillInTheMiddle):
 
         self.text_encode = harmony_fastokens(self.library_text_ids)
         self.text_encoder = "fastokens" if self.text_encode is not None else "harmony"
+        self.framings: dict[tuple[Any, ...], list[int]] = {}
         self.messages = MessageIds(self._render_message, cache_bytes, CACHE_MAX_ENTRIES)
         # For the config fingerprint: what the prompts depend on besides the request.
         self.fingerprint = {
@@ -432,7 +437,23 @@ class HarmonyRenderer(NoFillInTheMiddle):
             or not all(type(content) is TextContent for content in contents)
         ):
             return self.legacy_tool_call_headers(self.encoding.render(message, options))
-        framing = self.encoding.render(message.model_copy(update={"content": []}), options)
+        # The framing depends on nothing but these fields (the contents being left out), and
+        # chats repeat a handful of them: rendered once each (bounded: recipients are names).
+        author = message.author
+        frame_key = (
+            author.role,
+            author.name,
+            message.channel,
+            message.recipient,
+            message.content_type,
+            has_function_tools,
+        )
+        framing = self.framings.get(frame_key)
+        if framing is None:
+            framing = self.encoding.render(message.model_copy(update={"content": []}), options)
+            if len(self.framings) >= FRAMINGS_MAX:
+                self.framings.clear()
+            self.framings[frame_key] = framing
         cut = framing.index(self.message_id) + 1
         ids = framing[:cut]
         for content in contents:
