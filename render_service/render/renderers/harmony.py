@@ -188,6 +188,10 @@ def _text_key(
     return ("text", role, name, channel, recipient, content_type, texts)
 
 
+# Distinct message framings (author, channel, recipient, content type) kept by a renderer.
+FRAMINGS_MAX = 4096
+
+
 class Part(NamedTuple):
     """One Harmony message of the prompt, before rendering."""
 
@@ -219,6 +223,13 @@ class HarmonyRenderer(NoFillInTheMiddle):
         self.completion_suffix_ids = self.encoding.render_conversation_for_completion(
             Conversation.from_messages([]), Role.ASSISTANT
         )
+        # Message text through fastokens (o200k_base's ranks, checked against the library at
+        # start); None keeps the library for all of it.
+        from render_service.model.harmony_text import harmony_fastokens
+
+        self.text_encode = harmony_fastokens(self.library_text_ids)
+        self.text_encoder = "fastokens" if self.text_encode is not None else "harmony"
+        self.framings: dict[tuple[Any, ...], list[int]] = {}
         self.messages = MessageIds(self._render_message, cache_bytes, CACHE_MAX_ENTRIES)
         # For the config fingerprint: what the prompts depend on besides the request.
         self.fingerprint = {
@@ -410,10 +421,63 @@ class HarmonyRenderer(NoFillInTheMiddle):
         return ids
 
     def _render_message(self, message: Message, has_function_tools: bool) -> list[int]:
-        from openai_harmony import RenderOptions
+        """The library's render of one message. A message of text contents (user, assistant and
+        tool messages) is `header <|message|> texts end`, each text encoded as plain text on its
+        own: the library renders the message without its contents (the framing) and the texts
+        are encoded by `self.text_encode` (fastokens) in between; identical ids, the texts being
+        most of a prompt and the library's tokenizer the slow part on unseen text."""
+        from openai_harmony import RenderOptions, Role, TextContent
 
-        ids = self.encoding.render(message, RenderOptions(conversation_has_function_tools=has_function_tools))
+        options = RenderOptions(conversation_has_function_tools=has_function_tools)
+        contents = message.content
+        if (
+            self.text_encode is None
+            or not contents
+            or message.author.role not in (Role.USER, Role.ASSISTANT, Role.TOOL)
+            or not all(type(content) is TextContent for content in contents)
+        ):
+            return self.legacy_tool_call_headers(self.encoding.render(message, options))
+        # The framing depends on nothing but these fields (the contents being left out), and
+        # chats repeat a handful of them: rendered once each (bounded: recipients are names).
+        author = message.author
+        frame_key = (
+            author.role,
+            author.name,
+            message.channel,
+            message.recipient,
+            message.content_type,
+            has_function_tools,
+        )
+        framing = self.framings.get(frame_key)
+        if framing is None:
+            framing = self.encoding.render(message.model_copy(update={"content": []}), options)
+            if len(self.framings) >= FRAMINGS_MAX:
+                self.framings.clear()
+            self.framings[frame_key] = framing
+        cut = framing.index(self.message_id) + 1
+        ids = framing[:cut]
+        for content in contents:
+            ids.extend(self.text_ids(content.text))
+        ids.extend(framing[cut:])
         return self.legacy_tool_call_headers(ids)
+
+    def text_ids(self, text: str) -> list[int]:
+        """A message text's ids: fastokens, or the library for what fastokens cannot take (lone
+        surrogates, which the library replaces)."""
+        if self.text_encode is not None:
+            try:
+                return self.text_encode(text)
+            except Exception:  # the library decides then (it fails the same way)
+                pass
+        return self.library_text_ids(text)
+
+    def library_text_ids(self, text: str) -> list[int]:
+        """The library's ids for a message text: a user message holding only `text`, rendered,
+        less its framing (`<|start|>user<|message|>` ... `<|end|>`)."""
+        from openai_harmony import Message, RenderOptions, Role
+
+        ids = self.encoding.render(Message.from_role_and_content(Role.USER, text), RenderOptions())
+        return ids[ids.index(self.message_id) + 1 : -1]
 
     def legacy_tool_call_headers(self, ids: list[int]) -> list[int]:
         """`assistant<|channel|>commentary to=X <|constrain|>T<|message|>` becomes
