@@ -915,10 +915,6 @@ async def _parsed_stream(
         if state["output_chunk_lens"]:
             metrics.replays.inc()
             metrics.replayed_tokens.inc(len(state["output_token_ids"]))
-            if sid is None and parser.tool is not None and parsed.parser.tool is not None:
-                # Not our state (ours carry rs_sid): vLLM streamed it, so what our parser holds
-                # back that vLLM's stream sends as it comes has been sent.
-                parser.tool.sent_elsewhere(parsed.parser.tool)
         role_sent = state["role_sent"]
         tools_streamed = state["tools_streamed"]
         last_ids = list(state["last_tool_call_ids"])

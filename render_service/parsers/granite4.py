@@ -75,9 +75,6 @@ class Granite4ToolParser(ToolParser):
         """The batch decision on the held text: every call whole, or all of it as content."""
         return _HOLDER.finish(st, tool_id, opts)
 
-    def sent_elsewhere(self, st: Granite4State) -> None:
-        _HOLDER.sent_elsewhere(st)
-
     def remaining_args(self, st: Granite4State) -> str:
         # Calls go out whole at the end: nothing parsed is ever left unstreamed.
         return ""

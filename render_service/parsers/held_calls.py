@@ -79,12 +79,6 @@ class CallsHolder:
         return Delta(content=out) if out else None
 
     @staticmethod
-    def sent_elsewhere(st: HeldCallsState) -> None:
-        """A replayed stream that vLLM streamed so far: vLLM sent the whitespace we held."""
-        if st.ws:
-            st.ws, st.released = "", True
-
-    @staticmethod
     def _content(st: HeldCallsState, text: str) -> str:
         """Content before the calls: whitespace-only content is held (batch drops it when calls
         follow), the rest goes out."""

@@ -104,9 +104,6 @@ class HermesToolParser(ToolParser):
         """The batch decision on the held text: every call whole, or all of it as content."""
         return _HOLDER.finish(st, tool_id, opts)
 
-    def sent_elsewhere(self, st: HermesState) -> None:
-        _HOLDER.sent_elsewhere(st)
-
     def remaining_args(self, st: HermesState) -> str:
         # Calls go out whole at the end: no argument text is ever left unstreamed.
         return ""

@@ -230,11 +230,6 @@ class ToolParser(ABC):
         (`finish_streaming`)."""
         return None
 
-    def sent_elsewhere(self, st: Any) -> None:
-        """After a replay of a stream another implementation (vLLM) streamed so far: what this
-        parser holds that vLLM's stream has already sent counts as sent (held content)."""
-        return None
-
     @abstractmethod
     def remaining_args(self, st: Any) -> str:
         """`get_remaining_unstreamed_args()` at the end of the stream."""
