@@ -311,7 +311,7 @@ class ChatParser:
             flushes: list[Delta | None] = []
             if rp is not None and not st.reasoning_ended:
                 flushes.append(rp.finish(st.reasoning))
-            if tp is not None and tp.engine_based_streaming:
+            if tp is not None and (tp.engine_based_streaming or tp.holds_until_finish):
                 flushes.append(tp.finish_for_request(st.tool, tool_id, opts))
             for flush in flushes:
                 if flush is None:

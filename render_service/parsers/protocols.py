@@ -173,6 +173,9 @@ class ToolParser(ABC):
     version: ClassVar[int] = 1
     state_type: ClassVar[type[ParserState]]
     engine_based_streaming: ClassVar[bool] = False
+    # The stream holds text until it ends (`held_calls`): `finish_for_request` is called at the
+    # end of every stream, as for engine-based parsers.
+    holds_until_finish: ClassVar[bool] = False
     # vLLM's xgrammar structural tag model key; `structural_tag` builds its format.
     structural_tag_model: ClassVar[str | None] = None
     # vLLM's `supports_required_and_named`: when False, required/named tool_choice are parsed

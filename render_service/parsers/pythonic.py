@@ -6,34 +6,31 @@ Format: the whole tool phase is one Python list of calls, `[get_weather(city='Pa
 keyword values are literals (strings, numbers, dicts, lists, tuples and sets as lists, f-strings
 without placeholders, `true`/`false`/`null`, signed numbers) and become JSON arguments.
 
-Streaming (as vLLM): the tool phase is a call list only when its text starts with `[` (or, for
-llama4, `<|python_start|>`); otherwise every delta is content. In a call list each chunk closes the
-open brackets and quotes of the text so far (vLLM's `make_valid_python`: nothing while the text ends
-between parameters or inside a key), parses it with `ast`, and streams each call's JSON arguments
-minus the closing suffix it invented; the first delta of a call carries its id and name.
-
-The call list is parsed again on a chunk that may change its structure, as in vLLM (Python's
-grammar decides what parses): O(length of the call list). Inside a plain string argument (the
-bulk of a long call) a chunk costs O(new text): the answer is derived from the text's end alone
-(`_enter_open_string`), and the string's streamed middle is elided from the state.
-
 Batch (as vLLM): the whole text must match vLLM's call-list regex (1 s timeout) and parse as a list
 of calls; otherwise it is all content.
+
+Streaming: vLLM treats the tool phase as a call list when it starts with `[` (llama4: or
+`<|python_start|>`) and streams each call's arguments as it re-parses the list on every chunk; it
+does not add up to the batch answer when the list never parses whole (text after it, a call that
+is not literal, a cut list), where batch makes everything content. Ours holds instead
+(`held_calls.LeadingCallsHolder`, docs/parsers.md "Streaming accumulates to the batch answer"): a
+tool phase that does not start a call list streams as content (batch finds no calls in it either);
+one that does is held to the end of the stream, where the batch extractor decides: the calls
+arrive whole, or the text as content.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-import re
 import warnings
 from typing import Any
 
-import msgspec
 import regex  # type: ignore[import-untyped]
 
-from render_service.parsers.base import Delta, FunctionCall, ToolCallDelta, ToolIdFn
-from render_service.parsers.protocols import ParserState, ToolParser
+from render_service.parsers.base import Delta, FunctionCall, RequestOptions, ToolIdFn
+from render_service.parsers.held_calls import LeadingCallsHolder, LeadingCallsState
+from render_service.parsers.protocols import ToolParser
 from render_service.parsers.registry import register_tool_parser
 
 PYTHON_START = "<|python_start|>"
@@ -50,96 +47,11 @@ TOOL_CALL_REGEX = regex.compile(
 UNDECIDED, CONTENT, CALLS = 0, 1, 2
 # Text that reads the same inside a Python string literal and `json.dumps(...,
 # ensure_ascii=False)` writes as it is, and that cannot end the literal or the line.
-_PLAIN = re.compile(r'[^"\'\\\x00-\x1f\x7f-\x9f\u2028\u2029]+')
-_PROBE = "\ue003"
-ELIDED = "\ue000\ue001\ue002"  # stands for the streamed middle of a long string argument
-ELIDE_MIN_CHARS = 64
-ELIDE_KEEP_CHARS = 16
-# vLLM's closing step counts these in the whole text (string literals included) and finds the
-# last "(" / "{" in it: the elided text keeps them, in order.
-_COUNTED = frozenset("{(=:,")
-
-
-def _elided(text: str) -> str:
-    """The marker that stands for `text` (an earlier marker in it is absorbed)."""
-    return ELIDED + "".join(c for c in text if c in _COUNTED)
-
-
 _JSON_NAMES = {"null": None, "true": True, "false": False}
-_CLOSERS = {"[": "]", "(": ")", "{": "}", "'": "'", '"': '"'}
 
 
 class _NotACall(Exception):
     """The text is not (yet) a list of literal-argument calls."""
-
-
-def _escaped(text: str, index: int) -> bool:
-    """An odd run of backslashes before `index`."""
-    n = 0
-    j = index - 1
-    while j >= 0 and text[j] == "\\":
-        n += 1
-        j -= 1
-    return n % 2 == 1
-
-
-def scan_brackets(stack: str, bs_odd: bool, text: str) -> tuple[str, bool]:
-    """The bracket / quote scan of `make_valid_python`, resumable: `stack` holds the open
-    brackets and quotes, `bs_odd` whether the text so far ends in an odd run of backslashes.
-    Raises _NotACall on a mismatched bracket."""
-    openers = list(stack)
-    for c in text:
-        escaped = bs_odd
-        bs_odd = (not bs_odd) if c == "\\" else False
-        if openers and openers[-1] in "'\"":
-            if c == openers[-1] and not escaped:
-                openers.pop()
-            continue
-        if c in "[({":
-            openers.append(c)
-        elif c in "])}":
-            if not openers or openers.pop() != {"]": "[", ")": "(", "}": "{"}[c]:
-                raise _NotACall("mismatched brackets")
-        elif c in "'\"":
-            openers.append(c)
-    return "".join(openers), bs_odd
-
-
-def close_python(text: str, stack: str | None = None) -> tuple[str, str] | None:
-    """vLLM's `make_valid_python`: (text completed with closers, the closers), or None when the text
-    is too incomplete. Raises _NotACall on mismatched brackets. `stack` is the bracket scan of
-    `text` when the caller keeps it incrementally (`scan_brackets`)."""
-    if stack is None:
-        stack, _ = scan_brackets("", False, text)
-    text = text.rstrip()
-    if text.endswith("=") or text.endswith(":"):
-        return None
-    top = stack[-1] if stack else None
-    if top == "{":
-        before = text[: text.rfind("{")]
-        if before.count(":") <= before.count(","):
-            return None
-    if top == "(":
-        before = text[: text.rfind("(")]
-        if before.count("=") <= before.count(","):
-            return None
-    if text.endswith(","):
-        text = text[:-1]
-    if top == "[" and not text.endswith("[") and not text.endswith(")"):
-        return None
-    added = "".join(_CLOSERS[c] for c in reversed(stack))
-    candidate = text + added
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", SyntaxWarning)
-            module = ast.parse(candidate)
-    except SyntaxError:
-        return None
-    if not module.body:
-        return None
-    if "}" in added and any(isinstance(node, ast.Set) for node in ast.walk(module)):
-        return None  # a dict cut inside a key reads as a set
-    return candidate, added
 
 
 def _literal(node: ast.expr) -> Any:
@@ -191,25 +103,8 @@ def _calls(source: str) -> list[tuple[str, str]]:
     return [_call(e) for e in value.elts]  # type: ignore[arg-type]
 
 
-class PythonicState(ParserState, tag="pythonic/1"):
-    """`text`: the tool-phase text (the call list); `cur`: vLLM's current_tool_index; `sent`:
-    argument text streamed per call; `called`: vLLM's prev_tool_call_arr was set."""
-
-    mode: int = UNDECIDED
-    text: str = ""
-    cur: int = -1
-    sent: list[str] = msgspec.field(default_factory=list)
-    called: bool = False
-    stack: str = ""  # the bracket scan of `text` (open brackets and quotes)
-    bs_odd: bool = False  # `text` ends in an odd run of backslashes
-    mismatched: bool = False  # the scan met a mismatched bracket: no chunk parses any more
-    # The call list ends inside an open string argument (see `_enter_open_string`): `pending`
-    # is its raw text not streamed yet (the trailing part vLLM's closing step strips or cuts).
-    in_open_string: bool = False
-    pending: str = ""
-    clean: bool = False  # the string's text so far reads the same in Python and in JSON
-    raw_start: int = 0  # where that text starts in `text`
-    sent_start: int = 0  # ... and in the current call's `sent`
+class PythonicState(LeadingCallsState, tag="pythonic/2"):
+    """The tool phase: undecided, content, or held (`held_calls.LeadingCallsState`)."""
 
 
 @register_tool_parser("pythonic")
@@ -217,195 +112,45 @@ class PythonicToolParser(ToolParser):
     """`pythonic`. Stateless; per-stream data in `PythonicState`. No structural tag model, so
     vLLM's JSON paths serve tool_choice required/named (`forced.py`)."""
 
-    version = 1
+    version = 2  # 2: calls held to the end of the stream (held_calls)
     state_type = PythonicState
+    holds_until_finish = True
     wrapped = False  # llama4: <|python_start|> ... <|python_end|>
 
-    def _starts_calls(self, text: str) -> bool:
-        return text.startswith("[") or (self.wrapped and text.startswith(PYTHON_START))
-
-    def _may_start_calls(self, text: str) -> bool:
-        """Could more text still make this a call list? (nothing yet, or a prefix of the wrapper)"""
-        if not text:
-            return True
-        return self.wrapped and len(text) < len(PYTHON_START) and PYTHON_START.startswith(text)
-
-    def _unwrap(self, text: str) -> str:
-        if not self.wrapped:
-            return text
-        if text.startswith(PYTHON_START):
-            text = text[len(PYTHON_START) :]
-        if text.endswith(PYTHON_END):
-            text = text[: text.rfind(PYTHON_END)]
-        return text
+    def _holder(self) -> LeadingCallsHolder:
+        return _WRAPPED_HOLDER if self.wrapped else _HOLDER
 
     def feed(self, st: PythonicState, text: str, tool_id: ToolIdFn) -> Delta | None:
-        if st.mode == CONTENT:
-            return Delta(content=text)
-        if st.in_open_string:
-            if text and _PLAIN.fullmatch(text) and not (self.wrapped and (st.text + text[-16:]).endswith(PYTHON_END)):
-                return self._extend_open_string(st, text)
-            st.in_open_string = False
-            st.pending = ""
-        st.text += text
-        if not st.mismatched:
-            try:
-                # The wrapper markers hold no brackets, quotes or backslashes: scanning the raw
-                # text gives the scan of vLLM's unwrapped text.
-                st.stack, st.bs_odd = scan_brackets(st.stack, st.bs_odd, text)
-            except _NotACall:
-                st.mismatched = True
-        if st.mode == UNDECIDED:
-            if self._starts_calls(st.text):
-                st.mode = CALLS
-            else:
-                if not self._may_start_calls(st.text):
-                    st.mode, st.text = CONTENT, ""
-                return Delta(content=text)
-        try:
-            delta = self._calls_step(st, tool_id)
-        except Exception:  # vLLM logs and skips the chunk (state changes made so far stay)
-            return None
-        self._enter_open_string(st)
-        return delta
+        """Content, unless the tool phase starts a call list: then everything is held."""
+        return self._holder().feed(st, text)
 
-    # -- an open string argument, in O(new text) --------------------------------------------------
-
-    def _enter_open_string(self, st: PythonicState) -> None:
-        """After a full parse: when the call list ends inside a plain string literal of the
-        last call's arguments, text without quotes, backslashes or control characters appended
-        to it is appended verbatim to that call's JSON arguments (checked once, by parsing with
-        a probe character appended), so later chunks of such text need no parse. What vLLM's
-        closing step does to the end of the text (strip whitespace; nothing at a trailing `=`
-        or `:`; cut a trailing comma) is then all that decides each chunk's delta."""
-        if st.mismatched or st.bs_odd or not st.stack or st.stack[-1] not in "'\"" or st.cur < 0:
-            return
-        if len(st.sent) != st.cur + 1 or not st.sent[st.cur]:
-            return
-        quote = st.text.rfind(st.stack[-1])
-        if quote <= 0 or st.text[quote - 1].isalnum() or st.text[quote - 1] == st.stack[-1]:
-            return  # a prefixed (f/r/b) or triple-quoted literal
-        raw = st.text[quote + 1 :]
-        try:
-            closed = close_python(self._unwrap(st.text + _PROBE), st.stack)
-            if closed is None:
-                return
-            valid, added = closed
-            calls = _calls(valid)
-        except Exception:
-            return
-        if len(calls) != st.cur + 1 or ")]" not in added:
-            return
-        withheld = added[:-2] + ("}" if added[-2] == ")" else "")
-        args = calls[-1][1]
-        withheld = withheld.replace("'", '"')
-        if not args.endswith(withheld):
-            return
-        args = args[: len(args) - len(withheld)]
-        sent = st.sent[st.cur]
-        if not args.endswith(_PROBE) or args.count(_PROBE) != 1 or not args.startswith(sent):
-            return
-        before = args[:-1]
-        if len(sent) < len(before) - len(raw):
-            return  # the string's start was never streamed (vLLM's stripping held it back)
-        if raw and (_PLAIN.fullmatch(raw) is None or not before.endswith(raw)):
-            return  # the closing step reads the raw end of the text: it must read as the JSON
-        st.in_open_string = True
-        st.pending = before[len(sent) :]
-        st.clean = True
-        st.raw_start = quote + 1
-        st.sent_start = len(before) - len(raw)
-
-    def _extend_open_string(self, st: PythonicState, text: str) -> Delta | None:
-        st.text += text
-        st.pending += text
-        kept = st.pending.rstrip()
-        if not kept or kept.endswith(("=", ":")):
-            return None  # the stripped text ends before this call's unsent part, or is not closed
-        if kept.endswith(","):
-            kept = kept[:-1]
-            if not kept:
-                return None
-        st.pending = st.pending[len(kept) :]
-        st.sent[st.cur] += kept
-        sent = st.sent[st.cur]
-        keep = ELIDE_KEEP_CHARS
-        if st.clean and len(sent) - st.sent_start - keep >= ELIDE_MIN_CHARS:
-            # The string's streamed text is plain: nothing reads it again except as part of
-            # later parses, where one marker stands for it in the raw and the streamed text
-            # alike (every later answer is the same; only this stream's state is affected).
-            # The last characters stay: the llama4 end marker is found at the end of the text.
-            # The characters vLLM counts stay too (`_elided`).
-            cut = len(sent) - st.sent_start - keep
-            marker = _elided(sent[st.sent_start : st.sent_start + cut])
-            st.text = st.text[: st.raw_start] + marker + st.text[st.raw_start + cut :]
-            st.sent[st.cur] = sent[: st.sent_start] + marker + sent[st.sent_start + cut :]
-        return Delta(tool_calls=[ToolCallDelta(index=st.cur, arguments=kept)])
-
-    def _calls_step(self, st: PythonicState, tool_id: ToolIdFn) -> Delta | None:
-        if st.mismatched:
-            return None  # vLLM: make_valid_python raises on every chunk from now on
-        closed = close_python(self._unwrap(st.text), st.stack)
-        if closed is None:
-            return None
-        valid, added = closed
-        calls = _calls(valid)
-        deltas: list[ToolCallDelta] = []
-        for index, (name, args) in enumerate(calls):
-            if index < st.cur:
-                continue
-            st.cur = index
-            if len(st.sent) == index:
-                st.sent.append("")
-            complete = index < len(calls) - 1 or ")]" not in added
-            if complete:
-                st.cur += 1
-            withheld = added[:-2] if not complete else ""
-            if not complete and added[-2] == ")":
-                withheld += "}"  # the call's closing paren: withhold the arguments' brace
-            withheld = withheld.replace("'", '"')
-            if withheld:
-                if not args.endswith(withheld):
-                    raise ValueError("arguments do not end with the withheld suffix")
-                args = args[: -len(withheld)]
-            sent = st.sent[index]
-            if not sent:
-                delta = ToolCallDelta(index=index, id=tool_id(index), type="function", name=name, arguments=args)
-            else:
-                diff = args[len(sent) :]
-                if not diff:
-                    continue
-                delta = ToolCallDelta(index=index, arguments=diff)
-            deltas.append(delta)
-            st.sent[index] += delta.arguments or ""
-        if deltas:
-            st.called = True
-            return Delta(tool_calls=deltas)
-        if not added and st.cur > 0:
-            return Delta(content="")  # vLLM's empty delta once every call is done
-        return None
+    def finish_for_request(self, st: PythonicState, tool_id: ToolIdFn, opts: RequestOptions) -> Delta | None:
+        """The batch decision on a held call list: every call whole, or all of it as content."""
+        return self._holder().finish(st, tool_id, opts)
 
     def remaining_args(self, st: PythonicState) -> str:
-        # vLLM's prev_tool_call_arr is [{"arguments": {}}]: only "{}" minus what call 0 streamed.
-        if not st.called:
-            return ""
-        actual = st.sent[0] if st.sent else ""
-        return "{}"[len(actual) :] if "{}".startswith(actual) else ""
+        # Calls go out whole at the end: no argument text is ever left unstreamed.
+        return ""
 
     def extract_tool_calls(self, model_output: str) -> tuple[bool, list[FunctionCall], str | None]:
-        if self.wrapped and model_output.startswith(PYTHON_START):
-            model_output = model_output[len(PYTHON_START) :].replace(PYTHON_END, "")
-        try:
-            matched = TOOL_CALL_REGEX.match(model_output, timeout=REGEX_TIMEOUT_SECONDS) is not None
-        except TimeoutError:
-            matched = False
-        if not matched:
-            return False, [], model_output
-        try:
-            calls = _calls(model_output)
-        except Exception:
-            return False, [], model_output
-        return True, [FunctionCall(name, args) for name, args in calls], None
+        return extract_calls(model_output, wrapped=self.wrapped)
+
+
+def extract_calls(model_output: str, *, wrapped: bool) -> tuple[bool, list[FunctionCall], str | None]:
+    """vLLM's batch `extract_tool_calls`: the whole text is the call list, or it is content."""
+    if wrapped and model_output.startswith(PYTHON_START):
+        model_output = model_output[len(PYTHON_START) :].replace(PYTHON_END, "")
+    try:
+        matched = TOOL_CALL_REGEX.match(model_output, timeout=REGEX_TIMEOUT_SECONDS) is not None
+    except TimeoutError:
+        matched = False
+    if not matched:
+        return False, [], model_output
+    try:
+        calls = _calls(model_output)
+    except Exception:
+        return False, [], model_output
+    return True, [FunctionCall(name, args) for name, args in calls], None
 
 
 @register_tool_parser("llama4_pythonic")
@@ -413,3 +158,26 @@ class Llama4PythonicToolParser(PythonicToolParser):
     """`llama4_pythonic`."""
 
     wrapped = True
+
+
+def _starts(text: str) -> bool:
+    return text.startswith("[")
+
+
+def _starts_wrapped(text: str) -> bool:
+    return text.startswith(("[", PYTHON_START))
+
+
+def _may_start(text: str) -> bool:
+    return not text
+
+
+def _may_start_wrapped(text: str) -> bool:
+    """Nothing yet, or a prefix of the wrapper."""
+    return len(text) < len(PYTHON_START) and PYTHON_START.startswith(text)
+
+
+_HOLDER = LeadingCallsHolder(_starts, _may_start, lambda text: extract_calls(text, wrapped=False))
+_WRAPPED_HOLDER = LeadingCallsHolder(
+    _starts_wrapped, _may_start_wrapped, lambda text: extract_calls(text, wrapped=True)
+)

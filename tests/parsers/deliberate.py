@@ -16,6 +16,7 @@ accumulates to (`check_batch`). A batch answer that differs from vLLM's anywhere
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # The causes (docs/parsers.md, "Where vLLM's streaming and batch answers disagree").
@@ -48,6 +49,38 @@ PROMPT_END_BATCH = (
     "(after </think> too). All are known only at the end, so our batch follows the stream's rule: content when "
     "the prompt closed reasoning, else reasoning up to the first </think> with the first <think> in it removed"
 )
+
+# Tool parsers whose calls arrive whole at the end of the stream (`parsers/held_calls.py`): their
+# batch answer is all or nothing over the whole output, so the stream holds everything from the
+# first call marker on and the batch extractor decides when the stream ends. Such a stream differs
+# from vLLM's wherever there are calls, but only by holding back: where vLLM's stream accumulates
+# to its batch answer ours must, at every chunk, be behind it (`lags_behind`); everywhere ours must
+# accumulate to the batch answer.
+HERMES_ALL_OR_NOTHING = (
+    "hermes/qwen3_json: batch rejects every call when one region is malformed or unclosed, and dumps "
+    "the arguments with json.dumps: calls are held to the end of the stream and arrive whole"
+)
+GRANITE4_ALL_OR_NOTHING = (
+    "granite4: batch makes the whole text content when one block fails or never closes (vLLM's stream "
+    "never flushes an unterminated block): calls are held to the end of the stream and arrive whole"
+)
+PYTHONIC_WHOLE_LIST = (
+    "pythonic/llama4_pythonic: batch needs the whole tool phase to be one call list, else it is all "
+    "content: a tool phase that starts a list is held to the end of the stream, its calls arrive whole"
+)
+HELD_CALLS: dict[str, str] = {
+    "hermes": HERMES_ALL_OR_NOTHING,
+    "qwen3_json": HERMES_ALL_OR_NOTHING,
+    "granite4": GRANITE4_ALL_OR_NOTHING,
+    "pythonic": PYTHONIC_WHOLE_LIST,
+    "llama4_pythonic": PYTHONIC_WHOLE_LIST,
+}
+
+
+def held(tool: str | None) -> str | None:
+    """The held-calls cause of a tool parser name (None when its calls stream as vLLM's do)."""
+    return HELD_CALLS.get(tool or "")
+
 
 # test_parsers.py GOLDEN case -> cause
 CASES: dict[str, str] = {
@@ -137,6 +170,39 @@ def accumulate(stream: list[list[Any]]) -> dict[str, Any]:
     return {"reasoning": reasoning, "content": content, "tool_calls": calls, "finish_reason": finish}
 
 
+def _rows(stream: list[list[Any]]) -> list[tuple[int, Any]]:
+    """(chunk index, delta) of recorded rows: `[chunk, delta, finish]` rows name their chunk,
+    `[delta, finish]` rows are one per chunk."""
+    return [(row[0] if len(row) == 3 else n, row[-2]) for n, row in enumerate(stream)]
+
+
+def lags_behind(ours: list[list[Any]], vllm: list[list[Any]]) -> str | None:
+    """None when, after every chunk, what a client has from our stream is a prefix of what it has
+    from vLLM's (reasoning, content, each call's arguments; a call's name, once ours has it, is
+    vLLM's): a stream that only holds back. Else the first chunk where ours is ahead or differs."""
+    ours_rows, vllm_rows = _rows(ours), _rows(vllm)
+    chunks = sorted({c for c, _ in ours_rows} | {c for c, _ in vllm_rows})
+    for chunk in chunks:
+        mine = accumulate([[d, None] for c, d in ours_rows if c <= chunk])
+        theirs = accumulate([[d, None] for c, d in vllm_rows if c <= chunk])
+        problem = _ahead(mine, theirs)
+        if problem:
+            return f"chunk {chunk}: {problem}"
+    return None
+
+
+def _ahead(mine: dict[str, Any], theirs: dict[str, Any]) -> str | None:
+    for field in ("reasoning", "content"):
+        if not theirs[field].startswith(mine[field]):
+            return f"{field} {mine[field]!r} is not a prefix of vLLM's {theirs[field]!r}"
+    if len(mine["tool_calls"]) > len(theirs["tool_calls"]):
+        return f"more calls than vLLM's: {mine['tool_calls']} / {theirs['tool_calls']}"
+    for (name, args), (their_name, their_args) in zip(mine["tool_calls"], theirs["tool_calls"], strict=False):
+        if (name and name != their_name) or not their_args.startswith(args):
+            return f"call {[name, args]} is not behind vLLM's {[their_name, their_args]}"
+    return None
+
+
 def batch_view(batch: dict[str, Any]) -> dict[str, Any]:
     return {
         "reasoning": batch["reasoning"] or "",
@@ -147,17 +213,31 @@ def batch_view(batch: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_stream(
-    ours: list[Any], vllm: list[Any], batch: dict[str, Any], cause: str | None, still_open: str | None = None
+    ours: list[Any],
+    vllm: list[Any],
+    batch: dict[str, Any],
+    cause: str | None,
+    still_open: str | None = None,
+    held_calls: str | None = None,
 ) -> str | None:
     """None when our stream is right for this golden, else why not: equal to vLLM's delta by
     delta, or, only where `cause` names why vLLM's stream does not accumulate to its batch
     answer, accumulating to that batch answer (where vLLM's does too, the deltas may be chunked
     differently: a listed cause may hold back a possible marker prefix). `still_open` is the configuration's entry in
     `stream_vs_batch.NOT_ACCUMULATING` (another part of it does not accumulate yet: e.g. the
-    tool parser behind a reasoning parser that now does), which waives the last check."""
+    tool parser behind a reasoning parser that now does), which waives the last check.
+    `held_calls` is the `HELD_CALLS` cause of the configuration's tool parser: ours then differs
+    from vLLM's by holding back (`lags_behind` wherever vLLM's accumulates) and accumulates."""
     if ours == vllm:
         return None
     whole = batch_view(batch)
+    if held_calls is not None:
+        if accumulate(ours) != whole and still_open is None:
+            return f"{held_calls}: our stream must accumulate to the batch answer: {accumulate(ours)} != {whole}"
+        if accumulate(vllm) == whole:
+            lag = lags_behind(ours, vllm)
+            return None if lag is None else f"{held_calls}: ours must only hold back vLLM's stream: {lag}"
+        return None
     if accumulate(vllm) == whole:
         if cause is not None and accumulate(ours) == whole:
             # A listed cause that holds back a possible marker prefix at a chunk end: the same
@@ -222,9 +302,9 @@ def accumulate_chunks(bodies: list[Any]) -> dict[str, Any]:
     return accumulate(rows)
 
 
-def message_view(response: dict[str, Any]) -> dict[str, Any]:
-    """A batch /derender response (choice 0) in `accumulate`'s shape."""
-    choice = response["choices"][0]
+def message_view(response: dict[str, Any], index: int = 0) -> dict[str, Any]:
+    """A batch /derender response (choice `index`) in `accumulate`'s shape."""
+    choice = next(c for c in response["choices"] if c.get("index", 0) == index)
     message = choice["message"]
     calls = [[c["function"]["name"], c["function"]["arguments"]] for c in message.get("tool_calls") or ()]
     return {
@@ -249,4 +329,74 @@ def check_e2e_stream(case: str, ours: list[Any], vllm: list[Any], batch_response
         mine, whole = {"reasoning": mine["reasoning"]}, {"reasoning": whole["reasoning"]}
     if mine != whole:
         return f"{cause}: our stream must accumulate to the batch answer: {mine} != {whole}"
+    return None
+
+
+# -- held calls end to end (`HELD_CALLS`) -----------------------------------------------------------
+
+# What a held-calls stream may answer differently from vLLM's, chunk by chunk: the deltas it holds
+# back, the finish reason (vLLM's says tool_calls after calls it streamed that batch rejects), and
+# the stream state's record of the calls streamed so far (they go out at the end).
+_HELD_E2E_DIFF = re.compile(
+    r"\$\.(chunk\.choices\[\d+\]\.(delta\.(content|tool_calls)|finish_reason)"
+    r"|stream_state\.(tools_streamed|last_tool_call_ids))\b"
+)
+
+
+def not_held_diffs(diffs: list[str]) -> list[str]:
+    """The differences (`compare_call` lines) a held-calls stream may not have."""
+    return [d for d in diffs if not _HELD_E2E_DIFF.match(d.strip())]
+
+
+def _choice_rows(bodies: list[Any], index: int) -> list[list[Any]]:
+    """`[call, delta, finish]` rows of choice `index` in /derender stream responses."""
+    rows: list[list[Any]] = []
+    for n, body in enumerate(bodies):
+        chunk = body.get("chunk") if isinstance(body, dict) else None
+        for choice in (chunk or {}).get("choices") or ():
+            if choice.get("index", 0) == index:
+                rows.append([n, choice.get("delta"), choice.get("finish_reason")])
+    return rows
+
+
+def check_e2e_held(cause: str, ours: list[Any], vllm: list[Any], batch_response: dict[str, Any] | None) -> str | None:
+    """A held-calls /derender stream golden (its other fields equal vLLM's): per choice, ours
+    only holds back vLLM's stream and accumulates to the batch twin (to vLLM's stream where no
+    twin was recorded); where vLLM's stream does not accumulate to the twin, ours must."""
+    indexes: set[int] = set()
+    for body in [*ours, *vllm]:
+        chunk = body.get("chunk") if isinstance(body, dict) else None
+        indexes |= {c.get("index", 0) for c in (chunk or {}).get("choices") or ()}
+    for index in sorted(indexes):
+        mine, theirs = _choice_rows(ours, index), _choice_rows(vllm, index)
+        whole = message_view(batch_response, index) if batch_response is not None else None
+        if whole is not None and accumulate(theirs) != whole:
+            if accumulate(mine) != whole:
+                return f"{cause}: choice {index} must accumulate to the batch answer: {accumulate(mine)} != {whole}"
+            continue
+        lag = lags_behind(mine, theirs)
+        if lag is not None:
+            return f"{cause}: choice {index} must only hold back vLLM's stream: {lag}"
+        target = whole if whole is not None else accumulate(theirs)
+        if whole is None and target["tool_calls"] and not target["content"].strip():
+            target["content"] = ""  # no twin: batch drops blank content when there are calls
+        if accumulate(mine) != target:
+            return f"{cause}: choice {index} must accumulate to {target}: {accumulate(mine)}"
+    return None
+
+
+def check_e2e_held_call(
+    cause: str, ours: dict[str, Any], vllm: dict[str, Any], batch_response: dict[str, Any] | None
+) -> str | None:
+    """One /derender stream call of a held-calls config, continued from vLLM's state: per choice,
+    our delta holds back vLLM's, or (the stream's last chunk) carries the batch twin's calls whole."""
+    for index in sorted({c.get("index", 0) for c in (vllm.get("chunk") or {}).get("choices") or ()}):
+        mine, theirs = _choice_rows([ours], index), _choice_rows([vllm], index)
+        if lags_behind(mine, theirs) is None:
+            continue
+        finished = any(row[2] is not None for row in theirs)
+        if finished and batch_response is not None:
+            if accumulate(mine)["tool_calls"] == message_view(batch_response, index)["tool_calls"]:
+                continue
+        return f"{cause}: choice {index}: {mine} neither holds back vLLM's {theirs} nor ends with the batch calls"
     return None

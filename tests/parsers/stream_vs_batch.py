@@ -44,19 +44,17 @@ ENGINE_THINK_IN_CONTENT = (
     "dropped or read as reasoning by id in streaming, kept as text in batch"
 )
 THINK_TEXT = "reasoning markers spelled as text or repeated: batch matches them anywhere, the stream by token id once"
-ALL_OR_NOTHING = "batch rejects every call when one is malformed or unclosed: known only at the end of the output"
 ENGINE_WS = "engine tool parsers: batch strips content whitespace around calls and drops unfinished call markup"
 DSV3_END = "DeepSeek V3/V3.1: a chunk with a call's end marker streams arguments up to the last '\"}'; text after calls"
 DSML_AFTER = "DSML: text after the calls block dropped in batch; parameters converted by type only in batch"
 GEMMA4 = "Gemma 4: batch reads the thought channel and call syntax on the whole output"
 KIMI = "Kimi K2: empty arguments '{}' only in batch; calls after a malformed one kept only in batch"
 LLAMA_JSON = "llama JSON: text before the first '{' is dropped and a ';'-joined list must parse whole in batch"
-PYTHONIC = "pythonic: batch needs the whole output to be one call list"
 GRANITE = "Granite: streaming needs the thought marker at the very start; batch converts argument types"
-GRANITE4 = "Granite 4: an unterminated <tool_call> is never flushed in streaming"
 MINIMAX_THINK = "minimax_m2_append_think: batch puts the appended <think> in the content"
 NEMOTRON = "Nemotron V3: the final flush is not whitespace-stripped; a stray </think> is content in streaming"
 SEED = "Seed-OSS: a stray </seed:think> is dropped in batch only"
+NAMED_BLANK = "tool_choice named (forced.py): a blank output streams the named call, batch has none"
 
 NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("deepseek", "None+deepseek_v3"): DSV3_END,
@@ -85,7 +83,6 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("glm", "glm45+glm45"): ENGINE_WS,
     ("glm", "glm47+glm47"): ENGINE_WS,
     ("granite", "None+granite"): GRANITE,
-    ("granite", "None+granite4"): GRANITE4,
     ("granite", "granite+None"): GRANITE,
     ("granite", "granite+granite"): GRANITE,
     ("granite", "granite+granite4"): GRANITE,
@@ -94,19 +91,16 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("kimi", "kimi_k2+kimi_k2"): KIMI + "; " + ENGINE_REASONING,
     ("llama3_json", "None+llama3_json"): LLAMA_JSON,
     ("llama4_json", "None+llama4_json"): LLAMA_JSON,
-    ("llama4_pythonic", "None+llama4_pythonic"): PYTHONIC,
     ("minimax_m2", "None+minimax_m2"): ENGINE_WS,
     ("minimax_m2", "minimax_m2+minimax_m2"): ENGINE_WS,
     ("minimax_m2", "minimax_m2_append_think+None"): MINIMAX_THINK,
     ("minimax_m2", "minimax_m2_append_think+minimax_m2"): MINIMAX_THINK,
     ("nemotron_v3", "nemotron_v3+None"): NEMOTRON,
     ("nemotron_v3", "nemotron_v3+hermes"): NEMOTRON,
-    ("pythonic", "None+pythonic"): PYTHONIC,
-    ("qwen3", "None+hermes"): ALL_OR_NOTHING,
-    ("qwen3", "deepseek_r1+hermes"): ALL_OR_NOTHING,
+    ("pythonic", "None+pythonic"): NAMED_BLANK,
     ("qwen3", "qwen3+None"): THINK_TEXT + "; special tokens in content (ignore_eos) dropped in batch only",
-    ("qwen3", "qwen3+hermes"): ALL_OR_NOTHING,
-    ("qwen3", "qwen3+qwen3_json"): ALL_OR_NOTHING,
+    ("qwen3", "qwen3+hermes"): THINK_TEXT,
+    ("qwen3", "qwen3+qwen3_json"): THINK_TEXT,
     ("qwen3_coder", "None+qwen3_coder"): ENGINE_WS,
     ("qwen3_coder", "deepseek_r1+qwen3_coder"): ENGINE_THINK_IN_CONTENT,
     ("qwen3_coder", "qwen3+qwen3_coder"): ENGINE_WS,
@@ -115,7 +109,6 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("seed_oss", "seed_oss+hermes"): SEED,
     ("seed_oss", "seed_oss+qwen3_coder"): SEED,
     ("seed_oss", "seed_oss+seed_oss"): SEED,
-    ("step3", "step3+hermes"): ALL_OR_NOTHING,
     ("step3", "step3+qwen3_coder"): ENGINE_WS,
 }
 

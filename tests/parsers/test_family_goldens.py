@@ -96,6 +96,7 @@ def test_family_matches_vllm(tokenizers: dict[str, Any], family: str) -> None:
             whole,
             deliberate.CONFIGS.get((family, config)),
             stream_vs_batch.NOT_ACCUMULATING.get((family, config)),
+            deliberate.held(tool),
         )
         if problem is not None:
             failures.append((n, record["config"], record["request"], problem))

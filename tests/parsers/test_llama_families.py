@@ -157,8 +157,8 @@ def test_states_carry_their_family_tags(family_dirs: dict[str, Path]) -> None:
         tags[name] = [s[0] for s in parser_state[6:8] if s is not None]
     assert tags == {
         "llama3_json": ["llama3_json/1"],
-        "pythonic": ["pythonic/1"],
+        "pythonic": ["pythonic/2"],
         "granite": ["granite_reasoning/1", "granite/1"],
-        "granite4": ["granite4/2"],
-        "nemotron_v3": ["nemotron_v3/1", "hermes/2"],
+        "granite4": ["granite4/3"],
+        "nemotron_v3": ["nemotron_v3/1", "hermes/3"],
     }

@@ -1,4 +1,4 @@
-"""The O(new text) paths for a long string argument (llama3_json, pythonic, granite's engine) give
+"""The O(new text) paths for a long string argument (llama3_json, granite's engine) give
 the same deltas as parsing the whole call on every chunk, resume from a JSON round trip of the
 state, and keep the state small. vLLM parity itself is in the goldens and compare_parsers."""
 
@@ -11,15 +11,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from render_service.parsers import llama3_json, pythonic
+from render_service.parsers import llama3_json
 from render_service.parsers.protocols import ParserState
 
 LONG = "Paris (is) {lovely}, in: the spring=, a=b  " * 12
-PY_TEXTS = [
-    "[f(x='" + LONG + "end', y={'k': '" + "deep, value " * 9 + "'}), g(z=1)]",
-    '[search(q="' + "a=b: c, d  " * 10 + "\"), a.b(n=(1, 2), deep=[1, 'a'])]",
-    "[f(x='" + "word  " * 40 + "')]",
-]
 JSON_TEXTS = [
     '{"name": "f", "parameters": {"a": "' + LONG + '", "b": {"c": "' + "deep, value " * 9 + '"}}}; '
     '{"name": "g", "arguments": {"q": "' + "zz, " * 30 + '", "n": 1}}',
@@ -57,8 +52,6 @@ def _parsers(cls: type, state_type: type[ParserState]) -> tuple[Any, Any]:
 @pytest.mark.parametrize(
     ("cls", "state_type", "texts"),
     [
-        (pythonic.PythonicToolParser, pythonic.PythonicState, PY_TEXTS),
-        (pythonic.Llama4PythonicToolParser, pythonic.PythonicState, PY_TEXTS),
         (llama3_json.Llama3JsonToolParser, llama3_json.Llama3JsonState, JSON_TEXTS),
     ],
 )
@@ -76,7 +69,6 @@ def test_open_string_path_matches_full_parse(cls: type, state_type: type[ParserS
 @pytest.mark.parametrize(
     ("cls", "state_type", "text"),
     [
-        (pythonic.PythonicToolParser, pythonic.PythonicState, "[f(x='" + "plain words " * 400 + "')]"),
         (
             llama3_json.Llama3JsonToolParser,
             llama3_json.Llama3JsonState,

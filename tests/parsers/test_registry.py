@@ -101,7 +101,7 @@ def test_states_are_tagged_with_family_and_version(tok: Any) -> None:
     obj = json.loads(json.dumps(state.to_obj()))
     assert obj[0] == parsers.chat.STATE_VERSION
     reasoning_obj, tool_obj = obj[2][6], obj[2][7]  # after the tag and the five flags
-    assert reasoning_obj[0] == "qwen3/2" and tool_obj[0] == "hermes/2"
+    assert reasoning_obj[0] == "qwen3/2" and tool_obj[0] == "hermes/3"
     assert parsers.load_parsed_stream(parser, obj).to_obj() == obj
 
     stale = json.loads(json.dumps(obj))

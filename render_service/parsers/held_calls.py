@@ -1,0 +1,186 @@
+"""Held calls: a stream that accumulates to an all-or-nothing batch answer.
+
+Several of vLLM 0.33's tool parsers decide in batch on the whole output: `hermes`/`qwen3_json`
+rejects every call when one region is malformed or unclosed, `granite4` when one call does not
+load, ... and then the whole text is content. vLLM's stream cannot know that while it streams,
+so its deltas do not add up to its batch answer there. Ours hold back instead (issue 16, ACC.md
+rule 1): content streams until the family's start marker (a split marker is held back, as is
+content that is only whitespace so far, which batch drops when calls follow); from the marker on
+everything is held (`HeldText`: an append-only segment beside the snapshot, so a chunk costs
+O(new text) and resumes on another replica); when the stream finishes the family's own batch
+extractor decides on the held text, and the calls go out whole (one name delta and one
+arguments delta per call, as vLLM sends a call that arrives in one chunk), or the held text goes
+out as content. So calls arrive whole, at the end of the stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+from render_service.parsers.base import Delta, FunctionCall, RequestOptions, Tag, ToolCallDelta, ToolIdFn
+from render_service.parsers.held import HeldText
+from render_service.parsers.protocols import ParserState
+
+Extract = Callable[[str], tuple[bool, list[FunctionCall], str | None]]
+
+
+class HeldCallsState(ParserState):
+    """The fields a held-calls family's state carries (subclasses add the tag).
+
+    `k` is the start marker's matcher state (the held look-behind is `marker[:k]`), `ws` the
+    content so far while it is only whitespace, `released` whether other content went out,
+    `holding` whether the marker arrived (then `held` is the text from the marker on);
+    `poison_k` the poison marker's matcher state, `poisoned` whether it came first."""
+
+    k: int = 0
+    ws: str = ""
+    released: bool = False
+    holding: bool = False
+    held: HeldText = msgspec.field(default_factory=HeldText)
+    poison_k: int = 0
+    poisoned: bool = False
+
+
+class CallsHolder:
+    """The held-calls stream of one family: `start` is the marker that opens the calls block,
+    `extract` the family's batch `extract_tool_calls` (run once, on the held text). `poison`: a
+    marker that, seen before `start`, makes batch return the whole text as content (granite4's
+    end tag without a start): from there on the stream is content, held back no more."""
+
+    __slots__ = ("_poison", "_tag", "extract")
+
+    def __init__(self, start: str, extract: Extract, poison: str | None = None) -> None:
+        self._tag = Tag(start)
+        self._poison = Tag(poison) if poison else None
+        self.extract = extract
+
+    def feed(self, st: HeldCallsState, text: str) -> Delta | None:
+        """One chunk: the content that is decided, or None."""
+        if st.holding:
+            st.held.append(text)
+            return None
+        if st.poisoned:
+            return Delta(content=text) if text else None
+        st.k, released, found, used = self._tag.feed(st.k, text)
+        if self._poison is not None:
+            st.poison_k, _, poisoned, _ = self._poison.feed(st.poison_k, text[:used])
+            if poisoned:
+                # Batch will not look for calls: everything is content, as it comes.
+                st.poisoned = True
+                out = st.ws + released + self._tag.text[: len(self._tag.text) if found else st.k] + text[used:]
+                st.ws, st.k, st.released = "", 0, True
+                return Delta(content=out) if out else None
+        out = self._content(st, released)
+        if found:
+            st.holding = True
+            st.held = HeldText(self._tag.text + text[used:])
+        return Delta(content=out) if out else None
+
+    @staticmethod
+    def _content(st: HeldCallsState, text: str) -> str:
+        """Content before the calls: whitespace-only content is held (batch drops it when calls
+        follow), the rest goes out."""
+        if st.released or not text:
+            return text
+        if text.isspace():
+            st.ws += text
+            return ""
+        st.released = True
+        out, st.ws = st.ws + text, ""
+        return out
+
+    def finish(self, st: HeldCallsState, tool_id: ToolIdFn, opts: RequestOptions) -> Delta | None:
+        """The end of the stream: the batch decision on what was held."""
+        if not st.holding:
+            # No calls block: a split marker at the end and held whitespace are content (batch
+            # returns the text unchanged when there is no call), except where required/named
+            # make batch drop blank content.
+            out = st.ws + self._tag.text[: st.k]
+            st.ws, st.k = "", 0
+            if not out or (not st.released and opts.forces_tool_calls and not out.strip()):
+                return None
+            return Delta(content=out)
+        held = st.held.text()
+        st.held = HeldText()
+        st.holding = False
+        called, calls, content = self.extract(held)
+        if not called:
+            # Batch returns the whole text as content (blank content is dropped under
+            # required/named, as ChatParser's batch does).
+            out = st.ws + held
+            if not st.released and opts.forces_tool_calls and not out.strip():
+                return None
+            return Delta(content=out)
+        tail = st.ws + (content or "")
+        if not st.released and not tail.strip():
+            tail = ""  # batch content that is only whitespace becomes None when calls were made
+        deltas: list[ToolCallDelta] = []
+        for i, call in enumerate(calls):
+            deltas.append(ToolCallDelta(index=i, id=call.id or tool_id(i), type="function", name=call.name))
+            deltas.append(ToolCallDelta(index=i, arguments=call.arguments))
+        return Delta(content=tail or None, tool_calls=deltas)
+
+
+UNDECIDED, CONTENT, HOLDING = 0, 1, 2
+
+
+class LeadingCallsState(ParserState):
+    """The fields of a family whose calls must open the tool phase (subclasses add the tag):
+    `mode` UNDECIDED (then `lead` is the text so far, a prefix of the opening marker), CONTENT,
+    or HOLDING (then `held` is the whole tool phase)."""
+
+    mode: int = UNDECIDED
+    lead: str = ""
+    held: HeldText = msgspec.field(default_factory=HeldText)
+
+
+class LeadingCallsHolder:
+    """The held-calls stream of a family whose batch answer needs the whole tool phase to be the
+    call list (pythonic): `starts(text)` says the text opens a call list, `may_start(text)` that
+    more text still could. A tool phase that does not open one is content as it comes (batch
+    finds no calls in it either); one that does is held to the end, where `extract` decides."""
+
+    __slots__ = ("extract", "may_start", "starts")
+
+    def __init__(self, starts: Callable[[str], bool], may_start: Callable[[str], bool], extract: Extract) -> None:
+        self.starts = starts
+        self.may_start = may_start
+        self.extract = extract
+
+    def feed(self, st: LeadingCallsState, text: str) -> Delta | None:
+        if st.mode == HOLDING:
+            st.held.append(text)
+            return None
+        if st.mode == CONTENT:
+            return Delta(content=text) if text else None
+        lead = st.lead + text
+        if self.starts(lead):
+            st.mode, st.lead, st.held = HOLDING, "", HeldText(lead)
+            return None
+        if self.may_start(lead):
+            st.lead = lead
+            return None
+        st.mode, st.lead = CONTENT, ""
+        return Delta(content=lead) if lead else None
+
+    def finish(self, st: LeadingCallsState, tool_id: ToolIdFn, opts: RequestOptions) -> Delta | None:
+        if st.mode != HOLDING:
+            out, st.lead = st.lead, ""
+            if not out or (opts.forces_tool_calls and not out.strip()):
+                return None
+            return Delta(content=out)
+        held = st.held.text()
+        st.held, st.mode = HeldText(), CONTENT
+        called, calls, content = self.extract(held)
+        if not called:
+            if opts.forces_tool_calls and not held.strip():
+                return None
+            return Delta(content=held)
+        tail = content if content and content.strip() else None
+        deltas: list[ToolCallDelta] = []
+        for i, call in enumerate(calls):
+            deltas.append(ToolCallDelta(index=i, id=call.id or tool_id(i), type="function", name=call.name))
+            deltas.append(ToolCallDelta(index=i, arguments=call.arguments))
+        return Delta(content=tail, tool_calls=deltas)
