@@ -43,6 +43,7 @@ from render_service.parsers.engine import (
     EngineToolParser,
     Transition,
     ValueExt,
+    WholeCallsState,
 )
 from render_service.parsers.protocols import ParserState, ReasoningParser
 from render_service.parsers.registry import register_reasoning_parser, register_tool_parser
@@ -193,12 +194,14 @@ class MinimaxM2ReasoningParser(EngineReasoningParser):
         return []
 
 
-class MinimaxM2ToolState(EngineState, tag="minimax_m2.tool/1"):
+class MinimaxM2ToolState(WholeCallsState, tag="minimax_m2.tool/2"):
     pass
 
 
 @register_tool_parser("minimax_m2")
 class MinimaxM2ToolParser(EngineToolParser):
+    version = 2  # each call sent whole: the stream accumulates to the batch answer
+    calls_whole = True
     state_type = MinimaxM2ToolState
     structural_tag_model = "minimax"
     config = minimax_m2_config()

@@ -26,6 +26,28 @@ STEP3_PROMPT_IGNORED = (
     "that closes reasoning too (vLLM's stream sends the whole output as content there)"
 )
 
+ENGINE_CALLS_WHOLE = (
+    "engine tool parsers (Qwen3-Coder/XML, GLM 4.5/4.7, MiniMax M2, Seed-OSS): batch converts each call's whole "
+    "argument text once, strips the content's whitespace when a call is accepted and drops the text after the "
+    "first tool event once a call is named: the stream sends each call whole once it is decided, and holds the "
+    "content's trailing whitespace and the text after the first tool event until batch's decision is known"
+)
+# Rule 2 (batch follows the stream): whether batch strips the content's leading whitespace depends
+# on a call that may come last, and holding it would delay the whole content.
+ENGINE_LEADING_WS = (
+    "engine tool parsers (Qwen3-Coder/XML, GLM 4.5/4.7, MiniMax M2, Seed-OSS): with a call, batch keeps the "
+    "content's leading whitespace (vLLM strips it), as the stream sends it before any call is known"
+)
+
+# tool parser -> cause: streams of these parsers regroup vLLM's deltas (calls whole, whitespace
+# and text after calls held) wherever a call may follow, so they are checked by what they
+# accumulate to (our batch answer), not delta by delta.
+WHOLE_CALLS: dict[str, str] = {
+    name: ENGINE_CALLS_WHOLE for name in ("qwen3_coder", "qwen3_xml", "glm45", "glm47", "minimax_m2", "seed_oss")
+}
+# tool parser -> cause: our batch answer differs from vLLM's (only as `check_batch` allows).
+BATCH_TOOLS: dict[str, str] = {name: ENGINE_LEADING_WS for name in WHOLE_CALLS}
+
 # test_parsers.py GOLDEN case -> cause
 CASES: dict[str, str] = {
     "prompt_closed/one": QWEN3_CONTENT_AFTER_END,
@@ -103,6 +125,25 @@ def check_stream(
     if accumulate(ours) != whole and still_open is None:
         return f"{cause}: our stream must accumulate to the batch answer: {accumulate(ours)} != {whole}"
     return None
+
+
+def check_whole(ours: list[Any], batch: dict[str, Any]) -> str | None:
+    """For a `WHOLE_CALLS` stream: None when it accumulates to our batch answer `batch`."""
+    if accumulate(ours) == batch_view(batch):
+        return None
+    return f"{ENGINE_CALLS_WHOLE}: our stream must accumulate to the batch answer: {accumulate(ours)} != {batch_view(batch)}"
+
+
+def check_batch(ours: dict[str, Any], vllm: dict[str, Any], cause: str | None) -> str | None:
+    """None when our batch answer is vLLM's, or differs from it only as `cause` allows: the
+    content's leading whitespace kept (`ENGINE_LEADING_WS`), everything else equal."""
+    if ours == vllm:
+        return None
+    if cause == ENGINE_LEADING_WS:
+        mine, theirs = ours.get("content") or "", vllm.get("content") or ""
+        if mine != theirs and mine.lstrip() == theirs and {**ours, "content": None} == {**vllm, "content": None}:
+            return None
+    return "batch differs from vLLM's" + (f" beyond the deliberate difference ({cause})" if cause else "")
 
 
 # -- end-to-end goldens (tests/parity): /derender streams against their `_batch` twin ----------------
