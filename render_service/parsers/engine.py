@@ -974,7 +974,12 @@ class Engine:
                         st.held_after.append(value)
                     continue
                 combined = st.held_ws + value
-                kept = combined.rstrip()
+                if self.config.strip_content_whitespace_with_tools:
+                    kept = combined.rstrip()  # trailing whitespace: stripped if a call follows
+                elif st.content_has_nonws or combined.strip():
+                    kept = combined
+                else:
+                    kept = ""  # whitespace-only content: dropped if a call follows
                 st.held_ws = combined[len(kept) :]
                 if kept:
                     content.append(kept)
@@ -1007,10 +1012,18 @@ class Engine:
         if finished:
             self._decide_whole(st, calls, tool_id, tools)
             tail = st.held_ws + ("" if st.dropping else st.held_after.text())
-            if st.called:
+            config = self.config
+            if (
+                not st.content_has_nonws
+                and not tail.strip()
+                and (
+                    (st.nslots and config.drop_whitespace_only_content_before_tools)
+                    or (st.called and config.strip_content_whitespace_with_tools)
+                )
+            ):
+                tail = ""  # whitespace-only content with tools: dropped
+            elif st.called and self.config.strip_content_whitespace_with_tools:
                 tail = tail.rstrip()  # batch strips the content (its leading whitespace: see strip_content)
-            elif not st.content_has_nonws and not tail.strip() and st.nslots:
-                tail = ""  # whitespace-only content before tools: dropped
             if tail:
                 content.append(tail)
             st.held_ws = ""

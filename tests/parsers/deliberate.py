@@ -27,7 +27,7 @@ STEP3_PROMPT_IGNORED = (
 )
 
 ENGINE_CALLS_WHOLE = (
-    "engine tool parsers (Qwen3-Coder/XML, GLM 4.5/4.7, MiniMax M2, Seed-OSS): batch converts each call's whole "
+    "engine tool parsers (Qwen3-Coder/XML, GLM 4.5/4.7, MiniMax M2, Seed-OSS, DeepSeek V3.2/V4/V4.1 DSML): batch converts each call's whole "
     "argument text once, strips the content's whitespace when a call is accepted and drops the text after the "
     "first tool event once a call is named: the stream sends each call whole once it is decided, and holds the "
     "content's trailing whitespace and the text after the first tool event until batch's decision is known"
@@ -43,10 +43,17 @@ ENGINE_LEADING_WS = (
 # and text after calls held) wherever a call may follow, so they are checked by what they
 # accumulate to (our batch answer), not delta by delta.
 WHOLE_CALLS: dict[str, str] = {
-    name: ENGINE_CALLS_WHOLE for name in ("qwen3_coder", "qwen3_xml", "glm45", "glm47", "minimax_m2", "seed_oss")
+    name: ENGINE_CALLS_WHOLE
+    for name in (
+        *("qwen3_coder", "qwen3_xml", "glm45", "glm47", "minimax_m2", "seed_oss"),
+        *("deepseek_v32", "deepseek_v4", "deepseek_v41"),
+    )
 }
-# tool parser -> cause: our batch answer differs from vLLM's (only as `check_batch` allows).
-BATCH_TOOLS: dict[str, str] = {name: ENGINE_LEADING_WS for name in WHOLE_CALLS}
+# tool parser -> cause: our batch answer differs from vLLM's (only as `check_batch` allows). The
+# DSML parsers do not strip content whitespace (their batch is vLLM's).
+BATCH_TOOLS: dict[str, str] = {
+    name: ENGINE_LEADING_WS for name in ("qwen3_coder", "qwen3_xml", "glm45", "glm47", "minimax_m2", "seed_oss")
+}
 
 # test_parsers.py GOLDEN case -> cause
 CASES: dict[str, str] = {
@@ -184,9 +191,23 @@ def message_view(response: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def check_e2e_stream(case: str, ours: list[Any], vllm: list[Any], batch_response: dict[str, Any] | None) -> str | None:
+def check_e2e_stream(
+    case: str, ours: list[Any], vllm: list[Any], batch_response: dict[str, Any] | None, tool_parser: str | None = None
+) -> str | None:
     """For a stream golden whose responses differ from ours: None when the difference is a
-    listed deliberate one (vLLM's stream does not accumulate to its batch twin, ours does)."""
+    listed deliberate one (vLLM's stream does not accumulate to its batch twin, ours does), or
+    the stream's tool parser sends calls whole (`WHOLE_CALLS`) and ours accumulates to the twin."""
+    if tool_parser in WHOLE_CALLS:
+        # Each field adds up to vLLM's stream or to the batch twin (the reasoning side may still
+        # reproduce vLLM's stream, see stream_vs_batch.NOT_ACCUMULATING); the calls to the twin.
+        mine, theirs = accumulate_chunks(ours), accumulate_chunks(vllm)
+        whole = message_view(batch_response) if batch_response is not None else theirs
+        bad = [f for f in mine if mine[f] != theirs[f] and mine[f] != whole[f]]
+        if mine["tool_calls"] != whole["tool_calls"]:
+            bad.append("tool_calls")
+        if not bad:
+            return None
+        return f"{WHOLE_CALLS[tool_parser]}: {bad}: {mine} != {whole}"
     cause = E2E_CASES.get(case)
     if cause is None or batch_response is None:
         return "differs from vLLM's stream in a case not listed in tests/parsers/deliberate.py E2E_CASES"

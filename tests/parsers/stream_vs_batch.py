@@ -40,9 +40,15 @@ PROMPT_END = (
 )
 THINK_TEXT = "reasoning markers spelled as text or repeated: batch matches them anywhere, the stream by token id once"
 ALL_OR_NOTHING = "batch rejects every call when one is malformed or unclosed: known only at the end of the output"
-ENGINE_WS = "engine tool parsers: batch strips content whitespace around calls and drops unfinished call markup"
+GLM_THINK_AGAIN = (
+    "GLM 4.5 reasoning + tools: batch's reasoning engine re-opens reasoning at a later <think> (also inside a "
+    "call's markup); the stream hands the text after </think> to the tool engine"
+)
+RAW_CONTENT = (
+    "a reasoning parser that is not engine-based in front of an engine tool parser: with no call accepted, "
+    "batch returns the raw content (call markup and stray markers kept); the tool parser cannot tell"
+)
 DSV3_END = "DeepSeek V3/V3.1: a chunk with a call's end marker streams arguments up to the last '\"}'; text after calls"
-DSML_AFTER = "DSML: text after the calls block dropped in batch; parameters converted by type only in batch"
 GEMMA4 = "Gemma 4: batch reads the thought channel and call syntax on the whole output"
 KIMI = "Kimi K2: empty arguments '{}' only in batch; calls after a malformed one kept only in batch"
 LLAMA_JSON = "llama JSON: text before the first '{' is dropped and a ';'-joined list must parse whole in batch"
@@ -61,14 +67,11 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("deepseek", "deepseek_v3+None"): PROMPT_END,
     ("deepseek", "deepseek_v3+deepseek_v3"): PROMPT_END,
     ("deepseek", "deepseek_v3+deepseek_v31"): PROMPT_END,
-    ("deepseek_v32", "None+deepseek_v32"): DSML_AFTER,
     ("deepseek_v32", "deepseek_r1+deepseek_v32"): PROMPT_END,
     ("deepseek_v32", "deepseek_v3+deepseek_v32"): PROMPT_END,
-    ("deepseek_v4", "None+deepseek_v4"): DSML_AFTER,
     ("deepseek_v4", "deepseek_r1+deepseek_v4"): PROMPT_END,
     ("deepseek_v4", "deepseek_v4+None"): PROMPT_END,
     ("deepseek_v4", "deepseek_v4+deepseek_v4"): PROMPT_END,
-    ("deepseek_v41", "None+deepseek_v41"): DSML_AFTER,
     ("deepseek_v41", "deepseek_r1+deepseek_v41"): PROMPT_END,
     ("deepseek_v41", "deepseek_v41+None"): PROMPT_END,
     ("deepseek_v41", "deepseek_v41+deepseek_v41"): PROMPT_END,
@@ -76,10 +79,8 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("gemma4", "gemma4+None"): GEMMA4,
     ("gemma4", "gemma4+gemma4"): GEMMA4,
     ("gemma4", "gemma4+hermes"): GEMMA4,
-    ("glm", "None+glm45"): ENGINE_WS,
     ("glm", "glm45+None"): PROMPT_END,
-    ("glm", "glm45+glm45"): ENGINE_WS,
-    ("glm", "glm47+glm47"): ENGINE_WS,
+    ("glm", "glm45+glm45"): GLM_THINK_AGAIN,
     ("granite", "None+granite"): GRANITE,
     ("granite", "None+granite4"): GRANITE4,
     ("granite", "granite+None"): GRANITE,
@@ -91,7 +92,6 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("llama3_json", "None+llama3_json"): LLAMA_JSON,
     ("llama4_json", "None+llama4_json"): LLAMA_JSON,
     ("llama4_pythonic", "None+llama4_pythonic"): PYTHONIC,
-    ("minimax_m2", "None+minimax_m2"): ENGINE_WS,
     ("minimax_m2", "minimax_m2+minimax_m2"): PROMPT_END,
     ("minimax_m2", "minimax_m2_append_think+None"): MINIMAX_THINK,
     ("minimax_m2", "minimax_m2_append_think+minimax_m2"): MINIMAX_THINK,
@@ -104,16 +104,12 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("qwen3", "qwen3+None"): THINK_TEXT + "; special tokens in content (ignore_eos) dropped in batch only",
     ("qwen3", "qwen3+hermes"): ALL_OR_NOTHING,
     ("qwen3", "qwen3+qwen3_json"): ALL_OR_NOTHING,
-    ("qwen3_coder", "None+qwen3_coder"): ENGINE_WS,
     ("qwen3_coder", "deepseek_r1+qwen3_coder"): PROMPT_END,
-    ("qwen3_coder", "qwen3+qwen3_coder"): ENGINE_WS,
-    ("qwen3_coder", "qwen3+qwen3_xml"): ENGINE_WS,
-    ("seed_oss", "None+seed_oss"): ENGINE_WS,
     ("seed_oss", "seed_oss+hermes"): SEED,
     ("seed_oss", "seed_oss+qwen3_coder"): SEED,
     ("seed_oss", "seed_oss+seed_oss"): SEED,
     ("step3", "step3+hermes"): ALL_OR_NOTHING,
-    ("step3", "step3+qwen3_coder"): ENGINE_WS,
+    ("step3", "step3+qwen3_coder"): RAW_CONTENT,
 }
 
 
