@@ -55,6 +55,12 @@ BATCH_TOOLS: dict[str, str] = {
     name: ENGINE_LEADING_WS for name in ("qwen3_coder", "qwen3_xml", "glm45", "glm47", "minimax_m2", "seed_oss")
 }
 
+MINIMAX_APPEND_THINK = (
+    "minimax_m2_append_think: batch prepends <think> to the output and hands all of it to the tool parser "
+    "whatever the prompt holds; the stream does too (vLLM's skips the prefix after a prompt that closed "
+    "reasoning, and feeds the tool parser only after a </think> id)"
+)
+
 # test_parsers.py GOLDEN case -> cause
 CASES: dict[str, str] = {
     "prompt_closed/one": QWEN3_CONTENT_AFTER_END,
@@ -70,6 +76,8 @@ CONFIGS: dict[tuple[str, str], str] = {
     ("gemma4", "gemma4+hermes"): ENGINE_REASONING_WHOLE_OUTPUT,
     ("glm", "glm45+None"): ENGINE_REASONING_WHOLE_OUTPUT,
     ("minimax_m2", "minimax_m2+None"): ENGINE_REASONING_WHOLE_OUTPUT,
+    ("minimax_m2", "minimax_m2_append_think+None"): MINIMAX_APPEND_THINK,
+    ("minimax_m2", "minimax_m2_append_think+minimax_m2"): MINIMAX_APPEND_THINK,
     ("minimax_m2", "minimax_m2+hermes"): ENGINE_REASONING_WHOLE_OUTPUT,
     ("minimax_m2", "minimax_m2+minimax_m2"): ENGINE_REASONING_WHOLE_OUTPUT,
     ("seed_oss", "seed_oss+None"): ENGINE_REASONING_WHOLE_OUTPUT,

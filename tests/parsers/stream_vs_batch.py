@@ -55,7 +55,6 @@ LLAMA_JSON = "llama JSON: text before the first '{' is dropped and a ';'-joined 
 PYTHONIC = "pythonic: batch needs the whole output to be one call list"
 GRANITE = "Granite: streaming needs the thought marker at the very start; batch converts argument types"
 GRANITE4 = "Granite 4: an unterminated <tool_call> is never flushed in streaming"
-MINIMAX_THINK = "minimax_m2_append_think: batch puts the appended <think> in the content"
 NEMOTRON = "Nemotron V3: the final flush is not whitespace-stripped; a stray </think> is content in streaming"
 SEED = "Seed-OSS: a stray </seed:think> is dropped in batch only"
 
@@ -93,8 +92,7 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("llama4_json", "None+llama4_json"): LLAMA_JSON,
     ("llama4_pythonic", "None+llama4_pythonic"): PYTHONIC,
     ("minimax_m2", "minimax_m2+minimax_m2"): PROMPT_END,
-    ("minimax_m2", "minimax_m2_append_think+None"): MINIMAX_THINK,
-    ("minimax_m2", "minimax_m2_append_think+minimax_m2"): MINIMAX_THINK,
+    ("minimax_m2", "minimax_m2_append_think+minimax_m2"): RAW_CONTENT,
     ("nemotron_v3", "nemotron_v3+None"): NEMOTRON,
     ("nemotron_v3", "nemotron_v3+hermes"): NEMOTRON,
     ("pythonic", "None+pythonic"): PYTHONIC,

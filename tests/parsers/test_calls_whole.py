@@ -130,3 +130,30 @@ def test_dsml_call_is_held_beside_the_snapshot_and_arrives_whole(tmp_path: Path)
     assert [tuple(c[:2]) for c in batch["tool_calls"]] == calls
     assert json.loads(calls[0][1]) == {"city": value}
     assert content == (batch["content"] or "") == "Calling.\n\n"
+
+
+@pytest.mark.parametrize("how", CHUNKINGS)
+@pytest.mark.parametrize("prompt_closes", [False, True])
+def test_minimax_append_think_streams_the_prefix_whatever_the_prompt(
+    tmp_path_factory: pytest.TempPathFactory, how: str | list[int], prompt_closes: bool
+) -> None:
+    """Batch prepends `<think>` whatever the prompt holds and parses calls anywhere after it; so
+    does the stream (vLLM's skips the prefix when the prompt closed reasoning)."""
+    from tests.parity.compare_parsers import FAMILIES
+    from tests.parsers.stream_vs_batch import load_tokenizer
+
+    family = FAMILIES["minimax_m2"]
+    mtok = load_tokenizer("minimax_m2", Path(tmp_path_factory.getbasetemp()) / "minimax")
+    prompt = mtok.encode("hi</think>\n\n" if prompt_closes else "hi", add_special_tokens=False)
+    call = '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n</invoke>\n'
+    ids = mtok.encode("plan</think>Sure. " + call + "</minimax:tool_call>", add_special_tokens=False)
+    for tool in (None, "minimax_m2"):
+        parser = parsers.get_parser(mtok, "minimax_m2_append_think", tool, enable_auto_tools=True)
+        assert parser is not None
+        steps = cases.run_stream(
+            mtok, parser, cases.REQ["auto"], prompt, cases.chunk(ids, how), "stop", roundtrip_every=1, eos=family.eos
+        )
+        batch = cases.run_batch(mtok, parser, cases.REQ["auto"], prompt, ids, "stop", eos=family.eos)
+        assert _stream_view(steps) == _batch_view(batch)
+        assert batch["content"].startswith("<think>plan")
+        assert [c[0] for c in batch["tool_calls"]] == ([] if tool is None else ["get_weather"])
