@@ -29,7 +29,9 @@ import msgspec
 
 from render_service import parsers
 from render_service.derender import detokenize as dt
+from render_service.derender.snapshots import LocalStore, SnapshotCodec, SnapshotStore
 from render_service.model.example import build_example_model
+from render_service.server.metrics import Metrics
 
 WORDS = ["the", " quick", " é", " 😀", " 中文", " data", " a<b", " {", " }", "\n", " value", " x"]
 
@@ -140,17 +142,31 @@ def run(name: str, scenario: Scenario, model_dir: Path, tokens: int) -> dict[str
     opts = parsers.RequestOptions.from_request(REQUEST)
     tool_id = parsers.tool_ids("bench")
     encoder, decoder = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder()
-    blob = encoder.encode(parsers.new_parsed_stream(parser, prompt).to_obj())
+    # Held text (a call the parser holds until it ends) goes to a segment beside the snapshot, as
+    # compact mode stores it (derender/segments.py, in-process store).
+    store = SnapshotStore(SnapshotCodec(b"k" * 32), Metrics(), local=LocalStore())
+
+    def encode(state: Any, position: int) -> bytes:
+        held = store.segment_writer("f" * 16, "bench", position)
+        return encoder.encode([state.to_obj(held), held.refs])
+
+    def decode(blob: bytes) -> Any:
+        obj, refs = decoder.decode(blob)
+        stored = store.local_held_texts(refs) if refs else []
+        assert stored is not None, "a held-text segment is missing"
+        return parsers.load_parsed_stream(parser, obj, stored)
+
+    blob = encode(parsers.new_parsed_stream(parser, prompt), 0)
     per_chunk: list[float] = []
     calls = 0
     for i, t in enumerate(ids):
         last = i == len(ids) - 1
         finish = "stop" if last else None
         start = time.thread_time()
-        state = parsers.load_parsed_stream(parser, decoder.decode(blob))
+        state = decode(blob)
         text_ids, _ = dt.drop_stop_token([t], finish, None, eos_token_id=ids[-1], model_eos_token_ids={ids[-1]})
         delta, _ = parsers.advance(parser, state, text_ids, [t], finish, opts, tool_id)
-        blob = encoder.encode(state.to_obj())
+        blob = encode(state, i + 1)
         per_chunk.append(time.thread_time() - start)
         if delta is not None and delta.tool_calls:
             calls += 1

@@ -25,7 +25,8 @@ tokens kept):
 
 Printed per family and size: our per-chunk CPU at the start and the end of the stream (median of
 the first / last 100 chunks) and their ratio, our total, vLLM's total, and vLLM / ours. The
-outputs of both sides are checked to be equal (every delta) before any number is printed.
+outputs of both sides are checked to be equal (every delta; for the DSML parsers, which send each
+call whole, ours must add up to vLLM's batch answer) before any number is printed.
 """
 
 from __future__ import annotations
@@ -145,6 +146,10 @@ FAMILIES: dict[str, tuple[str, str | None, str | None, str]] = {
 
 
 out_state_bytes: list[int] = []
+
+
+# Tool parsers whose stream sends each call whole (tests/parsers/deliberate.py).
+WHOLE_CALLS = frozenset(("deepseek_v32", "deepseek_v4", "deepseek_v41"))
 
 
 def run_ours(
@@ -282,7 +287,17 @@ def main(argv: list[str] | None = None) -> int:
                 theirs, vllm_cpu = mine, []
             else:
                 theirs, vllm_cpu = run_vllm(oracle, reasoning, tool, req, prompt, chunks)
-            if mine != theirs:
+            if tool in WHOLE_CALLS and not args.ours_only:
+                # our stream sends the call whole (tests/parsers/deliberate.py WHOLE_CALLS): it
+                # must add up to vLLM's batch answer (vLLM's own stream does not where a
+                # parameter is cut off by the size)
+                from tests.parsers.deliberate import accumulate, batch_view
+
+                whole = batch_view(oracle.batch(reasoning, tool, req, prompt, [t for c in chunks for t in c], "stop"))
+                if accumulate([list(r) for r in mine]) != whole:
+                    print(f"{name} {n}: ours does not add up to vLLM's batch: {accumulate([list(r) for r in mine])}")
+                    return 1
+            elif mine != theirs:
                 first = next(i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b)
                 print(f"{name} {n}: outputs differ at chunk {first}: ours {mine[first]} vLLM {theirs[first]}")
                 return 1

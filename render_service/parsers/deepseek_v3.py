@@ -536,7 +536,7 @@ class DeepSeekV31ToolParser(DeepSeekV3ToolParser):
 class DeepSeekV3ReasoningParser(DeepSeekR1ReasoningParser):
     """`deepseek_r1` when thinking, else vLLM's identity parser (all content)."""
 
-    version = 1
+    version = 2  # 2: deepseek_r1's state 3 (markers matched as text) and its batch rules
     state_type = DeepSeekR1State
 
     @classmethod

@@ -54,6 +54,7 @@ from render_service.parsers.engine import (
     EngineToolParser,
     Slot,
     Transition,
+    WholeCallsState,
 )
 from render_service.parsers.held import HeldText
 from render_service.parsers.registry import register_tool_parser
@@ -107,7 +108,7 @@ def deepseek_v32_config() -> EngineConfig:
     )
 
 
-class DsmlToolState(EngineState):
+class DsmlToolState(WholeCallsState):
     """The engine state plus `held_args`: argument text that arrived after the call's last
     conversion, kept apart from the slot's raw arguments until a conversion reads them.
 
@@ -172,13 +173,14 @@ class DsmlEngine(Engine):
             st.held_args = HeldText()
 
 
-class DeepSeekV32ToolState(DsmlToolState, tag="deepseek_v32.tool/3"):
+class DeepSeekV32ToolState(DsmlToolState, tag="deepseek_v32.tool/4"):
     pass
 
 
 @register_tool_parser("deepseek_v32")
 class DeepSeekV32ToolParser(EngineToolParser):
-    version = 3  # state: held_args (2), as held text (3)
+    version = 4  # state: held_args (2), as held text (3); each call sent whole (4)
+    calls_whole = True
     state_type = DeepSeekV32ToolState
     engine_type = DsmlEngine
     structural_tag_model = "deepseek_v3_2"

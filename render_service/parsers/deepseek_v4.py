@@ -167,7 +167,7 @@ class DeepSeekV4ReasoningState(EngineState, tag="deepseek_v4.reasoning/1"):
     pass
 
 
-class DeepSeekV4ToolState(DsmlToolState, tag="deepseek_v4.tool/2"):
+class DeepSeekV4ToolState(DsmlToolState, tag="deepseek_v4.tool/3"):
     pass
 
 
@@ -175,7 +175,7 @@ class DeepSeekV41ReasoningState(EngineState, tag="deepseek_v41.reasoning/1"):
     pass
 
 
-class DeepSeekV41ToolState(DsmlToolState, tag="deepseek_v41.tool/2"):
+class DeepSeekV41ToolState(DsmlToolState, tag="deepseek_v41.tool/3"):
     pass
 
 
@@ -196,7 +196,8 @@ class DeepSeekV4ReasoningParser(EngineReasoningParser):
 
 @register_tool_parser("deepseek_v4")
 class DeepSeekV4ToolParser(EngineToolParser):
-    version = 2  # state: held_args as held text
+    version = 3  # state: held_args as held text (2); each call sent whole (3)
+    calls_whole = True
     state_type: ClassVar[type[EngineState]] = DeepSeekV4ToolState
     engine_type = DsmlEngine
     structural_tag_model = "deepseek_v4"

@@ -38,6 +38,7 @@ import msgspec
 
 from render_service.derender.detokenize import TokenizerInfo
 from render_service.parsers.base import Delta, FunctionCall, RequestOptions, ToolCallDelta, ToolIdFn, json_string_body
+from render_service.parsers.held import HeldText
 from render_service.parsers.protocols import ParserState, ReasoningParser, RequestAdjustment, ToolParser
 
 # -- states, events, config ------------------------------------------------------------------------
@@ -169,6 +170,24 @@ class EngineState(ParserState):
     content_has_nonws: bool = False
     array_started: bool = False  # tool_call_body_array: the "[" was seen
     array_in_element: bool = False  # ... and a "{...}" element is open
+
+
+class WholeCallsState(EngineState):
+    """The state of a tool parser that sends each call whole (`EngineToolParser.calls_whole`):
+    what the stream holds until batch's decision about it is known.
+
+    Held text lives in `HeldText` fields (append-only, stored beside a snapshot), so a chunk
+    costs the same however long the open call or the held content is.
+    """
+
+    raw: HeldText = msgspec.field(default_factory=HeldText)  # the open call's raw argument text
+    slot_open: bool = False  # the last call started is not decided yet
+    sent: int = 0  # calls sent (the next one's index)
+    after_tool: bool = False  # a tool event was seen: batch keeps later text only if no call is named
+    dropping: bool = False  # a call was named: batch drops every later text (and strips before it)
+    called: bool = False  # batch's `tools_called`: some call was accepted
+    held_ws: str = ""  # trailing whitespace of the content before the first tool event
+    held_after: HeldText = msgspec.field(default_factory=HeldText)  # text after it, undecided
 
 
 Item = tuple[str, str] | tuple[str, str, int, str]  # ("text", text) | ("term", terminal, id, text)
@@ -929,6 +948,120 @@ class Engine:
             return Delta(content=content or None, reasoning=reasoning or None, tool_calls=calls)
         return None
 
+    def to_delta_whole(
+        self, st: WholeCallsState, events: list[Event], *, finished: bool, tool_id: ToolIdFn, tools: Any
+    ) -> Delta | None:
+        """The stream of a tool parser that sends each call whole, accumulating to batch's
+        answer (`extract_for_request`; `docs/parsers.md`, "Streaming accumulates to the batch
+        answer").
+
+        Batch converts each call's whole argument text once (a later duplicate or unclosed
+        parameter changes what a partial conversion streamed), keeps the content before the
+        first tool event (with its trailing whitespace stripped when a call is accepted), and
+        keeps the text after that event only when no call is named at all. So the stream holds
+        a call until it is decided (its end, the next call's start, or the end of the output)
+        and sends it in one delta as batch converts it; holds the content's trailing whitespace
+        until more content or a call decides it; and holds the text after the first tool event
+        until a named call drops it or the output ends without one.
+        """
+        calls: list[ToolCallDelta] = []
+        content: list[str] = []
+        reasoning: list[str] = []
+        for kind, value, index in events:
+            if kind == EV_TEXT:
+                if st.after_tool:
+                    if not st.dropping:
+                        st.held_after.append(value)
+                    continue
+                combined = st.held_ws + value
+                if self.config.strip_content_whitespace_with_tools:
+                    kept = combined.rstrip()  # trailing whitespace: stripped if a call follows
+                elif st.content_has_nonws or combined.strip():
+                    kept = combined
+                else:
+                    kept = ""  # whitespace-only content: dropped if a call follows
+                st.held_ws = combined[len(kept) :]
+                if kept:
+                    content.append(kept)
+                    st.content_has_nonws = True
+            elif kind == EV_REASONING:
+                reasoning.append(value)
+            elif kind == EV_REASONING_END:
+                st.reasoning_ended = True
+            elif kind == EV_REASONING_START:
+                continue
+            elif kind == EV_TOOL_START:
+                st.after_tool = True
+                self._decide_whole(st, calls, tool_id, tools)
+                st.slot = Slot()
+                st.raw = HeldText()
+                st.nslots += 1
+                st.slot_open = True
+            elif kind == EV_TOOL_NAME:
+                st.after_tool = True
+                if st.slot_open and st.slot is not None and index == st.nslots - 1:
+                    st.slot.name += value
+            elif kind == EV_ARG:
+                st.after_tool = True
+                if st.slot_open and index == st.nslots - 1:
+                    st.raw.append(value)
+            elif kind == EV_TOOL_END:
+                st.after_tool = True
+                if index == st.nslots - 1:
+                    self._decide_whole(st, calls, tool_id, tools)
+        if finished:
+            self._decide_whole(st, calls, tool_id, tools)
+            tail = st.held_ws + ("" if st.dropping else st.held_after.text())
+            config = self.config
+            if (
+                not st.content_has_nonws
+                and not tail.strip()
+                and (
+                    (st.nslots and config.drop_whitespace_only_content_before_tools)
+                    or (st.called and config.strip_content_whitespace_with_tools)
+                )
+            ):
+                tail = ""  # whitespace-only content with tools: dropped
+            elif st.called and self.config.strip_content_whitespace_with_tools:
+                tail = tail.rstrip()  # batch strips the content (its leading whitespace: see strip_content)
+            if tail:
+                content.append(tail)
+            st.held_ws = ""
+            st.held_after = HeldText()
+        text = "".join(content)
+        joined = "".join(reasoning)
+        if text or calls or joined:
+            return Delta(content=text or None, reasoning=joined or None, tool_calls=calls)
+        return None
+
+    def _decide_whole(self, st: WholeCallsState, calls: list[ToolCallDelta], tool_id: ToolIdFn, tools: Any) -> None:
+        """The open call is decided: send it as batch converts it, if batch keeps it."""
+        if not st.slot_open or st.slot is None:
+            return
+        st.slot_open = False
+        slot = Slot(name=st.slot.name, args=st.raw.text())
+        st.slot = Slot()
+        st.raw = HeldText()
+        # Batch drops the text after the first tool event once any call's name is emitted
+        # (`to_delta`'s calls), and strips the content once `build_result` keeps a call.
+        name = slot.name.strip() if self.config.strip_tool_names else slot.name
+        if self._accept_name(name or _name_from_args(slot.args) or "", tools):
+            st.dropping = True
+        _, built = self.build_result([slot], tools, _batch_ids)
+        if not built:
+            return
+        st.called = st.dropping = True
+        st.held_ws = ""
+        st.held_after = HeldText()
+        index = st.sent
+        st.sent += 1
+        call = built[0]
+        calls.append(
+            ToolCallDelta(
+                index=index, id=call.id or tool_id(index), type="function", name=call.name, arguments=call.arguments
+            )
+        )
+
     def strip_trailing_reasoning(self, st: EngineState, delta: Delta | None) -> Delta | None:
         """`_strip_trailing_reasoning`: trailing reasoning whitespace waits for what follows."""
         if not self.config.strip_trailing_reasoning_whitespace:
@@ -1240,10 +1373,13 @@ class Engine:
         """`_extract_args_json` (families override it)."""
         return _args_json(raw)
 
-    def strip_content(self, content: str, tools_called: bool) -> str | None:
+    def strip_content(self, content: str, tools_called: bool, *, keep_leading: bool = False) -> str | None:
+        """`_strip_content_whitespace`. `keep_leading`: only trailing whitespace is stripped (a
+        stream that accumulates to batch sends the leading whitespace with the first text, before
+        any call is known; see `EngineToolParser.calls_whole`)."""
         if tools_called:
             if self.config.strip_content_whitespace_with_tools:
-                content = content.strip()
+                content = content.rstrip() if keep_leading else content.strip()
             elif self.config.drop_whitespace_only_content_before_tools and not content.strip():
                 content = ""
         return content or None
@@ -1526,6 +1662,11 @@ class EngineToolParser(ToolParser):
     config: ClassVar[EngineConfig]
     engine_based_streaming = True
     engine_type: ClassVar[type[Engine]] = Engine  # a family's `Engine` subclass (vLLM's parser hooks)
+    # Send each call whole, once batch's decision about it is known, so the stream accumulates
+    # to the batch answer (`Engine.to_delta_whole`; the state must be a `WholeCallsState`).
+    # Batch then keeps the content's leading whitespace when a call is accepted, as the stream
+    # does (vLLM strips it: a deliberate difference, `strip_content`).
+    calls_whole: ClassVar[bool] = False
 
     def __init__(self, tokenizer: TokenizerInfo) -> None:
         super().__init__(tokenizer)
@@ -1560,12 +1701,19 @@ class EngineToolParser(ToolParser):
     ) -> Delta | None:
         engine = self.engine()
         events = engine.feed(st, text, token_ids)
-        delta = engine.to_delta(st, events, finished=False, tool_id=tool_id, tools=opts.tools, suppress=_suppress(opts))
+        if self.calls_whole and not _suppress(opts):
+            delta = engine.to_delta_whole(st, events, finished=False, tool_id=tool_id, tools=opts.tools)
+        else:
+            delta = engine.to_delta(
+                st, events, finished=False, tool_id=tool_id, tools=opts.tools, suppress=_suppress(opts)
+            )
         return engine.strip_trailing_reasoning(st, delta)
 
     def finish_for_request(self, st: Any, tool_id: ToolIdFn, opts: RequestOptions) -> Delta | None:
         engine = self.engine()
         events = engine.finish(st)
+        if self.calls_whole and not _suppress(opts):
+            return engine.to_delta_whole(st, events, finished=True, tool_id=tool_id, tools=opts.tools)
         if events or st.deferred_content:
             return engine.to_delta(
                 st, events, finished=True, tool_id=tool_id, tools=opts.tools, suppress=_suppress(opts)
@@ -1595,7 +1743,7 @@ class EngineToolParser(ToolParser):
         called, calls = engine.build_result(slots, opts.tools, _batch_ids)
         content = delta.content if delta else None
         if content:
-            content = engine.strip_content(content, called)
+            content = engine.strip_content(content, called, keep_leading=self.calls_whole)
         return called, calls, content
 
 

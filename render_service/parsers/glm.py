@@ -41,6 +41,7 @@ from render_service.parsers.engine import (
     EngineToolParser,
     Transition,
     ValueExt,
+    WholeCallsState,
 )
 from render_service.parsers.protocols import ToolStrictLevel
 from render_service.parsers.registry import register_reasoning_parser, register_tool_parser
@@ -167,12 +168,14 @@ class GlmReasoningParser(EngineReasoningParser):
         return glm_config(thinking)
 
 
-class GlmToolState(EngineState, tag="glm.tool/1"):
+class GlmToolState(WholeCallsState, tag="glm.tool/2"):
     pass
 
 
 @register_tool_parser("glm45", aliases=("glm47",))
 class GlmToolParser(EngineToolParser):
+    version = 2  # each call sent whole: the stream accumulates to the batch answer
+    calls_whole = True
     state_type = GlmToolState
     structural_tag_model = "glm_4_7"
     # Auto tool calls get the shallow tag by default.

@@ -43,6 +43,7 @@ from render_service.parsers.engine import (
     EngineToolParser,
     Transition,
     ValueExt,
+    WholeCallsState,
 )
 from render_service.parsers.protocols import ParserState, ReasoningParser
 from render_service.parsers.registry import register_reasoning_parser, register_tool_parser
@@ -193,12 +194,14 @@ class MinimaxM2ReasoningParser(EngineReasoningParser):
         return []
 
 
-class MinimaxM2ToolState(EngineState, tag="minimax_m2.tool/1"):
+class MinimaxM2ToolState(WholeCallsState, tag="minimax_m2.tool/2"):
     pass
 
 
 @register_tool_parser("minimax_m2")
 class MinimaxM2ToolParser(EngineToolParser):
+    version = 2  # each call sent whole: the stream accumulates to the batch answer
+    calls_whole = True
     state_type = MinimaxM2ToolState
     structural_tag_model = "minimax"
     config = minimax_m2_config()
@@ -259,6 +262,7 @@ class AppendThinkState(ParserState, tag="minimax_m2_append_think/1"):
 
 @register_reasoning_parser("minimax_m2_append_think")
 class MinimaxM2AppendThinkReasoningParser(ReasoningParser):
+    version = 2  # the stream accumulates to the batch answer
     state_type = AppendThinkState
 
     def __init__(self, tokenizer: TokenizerInfo, *, thinking_enabled: bool = True) -> None:
@@ -277,11 +281,19 @@ class MinimaxM2AppendThinkReasoningParser(ReasoningParser):
     def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
         return self._last_marker(prompt_token_ids, 0) == 2
 
+    def stream_prompt_ends_reasoning(self, st: Any, prompt_token_ids: Sequence[int]) -> bool:
+        """Batch prepends `<think>` to the output whatever the prompt holds, so the stream always
+        starts here (vLLM's stream skips the prefix when the prompt closed reasoning)."""
+        return False
+
     def stream(self, st: Any, delta_text: str, delta_ids: Sequence[int]) -> tuple[Delta | None, bool]:
+        """The first chunk, with `<think>` in front, and done: batch hands `<think>` plus the whole
+        output to the tool parser as content, so the stream hands every chunk on from here (vLLM's
+        stream waits for a `</think>` id before the tool parser sees anything)."""
         text = delta_text if st.seen_output else "<think>" + delta_text
         st.seen_output = st.seen_output or bool(delta_ids)
         st.last_marker = self._last_marker(delta_ids, st.last_marker)
-        return Delta(content=text), st.last_marker == 2
+        return Delta(content=text), True
 
     def extract(
         self, model_output: str, prompt_token_ids: Sequence[int] | None = None

@@ -34,10 +34,10 @@ from render_service.parsers.engine import (
     TOOL_NAME,
     TOOL_PREAMBLE,
     EngineConfig,
-    EngineState,
     EngineToolParser,
     Transition,
     ValueExt,
+    WholeCallsState,
 )
 from render_service.parsers.registry import register_tool_parser
 from render_service.parsers.xml_args import (
@@ -154,12 +154,14 @@ def qwen3_config(
     )
 
 
-class Qwen3CoderState(EngineState, tag="qwen3_coder/1"):
+class Qwen3CoderState(WholeCallsState, tag="qwen3_coder/2"):
     pass
 
 
 @register_tool_parser("qwen3_coder", aliases=("qwen3_xml",))
 class Qwen3CoderToolParser(EngineToolParser):
+    version = 2  # each call sent whole: the stream accumulates to the batch answer
+    calls_whole = True
     state_type = Qwen3CoderState
     structural_tag_model = "qwen_3_coder"
     config = qwen3_config(True)

@@ -12,7 +12,13 @@ paths (a JSON schema on render, `forced.py` on derender).
 
 from __future__ import annotations
 
-from render_service.parsers.engine import EngineConfig, EngineReasoningParser, EngineState, EngineToolParser
+from render_service.parsers.engine import (
+    EngineConfig,
+    EngineReasoningParser,
+    EngineState,
+    EngineToolParser,
+    WholeCallsState,
+)
 from render_service.parsers.qwen3_coder import qwen3_config
 from render_service.parsers.registry import register_reasoning_parser, register_tool_parser
 
@@ -48,11 +54,13 @@ class SeedOssReasoningParser(EngineReasoningParser):
         return seed_oss_config(thinking)
 
 
-class SeedOssToolState(EngineState, tag="seed_oss.tool/1"):
+class SeedOssToolState(WholeCallsState, tag="seed_oss.tool/2"):
     pass
 
 
 @register_tool_parser("seed_oss")
 class SeedOssToolParser(EngineToolParser):
+    version = 2  # each call sent whole: the stream accumulates to the batch answer
+    calls_whole = True
     state_type = SeedOssToolState
     config = seed_oss_config(True)

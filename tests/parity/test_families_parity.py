@@ -100,6 +100,7 @@ def test_family_parity(golden: dict[str, Any], family_client: Callable[[str], Te
             ours,
             [c["response"] for c in golden["calls"]],
             _BATCH.get(deliberate.batch_twin(golden["case"])),
+            FAMILY_CONFIGS[golden["config"]].tool_call_parser,
         )
         failures = [] if problem is None else [problem, *failures]
     elif golden["case"] in deliberate.E2E_CASES:

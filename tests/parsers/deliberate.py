@@ -82,6 +82,41 @@ def held(tool: str | None) -> str | None:
     return HELD_CALLS.get(tool or "")
 
 
+ENGINE_CALLS_WHOLE = (
+    "engine tool parsers (Qwen3-Coder/XML, GLM 4.5/4.7, MiniMax M2, Seed-OSS, DeepSeek V3.2/V4/V4.1 DSML): batch converts each call's whole "
+    "argument text once, strips the content's whitespace when a call is accepted and drops the text after the "
+    "first tool event once a call is named: the stream sends each call whole once it is decided, and holds the "
+    "content's trailing whitespace and the text after the first tool event until batch's decision is known"
+)
+# Rule 2 (batch follows the stream): whether batch strips the content's leading whitespace depends
+# on a call that may come last, and holding it would delay the whole content.
+ENGINE_LEADING_WS = (
+    "engine tool parsers (Qwen3-Coder/XML, GLM 4.5/4.7, MiniMax M2, Seed-OSS): with a call, batch keeps the "
+    "content's leading whitespace (vLLM strips it), as the stream sends it before any call is known"
+)
+
+# tool parser -> cause: streams of these parsers regroup vLLM's deltas (calls whole, whitespace
+# and text after calls held) wherever a call may follow, so they are checked by what they
+# accumulate to (our batch answer), not delta by delta.
+WHOLE_CALLS: dict[str, str] = {
+    name: ENGINE_CALLS_WHOLE
+    for name in (
+        *("qwen3_coder", "qwen3_xml", "glm45", "glm47", "minimax_m2", "seed_oss"),
+        *("deepseek_v32", "deepseek_v4", "deepseek_v41"),
+    )
+}
+# tool parser -> cause: our batch answer differs from vLLM's (only as `check_batch` allows). The
+# DSML parsers do not strip content whitespace (their batch is vLLM's).
+BATCH_TOOLS: dict[str, str] = {
+    name: ENGINE_LEADING_WS for name in ("qwen3_coder", "qwen3_xml", "glm45", "glm47", "minimax_m2", "seed_oss")
+}
+
+MINIMAX_APPEND_THINK = (
+    "minimax_m2_append_think: batch prepends <think> to the output and hands all of it to the tool parser "
+    "whatever the prompt holds; the stream does too (vLLM's skips the prefix after a prompt that closed "
+    "reasoning, and feeds the tool parser only after a </think> id)"
+)
+
 # test_parsers.py GOLDEN case -> cause
 CASES: dict[str, str] = {
     "prompt_closed/one": QWEN3_CONTENT_AFTER_END,
@@ -108,6 +143,8 @@ CONFIGS: dict[tuple[str, str], str] = {
     ("gemma4", "gemma4+hermes"): ENGINE_REASONING_WHOLE_OUTPUT,
     ("glm", "glm45+None"): ENGINE_REASONING_WHOLE_OUTPUT,
     ("minimax_m2", "minimax_m2+None"): ENGINE_REASONING_WHOLE_OUTPUT,
+    ("minimax_m2", "minimax_m2_append_think+None"): MINIMAX_APPEND_THINK,
+    ("minimax_m2", "minimax_m2_append_think+minimax_m2"): MINIMAX_APPEND_THINK,
     ("minimax_m2", "minimax_m2+hermes"): ENGINE_REASONING_WHOLE_OUTPUT,
     ("minimax_m2", "minimax_m2+minimax_m2"): ENGINE_REASONING_WHOLE_OUTPUT,
     ("seed_oss", "seed_oss+None"): ENGINE_REASONING_WHOLE_OUTPUT,
@@ -251,6 +288,26 @@ def check_stream(
     return None
 
 
+def check_whole(ours: list[Any], batch: dict[str, Any]) -> str | None:
+    """For a `WHOLE_CALLS` stream: None when it accumulates to our batch answer `batch`."""
+    if accumulate(ours) == batch_view(batch):
+        return None
+    return f"{ENGINE_CALLS_WHOLE}: our stream must accumulate to the batch answer: {accumulate(ours)} != {batch_view(batch)}"
+
+
+def check_batch_tool(ours: dict[str, Any], vllm: dict[str, Any], cause: str | None) -> str | None:
+    """None when our batch answer is vLLM's, or differs from it only as the tool parser's `cause`
+    (`BATCH_TOOLS`) allows: the content's leading whitespace kept (`ENGINE_LEADING_WS`), everything
+    else equal."""
+    if ours == vllm:
+        return None
+    if cause == ENGINE_LEADING_WS:
+        mine, theirs = ours.get("content") or "", vllm.get("content") or ""
+        if mine != theirs and mine.lstrip() == theirs and {**ours, "content": None} == {**vllm, "content": None}:
+            return None
+    return "batch differs from vLLM's" + (f" beyond the deliberate difference ({cause})" if cause else "")
+
+
 # -- end-to-end goldens (tests/parity): /derender streams against their `_batch` twin ----------------
 
 # stream golden case -> cause (its `<name>_batch` golden is the batch answer)
@@ -315,9 +372,23 @@ def message_view(response: dict[str, Any], index: int = 0) -> dict[str, Any]:
     }
 
 
-def check_e2e_stream(case: str, ours: list[Any], vllm: list[Any], batch_response: dict[str, Any] | None) -> str | None:
+def check_e2e_stream(
+    case: str, ours: list[Any], vllm: list[Any], batch_response: dict[str, Any] | None, tool_parser: str | None = None
+) -> str | None:
     """For a stream golden whose responses differ from ours: None when the difference is a
-    listed deliberate one (vLLM's stream does not accumulate to its batch twin, ours does)."""
+    listed deliberate one (vLLM's stream does not accumulate to its batch twin, ours does), or
+    the stream's tool parser sends calls whole (`WHOLE_CALLS`) and ours accumulates to the twin."""
+    if tool_parser in WHOLE_CALLS:
+        # Each field adds up to vLLM's stream or to the batch twin (the reasoning side may still
+        # reproduce vLLM's stream, see stream_vs_batch.NOT_ACCUMULATING); the calls to the twin.
+        mine, theirs = accumulate_chunks(ours), accumulate_chunks(vllm)
+        whole = message_view(batch_response) if batch_response is not None else theirs
+        bad = [f for f in mine if mine[f] != theirs[f] and mine[f] != whole[f]]
+        if mine["tool_calls"] != whole["tool_calls"]:
+            bad.append("tool_calls")
+        if not bad:
+            return None
+        return f"{WHOLE_CALLS[tool_parser]}: {bad}: {mine} != {whole}"
     cause = E2E_CASES.get(case)
     if cause is None or batch_response is None:
         return "differs from vLLM's stream in a case not listed in tests/parsers/deliberate.py E2E_CASES"
