@@ -197,3 +197,15 @@ def drive_stream(
         "finish_reason": final,
         "state": state,
     }
+
+
+def segment_cache_contexts(model_dir: Path, **flags: Any) -> tuple[Any, Any]:
+    """Two render contexts on one loaded model: (segment cache on, `--segment-cache-bytes 0`)."""
+    from render_service.model.loader import load_model
+    from render_service.render import pipeline
+    from render_service.settings import Settings
+
+    on = Settings(model=str(model_dir), **flags).validate()
+    off = Settings(model=str(model_dir), segment_cache_bytes=0, **flags).validate()
+    model = load_model(on)
+    return pipeline.make_context(model, on), pipeline.make_context(model, off)

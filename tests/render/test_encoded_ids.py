@@ -11,11 +11,10 @@ import orjson
 import pytest
 
 from benchmarks.agent_turns import conversation
-from render_service.model.loader import load_model
 from render_service.render import pipeline as render
 from render_service.render.encoded_ids import EncodedIds, as_fragment, extend_json
 from render_service.server.responses import encode_json
-from render_service.settings import Settings
+from tests.helpers import segment_cache_contexts
 
 FLAGS: dict[str, Any] = {
     "served_model_name": ["tinyqwen3"],
@@ -27,10 +26,7 @@ FLAGS: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def contexts(qwen3_model_dir: Path) -> tuple[render.RenderContext, render.RenderContext]:
-    on = Settings(model=str(qwen3_model_dir), **FLAGS).validate()
-    off = Settings(model=str(qwen3_model_dir), segment_cache_bytes=0, **FLAGS).validate()
-    model = load_model(on)
-    return render.make_context(model, on), render.make_context(model, off)
+    return segment_cache_contexts(qwen3_model_dir, **FLAGS)
 
 
 def test_agent_turns_encode_identically(contexts) -> None:

@@ -15,6 +15,7 @@ from render_service.render import pipeline as render
 from render_service.render import prefix
 from render_service.server.app import create_app
 from render_service.settings import Settings
+from tests.helpers import segment_cache_contexts
 
 FLAGS: dict[str, Any] = {
     "served_model_name": ["tinyqwen3"],
@@ -27,10 +28,7 @@ FLAGS: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def contexts(qwen3_model_dir: Path) -> tuple[render.RenderContext, render.RenderContext]:
     """(segment cache on, segment cache off): the guard is on in both."""
-    on = Settings(model=str(qwen3_model_dir), **FLAGS).validate()
-    off = Settings(model=str(qwen3_model_dir), segment_cache_bytes=0, **FLAGS).validate()
-    model = load_model(on)
-    return render.make_context(model, on), render.make_context(model, off)
+    return segment_cache_contexts(qwen3_model_dir, **FLAGS)
 
 
 def _render(ctx: render.RenderContext, body: dict[str, Any]) -> tuple[list[int], prefix.PrefixCheck]:

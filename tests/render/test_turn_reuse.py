@@ -18,10 +18,9 @@ from hypothesis import strategies as st
 
 from benchmarks.agent_turns import conversation
 from render_service.exceptions import RenderServiceError
-from render_service.model.loader import load_model
 from render_service.render import encoded_ids, history, pipeline, prefix, templating
 from render_service.render import pipeline as render
-from render_service.settings import Settings
+from tests.helpers import segment_cache_contexts
 
 FLAGS: dict[str, Any] = {
     "served_model_name": ["tinyqwen3"],
@@ -35,10 +34,7 @@ FLAGS: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def contexts(qwen3_model_dir: Path) -> tuple[render.RenderContext, render.RenderContext]:
     """(segment cache on, off)."""
-    on = Settings(model=str(qwen3_model_dir), **FLAGS).validate()
-    off = Settings(model=str(qwen3_model_dir), segment_cache_bytes=0, **FLAGS).validate()
-    model = load_model(on)
-    return render.make_context(model, on), render.make_context(model, off)
+    return segment_cache_contexts(qwen3_model_dir, **FLAGS)
 
 
 def _result(ctx: render.RenderContext, body: dict[str, Any]) -> Any:
