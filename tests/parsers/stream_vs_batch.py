@@ -68,6 +68,8 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("deepseek", "deepseek_r1+deepseek_v31"): DSV3_END,
     ("deepseek", "deepseek_v3+deepseek_v3"): DSV3_END,
     ("deepseek", "deepseek_v3+deepseek_v31"): DSV3_END,
+    ("deepseek_v32", "deepseek_r1+deepseek_v32"): RAW_CONTENT,
+    ("deepseek_v32", "deepseek_v3+deepseek_v32"): RAW_CONTENT,
     ("deepseek_v4", "deepseek_r1+deepseek_v4"): ENGINE_THINK_IN_CONTENT,
     ("deepseek_v4", "deepseek_v4+None"): ENGINE_REASONING,
     ("deepseek_v4", "deepseek_v4+deepseek_v4"): ENGINE_REASONING,
