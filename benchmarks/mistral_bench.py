@@ -106,16 +106,20 @@ def main(argv: list[str] | None = None) -> int:
         for server in started.values():
             server.stop()
         shutil.rmtree(folder, ignore_errors=True)
-    ours_ms, vllm_ms = result["cpu_ms"]["ours"], result["cpu_ms"]["vLLM"]
-    row = [
-        f"mistral ({args.version})",
-        fmt(result["prompt_tokens"], 0),
-        fmt(ours_ms),
-        fmt(vllm_ms),
-        fmt(vllm_ms / ours_ms if ours_ms else None, 1) + "x",
-        fmt(result["p50_ms"]["ours"]),
-        fmt(result["p50_ms"]["vLLM"]),
-    ]
+    vllm_ms = result["cpu_ms"]["vLLM"]
+
+    def row(label: str, target: str) -> list[str]:
+        ms = result["cpu_ms"][target]
+        return [
+            label,
+            fmt(result["prompt_tokens"], 0),
+            fmt(ms),
+            fmt(vllm_ms),
+            fmt(vllm_ms / ms if ms else None, 1) + "x",
+            fmt(result["p50_ms"][target]),
+            fmt(result["p50_ms"]["vLLM"]),
+        ]
+
     headers = [
         "renderer",
         "prompt tokens",
@@ -128,20 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     title = "~9k-token chat render, sequential, server CPU per request" + (
         " (payloads not seen before)" if args.fresh else ""
     )
-    rows = [row]
+    rows = [row(f"mistral ({args.version})", "ours")]
     if "baseline" in result["cpu_ms"]:
-        base_ms = result["cpu_ms"]["baseline"]
-        rows.append(
-            [
-                f"baseline ({args.baseline})",
-                fmt(result["prompt_tokens"], 0),
-                fmt(base_ms),
-                fmt(vllm_ms),
-                fmt(vllm_ms / base_ms if base_ms else None, 1) + "x",
-                fmt(result["p50_ms"]["baseline"]),
-                fmt(result["p50_ms"]["vLLM"]),
-            ]
-        )
+        rows.append(row(f"baseline ({args.baseline})", "baseline"))
     print(format_table(headers, rows, title=title))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
