@@ -112,13 +112,23 @@ class DisconnectWatch:
             self._watcher.cancel()
 
 
+_CONTENT_TYPE = (b"content-type", b"text/event-stream; charset=utf-8")  # as `init_headers` writes it
+
+
 class SSEResponse(StreamingResponse):
     """A stream written from the request's own task that notices the client leaving even while no
     chunk is due (an engine still in prefill or stalled), through the request's `DisconnectWatch`;
     the body generator is closed however the stream ends, so its engine connection is."""
 
+    media_type = "text/event-stream"
+
     def __init__(self, content: AsyncIterator[bytes], watch: DisconnectWatch) -> None:
-        super().__init__(content, media_type="text/event-stream")
+        # StreamingResponse's own fields, set directly: its `init_headers` would derive the same
+        # single header on the first token's path.
+        self.body_iterator = content
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = [_CONTENT_TYPE]
         self.watch = watch
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
