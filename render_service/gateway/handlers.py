@@ -32,6 +32,7 @@ from render_service.gateway import Gateway, anthropic, client
 from render_service.gateway import responses as gateway_responses
 from render_service.gateway.anthropic import MessagesStream
 from render_service.gateway.disconnect import ClientDisconnected, DisconnectWatch, SSEResponse, cancel_on_disconnect
+from render_service.gateway.metrics import StreamSeries
 from render_service.gateway.stops import StopWatch, stop_strings, without_stop_strings
 from render_service.gateway.streams import ChatStream, CompletionStream, usage
 from render_service.multimodal import media
@@ -192,6 +193,13 @@ class ResponsesWire(Wire):
         return self.responses.fail(_failure_message(exc))
 
 
+def _observe_first(series: StreamSeries, to_client: float, ttft: float, to_engine: float | None) -> None:
+    series.to_client.observe(to_client)
+    series.ttft.observe(ttft)
+    if to_engine is not None:
+        series.to_engine.observe(to_engine)
+
+
 def _sse_stream(
     gateway: Gateway,
     endpoint: str,
@@ -204,8 +212,9 @@ def _sse_stream(
 
     async def body() -> AsyncIterator[bytes]:
         metrics = gateway.metrics
+        series = metrics.stream_series(endpoint)
         first_token_at = last = time.perf_counter()
-        inter_token = metrics.inter_token.labels(endpoint)
+        inter_token = series.inter_token
         finished = False
         try:
             if started := b"".join(wire.start()):
@@ -222,11 +231,14 @@ def _sse_stream(
                 data = b"".join(wire.feed(engine_chunk))  # one write per engine chunk
                 if data:
                     yield data
-                if first:  # its bytes are with the client's transport now: the metrics after them
-                    metrics.added.labels(endpoint, "to_client").observe(time.perf_counter() - stream.first_received_at)
-                    metrics.ttft.labels(endpoint).observe(first_token_at - arrived)
-                    if gateway.disagg is None:
-                        metrics.added.labels(endpoint, "to_engine").observe(stream.sent_at - arrived)
+                if first:
+                    # Its bytes are with the client's transport now, which writes them to the socket
+                    # once this step of the loop ends: the metrics are recorded after that write.
+                    to_client = time.perf_counter() - stream.first_received_at
+                    to_engine = stream.sent_at - arrived if gateway.disagg is None else None
+                    asyncio.get_running_loop().call_soon(
+                        _observe_first, series, to_client, first_token_at - arrived, to_engine
+                    )
                 if watch is not None and watch.done:
                     break  # a stop string finished every choice: closing the stream aborts the engine request
             if ended := b"".join(wire.finish()):
@@ -320,16 +332,25 @@ async def _generate(gateway: Gateway, rendered: dict[str, Any], watch: StopWatch
 
 
 async def _open_stream(
-    gateway: Gateway, request: Request, rendered: dict[str, Any], watch: StopWatch | None, wire: Wire
-) -> tuple[client.EngineStream, DisconnectWatch]:
-    """The engine stream for `rendered` and the request's disconnect watch (for its `SSEResponse`).
-    Once the generate request is written, the watch starts and `wire` prepares its first chunk
-    while the engine works (a wire that fails to prepare abandons the engine request). With P/D the
-    watch starts at once: the prefill hop comes before the written request."""
+    gateway: Gateway,
+    request: Request,
+    rendered: dict[str, Any],
+    watch: StopWatch | None,
+    make_wire: Callable[[], Wire],
+) -> tuple[client.EngineStream, DisconnectWatch, Wire]:
+    """The engine stream for `rendered`, the request's disconnect watch (for its `SSEResponse`) and
+    the wire that writes the stream. Once the generate request is written, the watch starts and
+    `make_wire` builds the wire, which prepares its first chunk, while the engine works: none of it
+    delays the engine (a wire that fails to build or prepare abandons the engine request, and its
+    error is the answer, as it would be before the request). With P/D the watch starts at once:
+    the prefill hop comes before the written request."""
     disconnect = DisconnectWatch(request.receive)
+    wires: list[Wire] = []
 
     def while_waiting() -> None:
         disconnect.start()
+        wire = make_wire()
+        wires.append(wire)
         wire.prepare()
 
     if gateway.disagg is not None:
@@ -342,7 +363,7 @@ async def _open_stream(
     except BaseException:
         disconnect.close()
         raise
-    return stream, disconnect
+    return stream, disconnect, wires[0]
 
 
 # -- /v1/chat/completions (and the chat generation Messages and Responses run on) ----------------
@@ -366,9 +387,11 @@ async def _chat_generation(
     watch = _stop_watch(state, chat, rendered)
     try:
         if rendered["stream"]:
-            # Built before the engine stream opens: a converter that fails leaves nothing running.
-            wire = make_wire(ChatStream(state.derender, chat, request_id, prompt_ids, model))
-            stream, disconnect = await _open_stream(gateway, request, rendered, watch, wire)
+
+            def build() -> Wire:
+                return make_wire(ChatStream(state.derender, chat, request_id, prompt_ids, model))
+
+            stream, disconnect, wire = await _open_stream(gateway, request, rendered, watch, build)
             return SSEResponse(_sse_stream(gateway, endpoint, arrived, stream, wire, watch), disconnect)
         async with cancel_on_disconnect(request.receive):
             generated = await _generate(gateway, rendered, watch)
@@ -518,17 +541,16 @@ async def completions(state: State, request: Request, body: Any) -> Any:
         if body.get("stream"):
             if len(rendered) != 1:
                 raise BadRequestError("streaming several prompts is not supported by the gateway yet", param="prompt")
-            converter = CompletionStream(
-                state.derender,
-                body,
-                base_id,
-                rendered[0]["token_ids"],
-                model,
-                echo_text=None if echoed is None else echoed[0],
-            )
             watch = _stop_watch(state, body, rendered[0])
-            wire = CompletionWire(converter)
-            stream, disconnect = await _open_stream(gateway, request, rendered[0], watch, wire)
+            prompt_ids = rendered[0]["token_ids"]
+            echo_text = None if echoed is None else echoed[0]
+
+            def build() -> Wire:
+                return CompletionWire(
+                    CompletionStream(state.derender, body, base_id, prompt_ids, model, echo_text=echo_text)
+                )
+
+            stream, disconnect, wire = await _open_stream(gateway, request, rendered[0], watch, build)
             return SSEResponse(_sse_stream(gateway, "completions", arrived, stream, wire, watch), disconnect)
         async with cancel_on_disconnect(request.receive):
             generated = await asyncio.gather(

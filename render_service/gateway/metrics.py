@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # Token latencies: sub-millisecond (a busy stream) to tens of seconds (a long prefill, a queue).
@@ -12,9 +15,22 @@ _TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 
 _ADDED_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
 
 
+@dataclass(frozen=True, slots=True)
+class StreamSeries:
+    """One endpoint's per-stream series, resolved once (a `labels()` call takes a lock and hashes
+    its values: a stream would pay it on its first token's path)."""
+
+    ttft: Histogram
+    inter_token: Histogram
+    to_engine: Histogram
+    to_client: Histogram
+
+
 class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
+        self._streams: dict[str, StreamSeries] = {}
+        self._inflight: dict[str, list[Any]] = {}  # engine URL -> its `Engine`s (one per pool it is in)
         self.ttft = Histogram(
             "render_gateway_time_to_first_token_seconds",
             "From the request's arrival to its first generated token (render, queue and prefill)",
@@ -82,3 +98,21 @@ class GatewayMetrics:
             ["result"],
             registry=r,
         )
+
+    def stream_series(self, endpoint: str) -> StreamSeries:
+        series = self._streams.get(endpoint)
+        if series is None:
+            series = self._streams[endpoint] = StreamSeries(
+                self.ttft.labels(endpoint),
+                self.inter_token.labels(endpoint),
+                self.added.labels(endpoint, "to_engine"),
+                self.added.labels(endpoint, "to_client"),
+            )
+        return series
+
+    def track_inflight(self, engine: Any) -> None:
+        """Export `engine.inflight` (a `pool.Engine`) as its URL's in-flight gauge, read when
+        scraped rather than set on every request (summed over the pools the URL is in)."""
+        engines = self._inflight.setdefault(engine.url, [])
+        engines.append(engine)
+        self.engine_inflight.labels(engine.url).set_function(lambda: sum(e.inflight for e in engines))

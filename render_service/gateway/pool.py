@@ -43,7 +43,6 @@ class Engine:
     failed_at: float = 0.0  # monotonic time of the last failure (0: never)
     order: int = field(default=0)  # round-robin tie-breaker: when it was last picked
     # Its labelled series, looked up once (a `labels()` call takes a lock and hashes the labels).
-    inflight_gauge: Any = None
     requests_counter: Any = None
 
     @property
@@ -82,8 +81,7 @@ class EnginePool:
         self._health_task: asyncio.Task[None] | None = None
         for engine in self.engines:
             metrics.engine_healthy.labels(engine.url).set(1)
-            engine.inflight_gauge = metrics.engine_inflight.labels(engine.url)
-            engine.inflight_gauge.set(0)
+            metrics.track_inflight(engine)
             engine.requests_counter = metrics.engine_requests.labels(engine.url)
 
     # -- picking ----------------------------------------------------------------------------
@@ -123,13 +121,11 @@ class EnginePool:
         return engine
 
     def acquire(self, engine: Engine) -> None:
-        engine.inflight += 1
-        engine.inflight_gauge.set(engine.inflight)
+        engine.inflight += 1  # the gauge reads it at scrape time (`GatewayMetrics.track_inflight`)
         engine.requests_counter.inc()
 
     def release(self, engine: Engine) -> None:
         engine.inflight -= 1
-        engine.inflight_gauge.set(engine.inflight)
 
     def succeeded(self, engine: Engine) -> None:
         """An engine that answered is up, whatever the last probe said."""
