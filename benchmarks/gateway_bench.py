@@ -31,7 +31,10 @@ real `--tokens-only` engine (then --model must be the engine's model), or --vllm
 real vLLM CPU engine with its tokenizer (VLLM_ENGINE_PYTHON, the tiny random-weight Qwen3 of the
 live tests). The gateway's own share of TTFT comes from its
 `render_gateway_added_latency_seconds` histogram (to_engine: arrival to the generate request
-written; to_client: the engine's first chunk to its SSE bytes). Run from the repository root:
+written; to_client: the engine's first chunk to its SSE bytes). With --render-split it also times
+`render_chat` of such a chat in its own process, back to back and after a 20 ms pause: the
+render's share of to_engine, most of which, on a shared machine, is caches lost while idle. Run
+from the repository root:
 
     python -m benchmarks.gateway_bench --concurrency 1,2,8 --requests 48 --rounds 2 --tokens 64
     VLLM_ENGINE_PYTHON=.../bin/python python -m benchmarks.gateway_bench --vllm-engine --concurrency 1,2,4 --tokens 32
@@ -213,6 +216,42 @@ async def run_paired(
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return groups
+
+
+# -- the render's share -----------------------------------------------------------------------
+
+
+def render_split(model_dir: str, count: int = 120, pause: float = 0.02) -> dict[str, float]:
+    """`render_chat` of the benchmark's chats in this process, p50 microseconds of wall time:
+    back to back ("hot") and each after a `pause`-second sleep ("after_pause"), as the gateway
+    renders a request that arrives after an idle wait. The gap is the cost of caches the render's
+    code and data lost meanwhile (to other processes on a shared machine, or just the wait)."""
+    from render_service.render import pipeline as render
+    from render_service.server.state import State
+    from render_service.settings import Settings
+
+    settings = Settings(model=model_dir, engine=["http://127.0.0.1:9"], max_model_len=4096).validate()
+    state = State(settings)
+    state.load()
+    served = settings.served_names[0]
+    out: dict[str, float] = {}
+    for mode, sleep in (("hot", 0.0), ("after_pause", pause)):
+        times = []
+        for k in range(count):
+            if sleep:
+                time.sleep(sleep)
+            chat = {
+                "model": served,
+                "messages": [{"role": "user", "content": f"Tell me about fox {mode}-{k:06d}."}],
+                "max_tokens": 32,
+                "temperature": 0,
+                "stream": True,
+            }
+            started = time.perf_counter()
+            render.render_chat(state.context, chat, None)
+            times.append(time.perf_counter() - started)
+        out[f"{mode}_p50_us"] = percentile(times[count // 5 :], 50) * 1e6
+    return out
 
 
 # -- the benchmark ---------------------------------------------------------------------------
@@ -520,6 +559,12 @@ def main() -> int:
     parser.add_argument(
         "--itl-ms", type=float, default=20.0, help="the fake engine's time between tokens (a decode step)"
     )
+    parser.add_argument(
+        "--render-split",
+        action="store_true",
+        help="also time render_chat in this process, back to back and after a 20 ms pause (the render's share of "
+        "the gateway's to_engine time, and how much of it is caches lost while idle)",
+    )
     parser.add_argument("--fake-engine", nargs=3, metavar=("PORT", "TOKENS", "INTERVAL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fake_engine:
@@ -546,6 +591,7 @@ def main() -> int:
         )
     gateway = None
     summaries = []
+    extra_json: dict[str, Any] = {}
     try:
         extra = ["--max-model-len", "4096", "--served-model-name", "tinyqwen3"] if args.vllm_engine else []
         gateway = start_render_service(
@@ -559,6 +605,13 @@ def main() -> int:
         time.sleep(args.idle_seconds)
         idle_rate = ((gateway.cpu_seconds() or 0.0) - idle_cpu) / (time.perf_counter() - idle_start)
         print(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, load average {os.getloadavg()}")
+        if args.render_split:
+            split = render_split(model_dir)
+            extra_json["render_split"] = split
+            print(
+                f"render_chat of one such chat in this process, p50: {split['hot_p50_us']:.0f} us back to back, "
+                f"{split['after_pause_p50_us']:.0f} us after a 20 ms pause"
+            )
         for number, concurrency in enumerate(levels):
             # Each level its own prompt numbers (never one the engine has seen).
             shifted = [BenchPath(p.name, p.url, p.bodies[number * per_level : (number + 1) * per_level]) for p in paths]
@@ -573,7 +626,7 @@ def main() -> int:
         else:
             engine.stop()
     if args.json:
-        Path(args.json).write_text(json.dumps({"levels": summaries, "args": vars(args)}, indent=2))
+        Path(args.json).write_text(json.dumps({"levels": summaries, "args": vars(args), **extra_json}, indent=2))
     return 0
 
 
