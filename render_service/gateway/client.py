@@ -12,7 +12,8 @@ slot. Closing our side of the connection is therefore how a client's disconnect 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -118,14 +119,21 @@ async def generate(pool: EnginePool, body: dict[str, Any]) -> dict[str, Any]:
 
 class EngineStream:
     """An open streaming generate whose first chunk has arrived: iterate for the engine's chunks
-    (the first one included); `aclose()` closes the connection (the engine aborts if unfinished)."""
+    (the first one included); `aclose()` closes the connection (the engine aborts if unfinished).
 
-    def __init__(self, pool: EnginePool, engine: Engine, response: Response, events: AsyncIterator[Any]) -> None:
+    The SSE body is split and parsed here, straight from the connection's buffer: one coroutine
+    per chunk between the client's writer and the socket, not a generator per layer (this runs
+    once per generated token)."""
+
+    def __init__(self, pool: EnginePool, engine: Engine, response: Response) -> None:
         self.pool = pool
         self.engine = engine
         self._response = response
-        self._events = events
+        self._lines: deque[bytes] = deque()  # complete lines not parsed yet
+        self._pending = b""  # a line's start, its end not received yet
         self._first: dict[str, Any] = {}
+        self._first_due = False  # the first chunk is read (`read_first`) and not yet iterated
+        self._done = False  # `[DONE]` seen
         self._closed = False
 
     @property
@@ -142,18 +150,65 @@ class EngineStream:
         """When the engine's first chunk arrived (perf_counter)."""
         return self._response.first_body_at
 
-    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
-        yield self._first
+    async def read_first(self) -> Any:
+        """The first event (raises what `_next_event` raises); iteration starts with it."""
+        first = await self._next_event()
+        self._first = first
+        self._first_due = True
+        return first
+
+    def __aiter__(self) -> EngineStream:
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        if self._first_due:
+            self._first_due = False
+            return self._first
         try:
-            async for event in self._events:
-                if isinstance(event, dict) and "error" in event and "choices" not in event:
-                    self.pool.failed(self.engine, "stream_error")
-                    raise EngineFailure("stream_error", _error_message(event), EngineAnswerError(500, event))
-                yield event
+            event = await self._next_event()
         except TransportError as exc:
             kind = _transport_kind(exc)
             self.pool.failed(self.engine, kind)
             raise EngineFailure(kind, f"the engine's stream broke ({type(exc).__name__})") from None
+        if isinstance(event, dict) and "error" in event and "choices" not in event:
+            self.pool.failed(self.engine, "stream_error")
+            raise EngineFailure("stream_error", _error_message(event), EngineAnswerError(500, event))
+        return event
+
+    async def _next_event(self) -> Any:
+        """The next `data:` line's JSON; StopAsyncIteration at `[DONE]`; a stream that ends
+        without it is broken. Split on bytes and parsed by orjson straight from them."""
+        if self._done:
+            raise StopAsyncIteration
+        lines = self._lines
+        response = self._response
+        while True:
+            while lines:
+                line = lines.popleft()
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    self._done = True
+                    # Read the body's end (it follows at once) so that the connection goes back
+                    # to the pool: a response closed before its end closes its connection, and
+                    # the next request would pay for a new one.
+                    while (rest := response.take_body()) != b"":
+                        if rest is None:
+                            await response.wait()
+                    raise StopAsyncIteration
+                try:
+                    return orjson.loads(payload)
+                except orjson.JSONDecodeError:
+                    raise connection.RemoteProtocolError(f"malformed event from the engine: {payload[:80]!r}") from None
+            received = response.take_body()
+            if received is None:
+                await response.wait()
+            elif received:
+                *complete, self._pending = (self._pending + received).split(b"\n")
+                lines.extend(complete)
+            else:
+                raise connection.RemoteProtocolError("the engine's stream ended without [DONE]")
 
     async def aclose(self) -> None:
         if not self._closed:
@@ -165,31 +220,6 @@ class EngineStream:
 def _error_message(event: dict[str, Any]) -> str:
     error = event.get("error")
     return str(error.get("message") if isinstance(error, dict) else error)
-
-
-async def _sse_events(response: Response) -> AsyncIterator[Any]:
-    """The JSON payloads of `data:` lines, up to `[DONE]`; a stream that ends without it is broken.
-    Split on bytes and parsed by orjson straight from them: this runs once per generated token."""
-    pending = b""
-    received_bytes = response.aiter_bytes()
-    async for received in received_bytes:
-        *lines, pending = (pending + received).split(b"\n")
-        for line in lines:
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                # Read the body's end (it follows at once) so that the connection goes back to
-                # the pool: a response closed before its end closes its connection, and the next
-                # request would pay for a new one.
-                async for _ in received_bytes:
-                    pass
-                return
-            try:
-                yield orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                raise connection.RemoteProtocolError(f"malformed event from the engine: {payload[:80]!r}") from None
-    raise connection.RemoteProtocolError("the engine's stream ended without [DONE]")
 
 
 async def open_stream(
@@ -229,14 +259,12 @@ async def open_stream(
                     raise _answer(response, raw)
                 last = EngineFailure("status", f"engine answered {response.status_code}", _answer(response, raw))
             else:
-                events = _sse_events(response)
-                first = await events.__anext__()
+                stream = EngineStream(pool, engine, response)
+                first = await stream.read_first()
                 if isinstance(first, dict) and "error" in first and "choices" not in first:
                     last = EngineFailure("stream_error", _error_message(first), EngineAnswerError(500, first))
                 else:
                     pool.succeeded(engine)
-                    stream = EngineStream(pool, engine, response, events)
-                    stream._first = first
                     return stream
         except TransportError as exc:
             last = EngineFailure(_transport_kind(exc), f"{type(exc).__name__} from {engine.url}")

@@ -21,7 +21,7 @@ import asyncio
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
@@ -264,16 +264,31 @@ class Response:
         return self._connection.first_body_at
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
-        connection = self._connection
         while True:
-            if connection.has_body:
-                yield connection.take()
-                continue
-            if connection.complete:
+            received = self.take_body()
+            if received is None:
+                await self.wait()
+            elif received:
+                yield received
+            else:
                 return
-            if connection.error is not None:
-                raise connection.error
-            await connection.wait(self._timeout)
+
+    def take_body(self) -> bytes | None:
+        """The body bytes received and not yet read; b"" once the body has ended; None when none
+        are here yet (then `await wait()`). Raises the error that broke the connection. For a
+        reader that parses as it goes (the engine's token stream) without a generator per layer."""
+        connection = self._connection
+        if connection.has_body:
+            return connection.take()
+        if connection.complete:
+            return b""
+        if connection.error is not None:
+            raise connection.error
+        return None
+
+    def wait(self) -> Awaitable[None]:
+        """Until more of the answer arrives (or its end, or an error), at most the timeout."""
+        return self._connection.wait(self._timeout)
 
     async def read(self) -> bytes:
         return b"".join([piece async for piece in self.aiter_bytes()])
