@@ -41,7 +41,7 @@ from functools import cache, partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from render_service.api.protocol import handler_error
-from render_service.render.renderers.base import ChatInput, NoFillInTheMiddle, RenderedPrompt
+from render_service.render.renderers.base import ChatInput, NoFillInTheMiddle, RenderedPrompt, plain_messages
 
 if TYPE_CHECKING:
     from openai_harmony import HarmonyEncoding, Message
@@ -264,6 +264,11 @@ class HarmonyRenderer(NoFillInTheMiddle):
             "system_instructions": self.system_instructions,
             "start_date": self.start_date,
         }
+
+    def conversation_unused(self, messages: list[Any]) -> bool:
+        """This renderer reads the request messages, not vLLM's parsed conversation: the pipeline
+        skips building it when parsing could neither fail nor collect media (`plain_messages`)."""
+        return plain_messages(messages)
 
     def render(self, chat: ChatInput) -> RenderedPrompt:
         effort = chat.reasoning_effort
