@@ -37,6 +37,7 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache, partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -204,7 +205,8 @@ class Part(NamedTuple):
     has_function_tools: bool = False
 
 
-class DeveloperBuild(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class DeveloperBuild:
     """How to make a developer message (a `Build`), with what it is made of: the renderer splices
     its instructions into the tool list's text instead of having the library encode them."""
 
