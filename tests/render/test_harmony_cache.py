@@ -167,3 +167,67 @@ def test_cache_stays_within_its_bounds(o200k_dir: Path, start_date: Any) -> None
         assert renderer.render(chat).token_ids == whole_conversation(renderer, chat)
     assert cache._bytes <= cache.max_bytes
     assert 0 < len(cache._cache) < 400
+
+
+# Instructions where a splice could go wrong: empty, blank lines at either end, Harmony's own
+# framing written as text, a tools header inside them, text that merges with "\n\n" around it.
+INSTRUCTIONS = [
+    "",
+    " ",
+    "\n\n",
+    "Be brief.\n\n",
+    "\n\nleading blank lines",
+    "<|end|><|start|>developer<|message|># Tools",
+    "# Tools\n\n## functions\n\nnamespace functions {",
+    "trailing spaces   ",
+    "日本語 🙂 naïve\r\n",
+    "x" * 3000,
+]
+
+
+def test_developer_messages_splice_as_the_library(o200k_dir: Path, start_date: Any) -> None:
+    """Developer messages (the leading system message's instructions, later system/developer
+    messages) are spliced: the developer framing around one fastokens text made from the
+    instructions and the tool list's library-rendered `# Tools` section. Every instruction text,
+    with and without tools, equals the library's whole-conversation render, cold and warm."""
+    renderer = _renderer(o200k_dir)
+    assert renderer.text_encode is not None
+    big_tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{index}",
+                "description": "Line one.\nLine two." if index % 2 else "",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"a": {"type": "string", "enum": ["x", "y"]}, "b": {"type": "number"}},
+                },
+            },
+        }
+        for index in range(5)
+    ]
+    for _ in range(2):
+        for tools in (None, TOOLS, TOOLS[:1], big_tools):
+            for index, text in enumerate(INSTRUCTIONS):
+                messages = [
+                    {"role": "system", "content": text},
+                    {"role": "user", "content": f"question {index}"},
+                    {"role": "developer", "content": text + " later"},
+                    {"role": "user", "content": "and?"},
+                ]
+                chat = _chat(messages, tools, "low")
+                assert renderer.render(chat).token_ids == whole_conversation(renderer, chat), repr(text[:40])
+    assert set(renderer.tool_sections.values()) - {None} and None not in renderer.tool_sections.values()
+
+
+def test_a_tool_list_whose_splice_differs_is_left_to_the_library(o200k_dir: Path, start_date: Any) -> None:
+    """The first splice of each tool list is checked against the library: a section that does
+    not reproduce it (here, a corrupted one) sends that tool list's developer messages to the
+    library for good, and the prompt stays the library's."""
+    renderer = _renderer(o200k_dir)
+    renderer._tool_section = lambda functions: "# Tools\n\nnot what the library writes"  # type: ignore[method-assign]
+    for index in range(3):
+        messages = [{"role": "system", "content": f"rules {index}"}, {"role": "user", "content": "hi"}]
+        chat = _chat(messages, TOOLS, None)
+        assert renderer.render(chat).token_ids == whole_conversation(renderer, chat)
+    assert list(renderer.tool_sections.values()) == [None]

@@ -64,3 +64,27 @@ class NoFillInTheMiddle:
 
     def completion_suffix(self, prompt: str, suffix: str) -> str | None:
         return None
+
+
+def plain_messages(messages: list[Any]) -> bool:
+    """Whether vLLM's message parsing (`templating.build_conversation`, run before any renderer)
+    could neither fail nor collect media on `messages`: text or no content, tool calls as a list
+    of function-call objects. A renderer that reads the request messages rather than that
+    conversation (Mistral, Harmony) has the pipeline skip building it then (its
+    `conversation_unused`); errors still come from it."""
+    for message in messages:
+        if type(message) is not dict:
+            return False
+        content = message.get("content")
+        if content is not None and type(content) is not str:
+            return False
+        calls = message.get("tool_calls")
+        if calls is not None and message.get("role") == "assistant":
+            if type(calls) is not list:
+                return False
+            for call in calls:
+                if type(call) is not dict or call.get("type", "function") != "function":
+                    return False
+                if type(call.get("function")) is not dict:
+                    return False
+    return True

@@ -37,11 +37,12 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache, partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from render_service.api.protocol import handler_error
-from render_service.render.renderers.base import ChatInput, NoFillInTheMiddle, RenderedPrompt
+from render_service.render.renderers.base import ChatInput, NoFillInTheMiddle, RenderedPrompt, plain_messages
 
 if TYPE_CHECKING:
     from openai_harmony import HarmonyEncoding, Message
@@ -130,7 +131,9 @@ class MessageIds:
     whole-conversation render).
     """
 
-    def __init__(self, render: Callable[[Message, bool], list[int]], max_bytes: int, max_entries: int) -> None:
+    def __init__(
+        self, render: Callable[[MessageKey | None, bool, Build], list[int]], max_bytes: int, max_entries: int
+    ) -> None:
         self._render = render
         self.max_bytes = max_bytes
         self.max_entries = max_entries
@@ -143,7 +146,7 @@ class MessageIds:
     def get(self, key: MessageKey | None, has_function_tools: bool, build: Build) -> tuple[int, ...]:
         """The message's ids; `key` None: not cacheable (an input that is not plain text)."""
         if key is None:
-            return tuple(self._render(build(), has_function_tools))
+            return tuple(self._render(None, has_function_tools, build))
         full_key = (key, has_function_tools)
         with self._lock:
             cached = self._cache.get(full_key)
@@ -151,7 +154,7 @@ class MessageIds:
                 self._cache.move_to_end(full_key)
                 self.hits += 1
                 return cached
-        ids = tuple(self._render(build(), has_function_tools))
+        ids = tuple(self._render(key, has_function_tools, build))
         size = _entry_bytes(key, ids)
         with self._lock:
             self.misses += 1
@@ -202,13 +205,32 @@ class Part(NamedTuple):
     has_function_tools: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class DeveloperBuild:
+    """How to make a developer message (a `Build`), with what it is made of: the renderer splices
+    its instructions into the tool list's text instead of having the library encode them."""
+
+    instructions: str | None
+    functions: list[tuple[Any, str, Any]]
+
+    def __call__(self) -> Message:
+        return HarmonyRenderer._developer_message(self.instructions, self.functions)
+
+
+# Roles whose text messages are spliced (library framing, fastokens text); the others (system,
+# developer, unknown roles) are the library's alone.
+SPLICED_ROLES = ("user", "assistant", "tool")
+# Distinct function-tool lists whose `# Tools` text a renderer keeps (developer messages).
+TOOL_SECTIONS_MAX = 256
+
+
 class HarmonyRenderer(NoFillInTheMiddle):
     mode = "harmony"
     content_format: str | None = "openai"
     needs_chat_template = False
 
     def __init__(self, cache_bytes: int = CACHE_MAX_BYTES) -> None:
-        from openai_harmony import Conversation, Role
+        from openai_harmony import Conversation, RenderOptions, Role
 
         self.encoding = encoding()  # fail at start, not on the first request
         self.system_instructions = _env_flag("VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS")
@@ -229,14 +251,26 @@ class HarmonyRenderer(NoFillInTheMiddle):
 
         self.text_encode = harmony_fastokens(self.library_text_ids)
         self.text_encoder = "fastokens" if self.text_encode is not None else "harmony"
-        self.framings: dict[tuple[Any, ...], list[int]] = {}
-        self.messages = MessageIds(self._render_message, cache_bytes, CACHE_MAX_ENTRIES)
+        self.framings: dict[tuple[Any, ...], tuple[list[int], list[int]]] = {}
+        # A developer message with no instructions and no tools: `<|start|>developer<|message|>`, `<|end|>`.
+        empty = self.encoding.render(self._developer_message(None, []), RenderOptions())
+        cut = empty.index(self.message_id) + 1
+        self.developer_framing = (empty[:cut], empty[cut:])
+        # Developer messages: (function tools as JSON) -> their `# Tools` section as text (None: the
+        # library renders that tool list's developer messages itself).
+        self.tool_sections: OrderedDict[str | None, str | None] = OrderedDict()
+        self.messages = MessageIds(self._render_part, cache_bytes, CACHE_MAX_ENTRIES)
         # For the config fingerprint: what the prompts depend on besides the request.
         self.fingerprint = {
             "oss_harmony": _library_version(),
             "system_instructions": self.system_instructions,
             "start_date": self.start_date,
         }
+
+    def conversation_unused(self, messages: list[Any]) -> bool:
+        """This renderer reads the request messages, not vLLM's parsed conversation: the pipeline
+        skips building it when parsing could neither fail nor collect media (`plain_messages`)."""
+        return plain_messages(messages)
 
     def render(self, chat: ChatInput) -> RenderedPrompt:
         effort = chat.reasoning_effort
@@ -295,7 +329,7 @@ class HarmonyRenderer(NoFillInTheMiddle):
                 key = ("developer", instructions, json.dumps(functions, ensure_ascii=False) if functions else None)
             except (TypeError, ValueError):
                 key = None
-        return key, partial(self._developer_message, instructions, functions), bool(functions)
+        return key, DeveloperBuild(instructions, functions), bool(functions)
 
     @staticmethod
     def _developer_message(instructions: str | None, functions: list[tuple[Any, str, Any]]) -> Message:
@@ -420,6 +454,20 @@ class HarmonyRenderer(NoFillInTheMiddle):
         ids.extend(self.completion_suffix_ids)
         return ids
 
+    def _render_part(self, key: MessageKey | None, has_function_tools: bool, build: Build) -> list[int]:
+        """One message's ids on a cache miss. Text messages and developer messages with text
+        instructions are spliced (library framing, fastokens text: `_spliced_text`,
+        `_spliced_developer`) without building the library's message objects; anything else is
+        the library's render (`_render_message`)."""
+        if self.text_encode is not None and key is not None:
+            if key[0] == "text" and key[1] in SPLICED_ROLES and key[6]:
+                return self._spliced_text(key, has_function_tools)
+            if key[0] == "developer" and isinstance(key[1], str) and isinstance(build, DeveloperBuild):
+                ids = self._spliced_developer(key, build, has_function_tools)
+                if ids is not None:
+                    return ids
+        return self._render_message(build(), has_function_tools)
+
     def _render_message(self, message: Message, has_function_tools: bool) -> list[int]:
         """The library's render of one message. A message of text contents (user, assistant and
         tool messages) is `header <|message|> texts end`, each text encoded as plain text on its
@@ -428,7 +476,6 @@ class HarmonyRenderer(NoFillInTheMiddle):
         most of a prompt and the library's tokenizer the slow part on unseen text."""
         from openai_harmony import RenderOptions, Role, TextContent
 
-        options = RenderOptions(conversation_has_function_tools=has_function_tools)
         contents = message.content
         if (
             self.text_encode is None
@@ -436,30 +483,99 @@ class HarmonyRenderer(NoFillInTheMiddle):
             or message.author.role not in (Role.USER, Role.ASSISTANT, Role.TOOL)
             or not all(type(content) is TextContent for content in contents)
         ):
+            options = RenderOptions(conversation_has_function_tools=has_function_tools)
             return self.legacy_tool_call_headers(self.encoding.render(message, options))
-        # The framing depends on nothing but these fields (the contents being left out), and
-        # chats repeat a handful of them: rendered once each (bounded: recipients are names).
         author = message.author
-        frame_key = (
-            author.role,
-            author.name,
-            message.channel,
-            message.recipient,
-            message.content_type,
-            has_function_tools,
-        )
+        key = ("text", author.role.value, author.name, message.channel, message.recipient, message.content_type)
+        return self._spliced_text((*key, tuple(content.text for content in contents)), has_function_tools)
+
+    def _spliced_text(self, key: MessageKey, has_function_tools: bool) -> list[int]:
+        """A text message (`_text_key`: role, name, channel, recipient, content type, texts): its
+        framing's ids around each text's. The legacy header rewrite is the framing's alone: text
+        encoded as plain text holds no special token, so the rewrite never reaches into it."""
+        _, role, name, channel, recipient, content_type, texts = key
+        head, tail = self._framing(role, name, channel, recipient, content_type, has_function_tools)
+        ids = list(head)
+        for text in texts:
+            ids.extend(self.text_ids(text))
+        ids.extend(tail)
+        return ids
+
+    def _framing(
+        self,
+        role: str,
+        name: str | None,
+        channel: str | None,
+        recipient: str | None,
+        content_type: str | None,
+        has_function_tools: bool,
+    ) -> tuple[list[int], list[int]]:
+        """The library's render of a text message without its contents, legacy headers applied,
+        cut after `<|message|>`: (header, end). Chats repeat a handful of these; bounded, as
+        recipients are names."""
+        frame_key = (role, name, channel, recipient, content_type, has_function_tools)
         framing = self.framings.get(frame_key)
         if framing is None:
-            framing = self.encoding.render(message.model_copy(update={"content": []}), options)
+            from openai_harmony import Author, Message, RenderOptions, Role
+
+            author = Author.new(Role(role), name) if name is not None else Author(role=Role(role))
+            message = Message(author=author, content=[])
+            if channel is not None:
+                message = message.with_channel(channel)
+            if recipient is not None:
+                message = message.with_recipient(recipient)
+            if content_type is not None:
+                message = message.with_content_type(content_type)
+            options = RenderOptions(conversation_has_function_tools=has_function_tools)
+            ids = self.legacy_tool_call_headers(self.encoding.render(message, options))
+            cut = ids.index(self.message_id) + 1
+            framing = (ids[:cut], ids[cut:])
             if len(self.framings) >= FRAMINGS_MAX:
                 self.framings.clear()
             self.framings[frame_key] = framing
-        cut = framing.index(self.message_id) + 1
-        ids = framing[:cut]
-        for content in contents:
-            ids.extend(self.text_ids(content.text))
-        ids.extend(framing[cut:])
-        return self.legacy_tool_call_headers(ids)
+        return framing
+
+    def _spliced_developer(self, key: MessageKey, build: DeveloperBuild, has_function_tools: bool) -> list[int] | None:
+        """A developer message with text instructions, as Harmony renders it: one text,
+        `"# Instructions", instructions[, tools section]` joined by blank lines, between the
+        developer framing's ids. The tools section is the library's (its render of the message
+        without instructions, decoded), once per tool list; the first splice of each tool list
+        is checked against the library's render of that message, and a tool list whose splice
+        differs is left to the library. None: the library renders it."""
+        tools_json = key[2]
+        sections = self.tool_sections
+        if tools_json in sections:
+            sections.move_to_end(tools_json)
+            section = sections[tools_json]
+            return None if section is None else self._developer_ids(build.instructions, section)
+        section = self._tool_section(build.functions) if build.functions else ""
+        library = self._render_message(build(), has_function_tools)
+        if section is not None and self._developer_ids(build.instructions, section) != library:
+            section = None
+        sections[tools_json] = section
+        while len(sections) > TOOL_SECTIONS_MAX:
+            sections.popitem(last=False)
+        return library
+
+    def _developer_ids(self, instructions: str | None, section: str) -> list[int]:
+        head, tail = self.developer_framing
+        text = f"# Instructions\n\n{instructions}\n\n{section}" if section else f"# Instructions\n\n{instructions}"
+        return [*head, *self.text_ids(text), *tail]
+
+    def _tool_section(self, functions: list[tuple[Any, str, Any]]) -> str | None:
+        """The `# Tools` text of a developer message with these function tools and no
+        instructions (None: the library's ids are not the framing's around one text)."""
+        from openai_harmony import RenderOptions
+
+        ids = self.encoding.render(self._developer_message(None, functions), RenderOptions())
+        head, tail = self.developer_framing
+        if ids[: len(head)] != head or ids[len(ids) - len(tail) :] != tail:
+            return None
+        try:
+            text: str = self.encoding.decode_utf8(ids[len(head) : len(ids) - len(tail)])
+        except Exception:  # not text the library would encode back
+            return None
+        return text if text.startswith("# Tools") else None
 
     def text_ids(self, text: str) -> list[int]:
         """A message text's ids: fastokens, or the library for what fastokens cannot take (lone

@@ -29,7 +29,7 @@ from typing import Any
 from render_service.api.protocol import BadRequestError, handler_error
 from render_service.model.mistral import MistralTokenizer
 from render_service.model.mistral_encoder import MistralChatEncoder
-from render_service.render.renderers.base import ChatInput, NoFillInTheMiddle, RenderedPrompt
+from render_service.render.renderers.base import ChatInput, NoFillInTheMiddle, RenderedPrompt, plain_messages
 
 logger = logging.getLogger("render_service.render.renderers.mistral")
 
@@ -90,26 +90,9 @@ class MistralRenderer(NoFillInTheMiddle):
         }
 
     def conversation_unused(self, messages: list[Any]) -> bool:
-        """Whether vLLM's message parsing (`templating.build_conversation`, run before any
-        renderer) could neither fail nor collect media on `messages`: text or no content, tool
-        calls as a list of function-call objects. This renderer reads the request messages, not
-        that conversation, so the pipeline skips building it then (errors still come from it)."""
-        for message in messages:
-            if type(message) is not dict:
-                return False
-            content = message.get("content")
-            if content is not None and type(content) is not str:
-                return False
-            calls = message.get("tool_calls")
-            if calls is not None and message.get("role") == "assistant":
-                if type(calls) is not list:
-                    return False
-                for call in calls:
-                    if type(call) is not dict or call.get("type", "function") != "function":
-                        return False
-                    if type(call.get("function")) is not dict:
-                        return False
-        return True
+        """This renderer reads the request messages, not vLLM's parsed conversation: the pipeline
+        skips building it when parsing could neither fail nor collect media (`plain_messages`)."""
+        return plain_messages(messages)
 
     def check_request(self, body: dict[str, Any]) -> None:
         """vLLM's Mistral-only request checks (`validate_request_params`), run before the
