@@ -134,7 +134,7 @@ class Metrics:
         lag_buckets = (0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.5)
         self.loop_lag = Histogram(
             "render_event_loop_lag_seconds",
-            "How late a 50 ms timer fires on the event loop",
+            "How late a 250 ms timer fires on the event loop",
             buckets=lag_buckets,
             registry=r,
         )

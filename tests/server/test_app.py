@@ -214,7 +214,7 @@ def test_event_loop_metrics_separate_held_time_from_cpu_wait(qwen3_model_dir: Pa
     import time
 
     with TestClient(create_app(Settings(model=str(qwen3_model_dir)).validate())) as fresh:
-        time.sleep(0.3)  # a few 50 ms samples
+        time.sleep(0.8)  # a few 250 ms samples
         text = fresh.get("/metrics").text
     counts = {
         line.split()[0]: float(line.split()[1])
