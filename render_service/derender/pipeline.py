@@ -759,21 +759,28 @@ class _StreamRequest:
     def from_packed(cls, data: bytes) -> _StreamRequest:
         """The request a snapshot's `req` bytes hold (signed with the snapshot: decoded once per
         process and kept by those exact bytes, so every later chunk of the stream reuses it)."""
+        global _packed_bytes
         found = _PACKED_REQUESTS.get(data)
         if found is None:
             found = cls.from_obj(_REQUEST_DECODER.decode(data))
             found._packed.append(data)
-            if len(_PACKED_REQUESTS) >= _PACKED_REQUESTS_LIMIT:
-                del _PACKED_REQUESTS[next(iter(_PACKED_REQUESTS))]  # the oldest kept
             _PACKED_REQUESTS[data] = found
+            _packed_bytes += len(data)
+            while len(_PACKED_REQUESTS) > _PACKED_REQUESTS_LIMIT or _packed_bytes > _PACKED_BYTES_LIMIT:
+                oldest = next(iter(_PACKED_REQUESTS))  # the oldest kept (maybe this one, if huge)
+                del _PACKED_REQUESTS[oldest]
+                _packed_bytes -= len(oldest)
         return found
 
 
 _REQUEST_ENCODER = msgspec.msgpack.Encoder()
 _REQUEST_DECODER = msgspec.msgpack.Decoder(list)
-# Requests by their packed bytes (a few KB each at most with tools): one per live stream is enough.
+# Requests by their packed bytes (a few KB each with tools), bounded by count and by bytes (a
+# request's tools can be large): one per live stream is enough, a miss only decodes again.
 _PACKED_REQUESTS: dict[bytes, _StreamRequest] = {}
 _PACKED_REQUESTS_LIMIT = 4096
+_PACKED_BYTES_LIMIT = 32 << 20
+_packed_bytes = 0
 
 
 def _stream_request(ctx: DerenderContext, chat_request: dict[str, Any], request_id: str) -> _StreamRequest:

@@ -97,3 +97,30 @@ def test_codec_signs_with_hmac_sha256_and_fails_closed() -> None:
         assert rejected.value.reason == "malformed"
     # each message's MAC starts from the keyed state, not from the previous message
     assert codec.encode({"a": 1}) == codec.encode({"a": 1})
+
+
+def test_a_snapshots_request_bytes_round_trip_and_their_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from render_service import parsers
+    from render_service.derender import pipeline
+    from render_service.derender.detokenize import StopParams
+
+    monkeypatch.setattr(pipeline, "_PACKED_REQUESTS", {})
+    monkeypatch.setattr(pipeline, "_packed_bytes", 0)
+    monkeypatch.setattr(pipeline, "_PACKED_BYTES_LIMIT", 2000)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+
+    def request(request_id: str) -> pipeline._StreamRequest:
+        opts = parsers.RequestOptions(tool_choice="auto", has_tools=True, tools=tools)
+        return pipeline._StreamRequest(opts, True, StopParams(stop_token_ids=(7,)), False, 5, True, request_id)
+
+    made = request("r-0")
+    packed = made.packed()
+    assert packed is made.packed()  # encoded once
+    read = pipeline._StreamRequest.from_packed(packed)
+    assert read == made and read.to_obj() == made.to_obj() and read.packed() is packed
+    assert pipeline._StreamRequest.from_packed(bytes(packed)) is read  # by the bytes, not the object
+    for index in range(1, 40):
+        pipeline._StreamRequest.from_packed(request(f"r-{index}").packed())
+    assert pipeline._packed_bytes <= 2000
+    assert pipeline._packed_bytes == sum(map(len, pipeline._PACKED_REQUESTS))
+    assert packed not in pipeline._PACKED_REQUESTS  # the oldest went first
