@@ -438,7 +438,100 @@ def _member_loc(member: Model) -> Loc:
 def validate_chat_derender(body: Any, vouched: Vouched = Vouched.NOTHING) -> bool:
     """`DerenderChatRequest | DerenderChatStreamRequest`, in place; True for a stream request.
     `vouched`: what a snapshot vouches for in a stream request (not checked again)."""
+    if type(body) is dict and plain_stream_chunk(body, vouched):
+        _as_vllm_echoes(DERENDER_CHAT_STREAM_REQUEST, body)
+        return True
     return _validate_union(DERENDER_CHAT_REQUEST, DERENDER_CHAT_STREAM_REQUEST, body, _VOUCHED_CHAT_STREAM.get(vouched))
+
+
+_NULL_IN_PLAIN_CHUNK = ("usage", "prompt_token_ids", "mm_placeholders", "metrics")
+_NULL_IN_PLAIN_CHOICE = ("stop_reason", "routed_experts", "sampling_mask", "weight_versions", "logprobs")
+_NON_NEGATIVE_STATE_INTS = ("prefix_offset", "read_offset", "logprob_text_offset")
+
+
+def plain_stream_chunk(body: dict[str, Any], vouched: Vouched) -> bool:
+    """Whether `body` is a stream chunk of the everyday shape whose every value the stream
+    member's check (`_validate_union`, with what `vouched` names taken as it is) accepts exactly
+    as it is: the same checks, by exact type, on the fields such a chunk carries. A chunk, a
+    choice or a state field that holds anything else (a logprobs block, usage, a lax int such as
+    `"3"` or `1.0`, a bool where an int goes) answers False and is validated by the full check.
+
+    Streaming derender runs once per token; the generic walk over the ~40 fields of
+    `DerenderChatStreamRequest` cost as much as the parser step. tests/derender/
+    test_plain_stream_chunk.py holds this to the full check."""
+    if body.get("stream") is not True:
+        return False
+    model = body.get("model")
+    if model is not None and type(model) is not str:
+        return False
+    prompt_tokens = body.get("prompt_tokens")
+    if prompt_tokens is not None and type(prompt_tokens) is not int:
+        return False
+    echo_vouched = Vouched.ECHO in vouched
+    if not (echo_vouched and Vouched.REQUEST in vouched):  # else both are taken as they are
+        if body.get("prompt_token_ids") is not None or body.get("chat_request") is not None:
+            return False
+    chunk = body.get("generate_chunk")
+    if type(chunk) is not dict:
+        return False
+    if "request_id" in chunk and type(chunk["request_id"]) is not str:
+        return False
+    for key in _NULL_IN_PLAIN_CHUNK:
+        if chunk.get(key) is not None:
+            return False
+    if "output_mode" in chunk and not (type(chunk["output_mode"]) is str and chunk["output_mode"] == "tokens"):
+        return False
+    choices = chunk.get("choices")
+    if type(choices) is not list:
+        return False
+    for choice in choices:
+        if type(choice) is not dict or type(choice.get("index")) is not int:
+            return False
+        finish = choice.get("finish_reason")
+        if finish is not None and type(finish) is not str:
+            return False
+        for key in _NULL_IN_PLAIN_CHOICE:
+            if choice.get(key) is not None:
+                return False
+        ids = choice.get("token_ids")
+        if ids is not None and not (type(ids) is list and _all_of_type(ids, int)):
+            return False
+    state = body.get("stream_state")
+    return state is None or (type(state) is dict and _plain_stream_state(state, echo_vouched))
+
+
+def _plain_stream_state(state: dict[str, Any], echo_vouched: bool) -> bool:
+    """`plain_stream_chunk` for `stream_state` (absent fields take their defaults)."""
+    if not echo_vouched and ("output_token_ids" in state or "output_chunk_lens" in state):
+        return False  # the echo is checked in full, with the lengths' model validator
+    for key in _NON_NEGATIVE_STATE_INTS:
+        if key in state:
+            value = state[key]
+            if type(value) is not int or value < 0:
+                return False
+    for key in ("role_sent", "tools_streamed"):
+        if key in state and type(state[key]) is not bool:
+            return False
+    if "prev_tokens" in state:
+        value = state["prev_tokens"]
+        if type(value) is not list or len(value) > PREV_TOKENS_LIMIT or not _all_of_type(value, str):
+            return False
+    if "logprob_context_token_ids" in state:
+        value = state["logprob_context_token_ids"]
+        if type(value) is not list or len(value) > LOGPROB_CONTEXT_LIMIT or not _all_of_type(value, int):
+            return False
+    if "last_tool_call_ids" in state:
+        value = state["last_tool_call_ids"]
+        if type(value) is not list or not _all_of_type(value, str):
+            return False
+    return True
+
+
+def _all_of_type(items: list[Any], kind: type) -> bool:
+    for item in items:
+        if type(item) is not kind:
+            return False
+    return True
 
 
 def validate_completion_derender(body: Any) -> bool:

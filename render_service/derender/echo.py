@@ -165,10 +165,12 @@ class KeptRequest:
         return orjson.loads(self.prompt), orjson.loads(self.chat)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Sent:
     """What this process's answer for stream `sid` carried at `position`: the echo's bytes and its
-    digest (the one the snapshot at `position` keeps), and the vouched request bytes (if any)."""
+    digest (the one the snapshot at `position` keeps), and the vouched request bytes (if any).
+    Never changed once made (not `frozen`: a frozen dataclass's `__init__` costs a `setattr`
+    call per field, and one is made per chunk)."""
 
     sid: str
     position: int
@@ -198,10 +200,14 @@ class SentCache:
         return self._streams.get(sid, ())
 
     def put(self, sent: Sent) -> None:
-        kept = self._streams.pop(sent.sid, ())
-        self._bytes -= _kept_size(kept)
+        before = self._streams.pop(sent.sid, ())
+        self._bytes -= _kept_size(before)
         # the newest first; the one this chunk continued from stays for a retry of this chunk
-        kept = (sent, *[old for old in kept if old.position < sent.position][:1])
+        kept: tuple[Sent, ...] = (sent,)
+        for old in before:
+            if old.position < sent.position:
+                kept = (sent, old)
+                break
         size = _kept_size(kept)
         if size > self.max_bytes:
             return
@@ -219,7 +225,10 @@ class SentCache:
 
 
 def _kept_size(kept: tuple[Sent, ...]) -> int:
-    return sum(sent.size for sent in kept) + 256 if kept else 0
+    size = 256 if kept else 0
+    for sent in kept:
+        size += len(sent.ids) + len(sent.lens)
+    return size
 
 
 @dataclass(slots=True)

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import orjson
 from blake3 import blake3
 
@@ -43,8 +44,9 @@ from render_service.server.metrics import Metrics
 MAX_N_SEQUENCES = 16384  # VLLM_MAX_N_SEQUENCES
 MAX_TOOL_CALL_ID_CHARS = 512  # ours (vLLM: none); its own ids are 46 characters
 # 2: the echo digest is blake3 over the JSON of the ids and chunk lengths (`echo.EchoDigest`); 3: held
-# text in segments beside the snapshot (`held` refs, `derender/segments.py`)
-STATE_VERSION = 3
+# text in segments beside the snapshot (`held` refs, `derender/segments.py`); 4: `req` is the
+# request's msgpack as bytes (`_StreamRequest.packed`)
+STATE_VERSION = 4
 STREAM_STOP_ERROR = (
     "stop strings are not supported by streaming derender because text already sent cannot be cut. "
     "Use non-streaming derender or output_mode=text on /inference/v1/generate which holds stop strings back."
@@ -73,6 +75,12 @@ class DerenderContext:
     reads_raw_echo: bool = False
     # What this process last sent per stream (`echo.SentCache`), when it reads echoes as bytes.
     sent: SentCache | None = None
+    # Whether every configured parser is native (no vLLM adapter): the settings are fixed per
+    # process, so it is decided once (`make_context`), not on every chunk.
+    native: bool = True
+    # The configured parser per `thinking` value (`_configured_parser`), built once: the lookup
+    # checks the registries and the tokenizer cache on every call.
+    parsers: dict[Any, parsers.ChatParser | None] = dataclasses.field(default_factory=dict, compare=False)
 
     @property
     def has_parser(self) -> bool:
@@ -97,8 +105,9 @@ def make_context(
         metrics,
     )
     # Full mode with a snapshot store and native parsers (vLLM's, in the adapter, keep no snapshots).
-    raw = _vouches(context) and not adapter.uses_adapter(render_ctx.settings)
-    return dataclasses.replace(context, reads_raw_echo=raw, sent=SentCache() if raw else None)
+    native = not adapter.uses_adapter(render_ctx.settings)
+    raw = _vouches(context) and native
+    return dataclasses.replace(context, reads_raw_echo=raw, sent=SentCache() if raw else None, native=native)
 
 
 def _generation_eos(model: Any) -> list[int]:
@@ -260,6 +269,16 @@ def parser_for(ctx: DerenderContext, request: dict[str, Any]) -> tuple[parsers.C
 
 def _configured_parser(ctx: DerenderContext, thinking: bool) -> parsers.ChatParser | None:
     """The server's parser; for gpt-oss, vLLM's HarmonyParser replaces the composition."""
+    try:
+        return ctx.parsers[thinking]
+    except KeyError:
+        pass
+    parser = _build_parser(ctx, thinking)
+    ctx.parsers[thinking] = parser
+    return parser
+
+
+def _build_parser(ctx: DerenderContext, thinking: bool) -> parsers.ChatParser | None:
     settings = ctx.render.settings
     get = harmony.get_parser if ctx.render.model.renderer_mode == "harmony" else parsers.get_parser
     return get(
@@ -683,7 +702,7 @@ def _vllm_state(state: dict[str, Any]) -> dict[str, Any]:
     return {key: state[key] for key in _VLLM_STATE_KEYS}
 
 
-@dataclass
+@dataclass(frozen=True)
 class _StreamRequest:
     """What the parser path needs from the request, kept in the snapshot for compact mode."""
 
@@ -694,6 +713,9 @@ class _StreamRequest:
     top_limit: int | None
     spaces: bool
     request_id: str
+    # `to_obj()` as msgpack, once made or as read: the snapshot holds these bytes, so the request
+    # (with its tools, most of a snapshot) is neither encoded nor decoded again on each chunk.
+    _packed: list[bytes] = dataclasses.field(default_factory=list, compare=False, repr=False)
 
     def to_obj(self) -> list[Any]:
         o = self.opts
@@ -726,6 +748,39 @@ class _StreamRequest:
         )
         stop = StopParams(stop_token_ids=tuple(obj[6]), ignore_eos=obj[7], include_stop_str_in_output=obj[8])
         return cls(opts, obj[5], stop, obj[9], obj[10], obj[11], obj[12])
+
+    def packed(self) -> bytes:
+        """`to_obj()` as msgpack (what a snapshot's `req` holds)."""
+        if not self._packed:
+            self._packed.append(_REQUEST_ENCODER.encode(self.to_obj()))
+        return self._packed[0]
+
+    @classmethod
+    def from_packed(cls, data: bytes) -> _StreamRequest:
+        """The request a snapshot's `req` bytes hold (signed with the snapshot: decoded once per
+        process and kept by those exact bytes, so every later chunk of the stream reuses it)."""
+        global _packed_bytes
+        found = _PACKED_REQUESTS.get(data)
+        if found is None:
+            found = cls.from_obj(_REQUEST_DECODER.decode(data))
+            found._packed.append(data)
+            _PACKED_REQUESTS[data] = found
+            _packed_bytes += len(data)
+            while len(_PACKED_REQUESTS) > _PACKED_REQUESTS_LIMIT or _packed_bytes > _PACKED_BYTES_LIMIT:
+                oldest = next(iter(_PACKED_REQUESTS))  # the oldest kept (maybe this one, if huge)
+                del _PACKED_REQUESTS[oldest]
+                _packed_bytes -= len(oldest)
+        return found
+
+
+_REQUEST_ENCODER = msgspec.msgpack.Encoder()
+_REQUEST_DECODER = msgspec.msgpack.Decoder(list)
+# Requests by their packed bytes (a few KB each with tools), bounded by count and by bytes (a
+# request's tools can be large): one per live stream is enough, a miss only decodes again.
+_PACKED_REQUESTS: dict[bytes, _StreamRequest] = {}
+_PACKED_REQUESTS_LIMIT = 4096
+_PACKED_BYTES_LIMIT = 32 << 20
+_packed_bytes = 0
 
 
 def _stream_request(ctx: DerenderContext, chat_request: dict[str, Any], request_id: str) -> _StreamRequest:
@@ -875,7 +930,7 @@ async def _parsed_stream(
 ) -> dict[str, Any]:
     """The parser path: resume from a snapshot (O(delta)) or replay once from the carried state."""
     state = state if state is not None else (_stream_state({}) or {})
-    vllm_parsers = adapter.runtime(ctx.render)
+    vllm_parsers = None if ctx.native else adapter.runtime(ctx.render)
     if vllm_parsers is not None:  # live vLLM parsers in this worker (render_service/adapter)
         if ctx.compact:
             raise adapter_derender.compact_refused(vllm_parsers)
@@ -921,7 +976,7 @@ async def _parsed_stream(
             snapshot = None
 
     if snapshot is not None:
-        req = _StreamRequest.from_obj(snapshot["req"])
+        req = _StreamRequest.from_packed(snapshot["req"])
         parser = _configured_parser(ctx, req.thinking)
         assert parser is not None  # the parser path runs only with a configured parser
         parsed = parsers.load_parsed_stream(parser, snapshot["ps"], snapshot.get("held") or ())
@@ -1044,7 +1099,7 @@ async def _parsed_stream(
                 "digest": digest,
                 "rq": vouch.request_digest,  # the request as received, now checked
                 "prev": snapshot_key(ctx.fingerprint, sid, position) if delta_ids else prev_key,
-                "req": req.to_obj(),
+                "req": req.packed(),
                 "ps": parsed.to_obj(held),
                 "carry": [role_sent, tools_streamed, last_ids, context],
             },

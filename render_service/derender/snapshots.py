@@ -28,11 +28,11 @@ import hashlib
 import hmac
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-from cachetools import TTLCache
 
 from render_service.derender.segments import (
     Segment,
@@ -67,21 +67,29 @@ class SnapshotCodec:
 
     def __init__(self, key: bytes) -> None:
         self._key = key
+        # The keyed state, made once: each message's HMAC starts from a copy of it (the one-shot
+        # `hmac.digest` sets the key up again on every call, about as costly as hashing a snapshot).
+        self._keyed = hmac.new(key, digestmod="sha256")
+
+    def _mac(self, payload: bytes | memoryview) -> bytes:
+        mac = self._keyed.copy()
+        mac.update(payload)
+        return mac.digest()
 
     def encode(self, snapshot: dict[str, Any]) -> bytes:
         payload = bytes([FORMAT_VERSION]) + _ENCODER.encode(snapshot)
-        return hmac.digest(self._key, payload, "sha256") + payload  # one C call (hmac.new is Python)
+        return self._mac(payload) + payload
 
     def decode(self, blob: bytes) -> dict[str, Any]:
         if not isinstance(blob, (bytes, bytearray)) or len(blob) <= _MAC_SIZE + 1:
             raise SnapshotRejected("malformed")
-        mac, payload = blob[:_MAC_SIZE], blob[_MAC_SIZE:]
-        if not hmac.compare_digest(mac, hmac.digest(self._key, payload, "sha256")):
+        view = memoryview(blob)
+        if not hmac.compare_digest(view[:_MAC_SIZE], self._mac(view[_MAC_SIZE:])):
             raise SnapshotRejected("bad_signature")
-        if payload[0] != FORMAT_VERSION:
+        if blob[_MAC_SIZE] != FORMAT_VERSION:
             raise SnapshotRejected("version")
         try:
-            value = _DECODER.decode(payload[1:])
+            value = _DECODER.decode(view[_MAC_SIZE + 1 :])
         except msgspec.DecodeError:
             raise SnapshotRejected("malformed") from None
         if not isinstance(value, dict):
@@ -94,8 +102,11 @@ def snapshot_key(fingerprint: str, stream_id: str, position: int) -> str:
 
 
 class LocalStore:
-    """A bounded in-process LRU with TTL, bounded both by entries and by bytes; the held-text
-    segments beside the snapshots have their own byte bound (`segments`)."""
+    """A bounded in-process store with TTL, bounded both by entries and by bytes, in least
+    recently written order (a stream's snapshot is written once and read by its next chunk, so
+    the oldest written is the one to drop); the held-text segments beside the snapshots have
+    their own byte bound (`segments`). An `OrderedDict` (C) rather than an LRU library: it is
+    read, written and pruned on every chunk, where that bookkeeping cost as much as the HMAC."""
 
     def __init__(
         self,
@@ -104,25 +115,56 @@ class LocalStore:
         ttl: float = 600.0,
         max_segment_bytes: int = 256 << 20,
     ) -> None:
-        self._by_bytes: TTLCache[str, bytes] = TTLCache(maxsize=max_bytes, ttl=ttl, getsizeof=len)
+        # key -> (monotonic expiry, blob); the front is the oldest written, hence the first to expire
+        self._blobs: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        self._bytes = 0
+        self.max_bytes = max_bytes
         self._max_entries = max_entries
+        self._ttl = ttl
         self.segments = SegmentCache(max_segment_bytes, ttl)
 
     def get(self, key: str) -> bytes | None:
-        return self._by_bytes.get(key)
+        item = self._blobs.get(key)
+        if item is None:
+            return None
+        if time.monotonic() >= item[0]:
+            self.delete(key)
+            return None
+        return item[1]
 
     def put(self, key: str, value: bytes) -> None:
-        if len(value) > self._by_bytes.maxsize:
+        size = len(value)
+        if size > self.max_bytes:
             return
-        if len(self._by_bytes) >= self._max_entries and key not in self._by_bytes:
-            self._by_bytes.popitem()  # least recently used
-        self._by_bytes[key] = value
+        blobs = self._blobs
+        old = blobs.pop(key, None)
+        if old is not None:
+            self._bytes -= len(old[1])
+        now = time.monotonic()
+        blobs[key] = (now + self._ttl, value)
+        self._bytes += size
+        # The oldest written go while over a bound, and those expired (at the front) in any case.
+        while blobs:
+            first, (expiry, blob) = next(iter(blobs.items()))
+            if expiry > now and self._bytes <= self.max_bytes and len(blobs) <= self._max_entries:
+                break
+            del blobs[first]
+            self._bytes -= len(blob)
 
     def delete(self, key: str) -> None:
-        self._by_bytes.pop(key, None)
+        old = self._blobs.pop(key, None)
+        if old is not None:
+            self._bytes -= len(old[1])
+
+    def keys(self) -> list[str]:
+        return list(self._blobs)
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
 
     def __len__(self) -> int:
-        return len(self._by_bytes)
+        return len(self._blobs)
 
 
 class RedisStore:
@@ -307,6 +349,7 @@ class SnapshotStore:
         self.local = local
         self.redis = redis
         self.metrics = metrics
+        self._hits: dict[str, Any] = {}  # the hit counter per tier, bound to its label on first use
 
     async def get(self, key: str, required: bool = False) -> dict[str, Any] | None:
         """The snapshot, its `held` refs replaced by the verified segments they name (read by
@@ -328,7 +371,10 @@ class SnapshotStore:
                     logger.warning("snapshot %s from %s: a held-text segment is missing or differs", key, tier)
                     break
                 snapshot["held"] = held
-            self.metrics.snapshot_hits.labels(tier).inc()
+            hits = self._hits.get(tier)
+            if hits is None:
+                hits = self._hits[tier] = self.metrics.snapshot_hits.labels(tier)
+            hits.inc()
             if tier == "redis" and self.local is not None:
                 self.local.put(key, blob)
             return snapshot

@@ -203,10 +203,10 @@ def test_tampered_snapshot_is_rejected_and_replayed(qwen3_model_dir: Path, case:
         for index in range(6):
             body = chunk_body(case["base"], [output[index]], None, state)
             state = app_client.post("/v1/chat/completions/derender", json=body).json()["stream_state"]
-        for key in list(store.local._by_bytes.keys()):
+        for key in store.local.keys():
             blob = bytearray(store.local.get(key))
             blob[-1] ^= 0x01
-            store.local._by_bytes[key] = bytes(blob)
+            store.local.put(key, bytes(blob))
         body = chunk_body(case["base"], [output[6]], None, state)
         response = app_client.post("/v1/chat/completions/derender", json=body)
         assert response.status_code == 200
@@ -461,7 +461,7 @@ def test_snapshot_from_another_fingerprint_is_never_used(qwen3_model_dir: Path, 
         for index in range(4):
             body = chunk_body(case["base"], [case["output"][index]], None, state)
             state = app_client.post("/v1/chat/completions/derender", json=body).json()["stream_state"]
-        key = next(k for k in render_state.store.local._by_bytes if k.endswith(f":{state['rs_pos']}"))
+        key = next(k for k in render_state.store.local.keys() if k.endswith(f":{state['rs_pos']}"))
         snapshot = render_state.store.codec.decode(render_state.store.local.get(key))
         snapshot["fp"] = "0" * 32  # validly signed, but made under another fingerprint
         render_state.store.local.put(key, render_state.store.codec.encode(snapshot))
