@@ -68,12 +68,20 @@ PYTHONIC_WHOLE_LIST = (
     "pythonic/llama4_pythonic: batch needs the whole tool phase to be one call list, else it is all "
     "content: a tool phase that starts a list is held to the end of the stream, its calls arrive whole"
 )
+DEEPSEEK_V3_HELD = (
+    "deepseek_v3/deepseek_v31: batch matches calls by regex over the whole output (V3: one call whose type is "
+    "not function makes it all content; content after the last calls-end marker is kept), vLLM's stream "
+    "cuts a closing chunk's arguments at the last '\"}' and streams text after the calls: everything from "
+    "the first call marker is held to the end of the stream, calls arrive whole"
+)
 HELD_CALLS: dict[str, str] = {
     "hermes": HERMES_ALL_OR_NOTHING,
     "qwen3_json": HERMES_ALL_OR_NOTHING,
     "granite4": GRANITE4_ALL_OR_NOTHING,
     "pythonic": PYTHONIC_WHOLE_LIST,
     "llama4_pythonic": PYTHONIC_WHOLE_LIST,
+    "deepseek_v3": DEEPSEEK_V3_HELD,
+    "deepseek_v31": DEEPSEEK_V3_HELD,
 }
 
 

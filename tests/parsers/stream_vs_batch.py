@@ -52,7 +52,6 @@ RAW_CONTENT = (
     "a reasoning parser that is not engine-based in front of an engine tool parser: with no call accepted, "
     "batch returns the raw content (call markup and stray markers kept); the tool parser cannot tell"
 )
-DSV3_END = "DeepSeek V3/V3.1: a chunk with a call's end marker streams arguments up to the last '\"}'; text after calls"
 GEMMA4 = "Gemma 4: batch reads the thought channel and call syntax on the whole output"
 KIMI = "Kimi K2: empty arguments '{}' only in batch; calls after a malformed one kept only in batch"
 LLAMA_JSON = "llama JSON: text before the first '{' is dropped and a ';'-joined list must parse whole in batch"
@@ -62,12 +61,6 @@ SEED = "Seed-OSS: a stray </seed:think> is dropped in batch only"
 NAMED_BLANK = "tool_choice named (forced.py): a blank output streams the named call, batch has none"
 
 NOT_ACCUMULATING: dict[tuple[str, str], str] = {
-    ("deepseek", "None+deepseek_v3"): DSV3_END,
-    ("deepseek", "None+deepseek_v31"): DSV3_END,
-    ("deepseek", "deepseek_r1+deepseek_v3"): DSV3_END,
-    ("deepseek", "deepseek_r1+deepseek_v31"): DSV3_END,
-    ("deepseek", "deepseek_v3+deepseek_v3"): DSV3_END,
-    ("deepseek", "deepseek_v3+deepseek_v31"): DSV3_END,
     ("deepseek_v32", "deepseek_r1+deepseek_v32"): RAW_CONTENT,
     ("deepseek_v32", "deepseek_v3+deepseek_v32"): RAW_CONTENT,
     ("deepseek_v4", "deepseek_r1+deepseek_v4"): ENGINE_THINK_IN_CONTENT,
