@@ -330,15 +330,6 @@ E2E_CASES: dict[str, str] = {
 }
 
 
-# stream golden case -> why its tool calls still do not accumulate (a tool-side entry of
-# `stream_vs_batch.NOT_ACCUMULATING`): only its reasoning must accumulate to the batch twin
-E2E_TOOLS_STILL_OPEN: dict[str, str] = {
-    f"{family}_{case}_streamr": "DeepSeek V3/V3.1 and DSML tool calls (stream_vs_batch DSV3_END, DSML_AFTER)"
-    for family in ("v3", "v31", "v32")
-    for case in ("calls_think", "length_in_call")
-}
-
-
 # batch golden case (tests/parity golden_derender) -> cause, where our batch message follows
 # the stream's rule: it must then be what vLLM's `<name>_stream1` twin accumulates to
 E2E_BATCH_CASES: dict[str, str] = {
@@ -404,8 +395,6 @@ def check_e2e_stream(
     if accumulate_chunks(vllm) == whole:
         return "vLLM's stream accumulates to its batch answer here: ours must equal it chunk by chunk"
     mine = accumulate_chunks(ours)
-    if case in E2E_TOOLS_STILL_OPEN:  # only the reasoning side is ours to check here
-        mine, whole = {"reasoning": mine["reasoning"]}, {"reasoning": whole["reasoning"]}
     if mine != whole:
         return f"{cause}: our stream must accumulate to the batch answer: {mine} != {whole}"
     return None
