@@ -13,7 +13,7 @@ carry a long description, the end-of-turn token) on the family's fixture tokeniz
 (tests/parsers/families/), streamed one token per chunk.
 
 - ours: `parsers.advance` per chunk (detokenize with special tokens kept, parse) plus the snapshot
-  of the state (`to_obj()` and msgspec JSON encoding), i.e. what compact mode does per chunk minus
+  of the state (`to_obj()`, held text to a segment, and msgspec JSON encoding), i.e. what compact mode does per chunk minus
   HTTP; per-chunk CPU of the first and the last 50 chunks, and their ratio (flat = 1.0);
 - vLLM: what its derender does per chunk, minus HTTP and JSON: a fresh parser and stream processor,
   the whole output so far replayed chunk by chunk (detokenizer included), then the new chunk;
@@ -38,6 +38,8 @@ import msgspec
 
 from render_service import parsers
 from render_service.derender import detokenize as dt
+from render_service.derender.snapshots import LocalStore, SnapshotCodec, SnapshotStore
+from render_service.server.metrics import Metrics
 from tests.parsers.families import deepseek as ds_fixture
 from tests.parsers.families import gemma4 as gemma4_fixture
 from tests.parsers.families import kimi as kimi_fixture
@@ -177,12 +179,16 @@ def ours(tok: Any, cfg: dict[str, Any], req: dict[str, Any], prompt: list[int], 
     per_chunk: list[float] = []
     deltas = []
     encoder = msgspec.json.Encoder()
+    # Held text (a call held until it is decided) goes to a segment beside the snapshot, as
+    # compact mode stores it (derender/segments.py, in-process store).
+    store = SnapshotStore(SnapshotCodec(b"k" * 32), Metrics(), local=LocalStore())
     for i, tid in enumerate(ids):
         fr = "stop" if i == len(ids) - 1 else None
         t0 = time.process_time()
         text_ids, _ = dt.drop_stop_token([tid], fr, None, eos_token_id=eos, model_eos_token_ids=frozenset({eos}))
         delta, _ = parsers.advance(parser, state, text_ids, [tid], fr, opts, ids_fn)
-        encoder.encode(state.to_obj())  # the snapshot
+        held = store.segment_writer("f" * 16, "bench", i + 1)
+        encoder.encode([state.to_obj(held), held.refs])  # the snapshot
         per_chunk.append(time.process_time() - t0)
         deltas.append(_wire(delta))
     return per_chunk, deltas
