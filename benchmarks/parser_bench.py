@@ -43,6 +43,7 @@ class Scenario:
     tool: str | None
     build: Callable[[Any, int, random.Random], tuple[list[int], int]]  # -> (output ids, where the long tail starts)
     prompt: tuple[str, ...]
+    builder: Callable[[Path], Path] | None = None  # the model folder's builder (default: build_example_model)
 
 
 def _text_ids(tok: Any, n: int, rng: random.Random) -> list[int]:
@@ -108,6 +109,29 @@ def _step3(tok: Any, n: int, rng: random.Random) -> list[int]:
     return head + _text_ids(tok, n - len(head) - 1, rng) + _marker(tok, "<|im_end|>"), len(head)
 
 
+def _deepseek(tok: Any, n: int, rng: random.Random, v31: bool = False) -> list[int]:
+    """DeepSeek V3 (```json fence) or V3.1 markup: thinking, content, then one call whose string
+    argument is most of the output (held to the end of the stream)."""
+    head = _marker(tok, "<think>") + _text_ids(tok, n // 4, rng) + _marker(tok, "</think>") + _text_ids(tok, 50, rng)
+    name = _enc(tok, "search") if v31 else _enc(tok, "function")
+    call = _marker(tok, "<｜tool▁calls▁begin｜>") + _marker(tok, "<｜tool▁call▁begin｜>") + name
+    call += _marker(tok, "<｜tool▁sep｜>") + _enc(tok, '{"q": "' if v31 else 'search\n```json\n{"q": "')
+    tail = _enc(tok, '"}' if v31 else '"}\n```') + _marker(tok, "<｜tool▁call▁end｜>")
+    tail += _marker(tok, "<｜tool▁calls▁end｜>") + _marker(tok, "<｜end▁of▁sentence｜>")
+    body = [t for t in _text_ids(tok, n, rng) if '"' not in tok.decode([t]) and "\\" not in tok.decode([t])]
+    return head + call + body[: n - len(head) - len(call) - len(tail)] + tail, len(head) + len(call)
+
+
+def _deepseek_v31(tok: Any, n: int, rng: random.Random) -> list[int]:
+    return _deepseek(tok, n, rng, v31=True)
+
+
+def _deepseek_folder(path: Path) -> Path:
+    from tests.parsers.families import deepseek
+
+    return deepseek.build(path)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "qwen3+hermes": Scenario("qwen3", "qwen3", "hermes", _hermes, ("<|im_start|>", "assistant\n")),
     "qwen3+qwen3_coder": Scenario("qwen3", "qwen3", "qwen3_coder", _qwen3_xml, ("<|im_start|>", "assistant\n")),
@@ -118,6 +142,18 @@ SCENARIOS: dict[str, Scenario] = {
     "seed_oss": Scenario("seed_oss", "seed_oss", None, _seed, ("<seed:bos>", "assistant\n")),
     "seed_oss+seed_oss": Scenario("seed_oss", "seed_oss", "seed_oss", _seed_xml, ("<seed:bos>", "assistant\n")),
     "step3": Scenario("qwen3", "step3", None, _step3, ("<|im_start|>", "assistant\n")),
+    # An engine tool parser behind a reasoning parser that is not engine-based (raw_content.py)
+    "deepseek_r1+qwen3_coder": Scenario(
+        "qwen3", "deepseek_r1", "qwen3_coder", _qwen3_xml, ("<|im_start|>", "assistant\n")
+    ),
+    "step3+qwen3_coder": Scenario("qwen3", "step3", "qwen3_coder", _qwen3_xml, ("<|im_start|>", "assistant\n")),
+    # DeepSeek V3/V3.1: calls held to the end of the stream (deepseek_v3.py)
+    "deepseek_r1+deepseek_v3": Scenario(
+        "deepseek", "deepseek_r1", "deepseek_v3", _deepseek, ("<｜Assistant｜>", ""), _deepseek_folder
+    ),
+    "deepseek_r1+deepseek_v31": Scenario(
+        "deepseek", "deepseek_r1", "deepseek_v31", _deepseek_v31, ("<｜Assistant｜>", ""), _deepseek_folder
+    ),
     "glm45": Scenario("glm", "glm45", "glm45", _glm, ("<|assistant|>", "")),
 }
 
@@ -238,7 +274,12 @@ def main(argv: list[str] | None = None) -> int:
             if scenario.model not in built:
                 folder = (args.models or Path(tmp)) / scenario.model
                 ready = (folder / "tokenizer.json").exists()
-                built[scenario.model] = folder if ready else build_example_model(folder, scenario.model)
+                if ready:
+                    built[scenario.model] = folder
+                elif scenario.builder is not None:
+                    built[scenario.model] = scenario.builder(folder)
+                else:
+                    built[scenario.model] = build_example_model(folder, scenario.model)
             row = run(name, scenario, built[scenario.model], args.tokens)
             if args.vllm:
                 row["vllm_s"] = vllm_total_seconds(scenario, built[scenario.model], args.tokens, args.vllm_samples)

@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from render_service.derender.detokenize import DetokState, TokenizerInfo, detokenize_delta, seed_state
-from render_service.parsers import forced, held
+from render_service.parsers import forced, held, raw_content
 from render_service.parsers.base import (
     Delta,
     FunctionCall,
@@ -41,7 +41,7 @@ from render_service.parsers.protocols import ReasoningParser, RequestAdjustment,
 from render_service.parsers.registry import reasoning_parser_class, tool_parser_class
 
 # The tag of the composed states: bump when StreamState/ParsedStreamState change shape.
-STATE_VERSION = 2
+STATE_VERSION = 3  # 3: `raw` (raw_content.RawShadow)
 
 
 def parser_versions(reasoning: str | None, tool: str | None) -> dict[str, int]:
@@ -98,6 +98,9 @@ class StreamState(msgspec.Struct, array_like=True, tag=STATE_VERSION):
     tool: Any = None
     # vLLM's JSON paths for tool_choice required/named (parsers that support them), once used
     forced: forced.RequiredScan | None = None
+    # An engine tool parser behind a reasoning parser that is not engine-based: the raw content
+    # batch returns when no call is accepted (`raw_content`; a `RawShadow`, decoded as the sub-states)
+    raw: Any = None
 
     def to_obj(self, sink: held.HeldSink | None = None) -> list[Any]:
         """Plain lists; held text (`held.HeldText` fields) inline, or as `sink` stores it."""
@@ -145,6 +148,11 @@ class ChatParser:
             self.tool.thinking_enabled = thinking_enabled
         r, t = self.reasoning, self.tool
         self.engine_based = (r is None or r.engine_based_streaming) and (t is None or t.engine_based_streaming)
+        # vLLM's batch returns the raw content when no call is accepted outside the engine path:
+        # the stream keeps it beside an engine tool parser that sends calls whole (`raw_content`).
+        self.raw_shadow = (
+            not self.engine_based and t is not None and t.engine_based_streaming and getattr(t, "calls_whole", False)
+        )
 
     # -- state --------------------------------------------------------------------------------------
 
@@ -154,6 +162,7 @@ class ChatParser:
         st = StreamState(
             reasoning=self.reasoning.new_state() if self.reasoning is not None else None,
             tool=self.tool.new_state() if self.tool is not None else None,
+            raw=raw_content.RawShadow() if self.raw_shadow else None,
         )
         if prompt_token_ids is not None:
             st.prompt_checked = True
@@ -180,6 +189,10 @@ class ChatParser:
                 st.reasoning = self.reasoning.load_state(st.reasoning)
             if self.tool is not None:
                 st.tool = self.tool.load_state(st.tool)
+            if (st.raw is not None) != self.raw_shadow:
+                raise ValueError("parser state does not match this parser configuration")
+            if st.raw is not None:
+                st.raw = msgspec.convert(st.raw, raw_content.RawShadow, dec_hook=held.decode_hook)
         except msgspec.ValidationError as exc:
             raise ValueError(f"unsupported parser state: {exc}") from None
 
@@ -278,7 +291,12 @@ class ChatParser:
             elif tp.supports_required_and_named and opts.forces_tool_calls:
                 delta = self._feed_forced(st, tool_text, opts, tool_id)
             else:  # auto, or required/named parsed like auto (supports_required_and_named=False)
-                delta = tp.feed_for_request(st.tool, tool_text, tool_ids_, tool_id, opts)
+                if st.raw is not None:
+                    # Batch runs this parser on the content's text alone (no ids): so does the stream.
+                    delta = tp.feed_for_request(st.tool, tool_text, (), tool_id, opts)
+                    delta = raw_content.feed(st.raw, tool_text, delta)
+                else:
+                    delta = tp.feed_for_request(st.tool, tool_text, tool_ids_, tool_id, opts)
             if reasoning_from_batch:
                 if delta is None:
                     delta = Delta(reasoning=reasoning_from_batch)
@@ -312,7 +330,10 @@ class ChatParser:
             if rp is not None and not st.reasoning_ended:
                 flushes.append(rp.finish(st.reasoning))
             if tp is not None and (tp.engine_based_streaming or tp.holds_until_finish):
-                flushes.append(tp.finish_for_request(st.tool, tool_id, opts))
+                flush = tp.finish_for_request(st.tool, tool_id, opts)
+                if st.raw is not None and st.tool_started and self._parses_like_auto(opts):
+                    flush = raw_content.finish(st.raw, flush, forced=opts.forces_tool_calls)
+                flushes.append(flush)
             for flush in flushes:
                 if flush is None:
                     continue
@@ -331,6 +352,15 @@ class ChatParser:
             if not delta.content and not delta.tool_calls:
                 delta = None
         return delta
+
+    def _parses_like_auto(self, opts: RequestOptions) -> bool:
+        """Whether the tool phase runs the tool parser as for tool_choice auto."""
+        tp = self.tool
+        return (
+            tp is not None
+            and opts.tool_choice != "none"
+            and not (tp.supports_required_and_named and opts.forces_tool_calls)
+        )
 
     def _feed_forced(self, st: StreamState, text: str, opts: RequestOptions, tool_id: ToolIdFn) -> Delta | None:
         """`extract_named_tool_call_streaming` / `extract_required_tool_call_streaming`."""

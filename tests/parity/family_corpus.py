@@ -355,7 +355,7 @@ def _deepseek_cases(b: FamilyCorpus) -> None:
                     )
                 )
             ],
-            "1r",
+            "b1r",  # the batch twin: what a held-calls stream accumulates to (deliberate.HELD_CALLS)
         )
         b.chat_all(
             f"{tag}_history", cfg, {**history_req(history, model), **think_on}, [Out((*reasoning, "Sunny.", EOS))], "b1"

@@ -39,20 +39,11 @@ ENGINE_REASONING = (
     "engine reasoning parsers (engine.py): trailing reasoning whitespace stripped per delta in streaming, once in "
     "batch; reasoning markers spelled as text or repeated matched in batch only"
 )
-ENGINE_THINK_IN_CONTENT = (
-    "engine tool parsers behind deepseek_r1 (prompt closed reasoning): reasoning markers in the content are "
-    "dropped or read as reasoning by id in streaming, kept as text in batch"
-)
 THINK_TEXT = "reasoning markers spelled as text or repeated: batch matches them anywhere, the stream by token id once"
 GLM_THINK_AGAIN = (
     "GLM 4.5 reasoning + tools: batch's reasoning engine re-opens reasoning at a later <think> (also inside a "
     "call's markup); the stream hands the text after </think> to the tool engine"
 )
-RAW_CONTENT = (
-    "a reasoning parser that is not engine-based in front of an engine tool parser: with no call accepted, "
-    "batch returns the raw content (call markup and stray markers kept); the tool parser cannot tell"
-)
-DSV3_END = "DeepSeek V3/V3.1: a chunk with a call's end marker streams arguments up to the last '\"}'; text after calls"
 GEMMA4 = "Gemma 4: batch reads the thought channel and call syntax on the whole output"
 KIMI = "Kimi K2: empty arguments '{}' only in batch; calls after a malformed one kept only in batch"
 LLAMA_JSON = "llama JSON: text before the first '{' is dropped and a ';'-joined list must parse whole in batch"
@@ -62,18 +53,8 @@ SEED = "Seed-OSS: a stray </seed:think> is dropped in batch only"
 NAMED_BLANK = "tool_choice named (forced.py): a blank output streams the named call, batch has none"
 
 NOT_ACCUMULATING: dict[tuple[str, str], str] = {
-    ("deepseek", "None+deepseek_v3"): DSV3_END,
-    ("deepseek", "None+deepseek_v31"): DSV3_END,
-    ("deepseek", "deepseek_r1+deepseek_v3"): DSV3_END,
-    ("deepseek", "deepseek_r1+deepseek_v31"): DSV3_END,
-    ("deepseek", "deepseek_v3+deepseek_v3"): DSV3_END,
-    ("deepseek", "deepseek_v3+deepseek_v31"): DSV3_END,
-    ("deepseek_v32", "deepseek_r1+deepseek_v32"): RAW_CONTENT,
-    ("deepseek_v32", "deepseek_v3+deepseek_v32"): RAW_CONTENT,
-    ("deepseek_v4", "deepseek_r1+deepseek_v4"): ENGINE_THINK_IN_CONTENT,
     ("deepseek_v4", "deepseek_v4+None"): ENGINE_REASONING,
     ("deepseek_v4", "deepseek_v4+deepseek_v4"): ENGINE_REASONING,
-    ("deepseek_v41", "deepseek_r1+deepseek_v41"): ENGINE_THINK_IN_CONTENT,
     ("deepseek_v41", "deepseek_v41+None"): ENGINE_REASONING,
     ("deepseek_v41", "deepseek_v41+deepseek_v41"): ENGINE_REASONING,
     ("gemma4", "None+gemma4"): GEMMA4,
@@ -91,18 +72,15 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("kimi", "kimi_k2+kimi_k2"): KIMI + "; " + ENGINE_REASONING,
     ("llama3_json", "None+llama3_json"): LLAMA_JSON,
     ("llama4_json", "None+llama4_json"): LLAMA_JSON,
-    ("minimax_m2", "minimax_m2_append_think+minimax_m2"): RAW_CONTENT,
     ("nemotron_v3", "nemotron_v3+None"): NEMOTRON,
     ("nemotron_v3", "nemotron_v3+hermes"): NEMOTRON,
     ("pythonic", "None+pythonic"): NAMED_BLANK,
     ("qwen3", "qwen3+None"): THINK_TEXT + "; special tokens in content (ignore_eos) dropped in batch only",
     ("qwen3", "qwen3+hermes"): THINK_TEXT,
     ("qwen3", "qwen3+qwen3_json"): THINK_TEXT,
-    ("qwen3_coder", "deepseek_r1+qwen3_coder"): ENGINE_THINK_IN_CONTENT,
     ("seed_oss", "seed_oss+hermes"): SEED,
     ("seed_oss", "seed_oss+qwen3_coder"): SEED,
     ("seed_oss", "seed_oss+seed_oss"): SEED,
-    ("step3", "step3+qwen3_coder"): RAW_CONTENT,
 }
 
 
