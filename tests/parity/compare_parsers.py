@@ -402,6 +402,11 @@ FAMILIES.update({name: Family(**spec) for name, spec in _MORE_FAMILIES.items()})
 # Llama 3/4 JSON, pythonic, Granite and Nemotron (model folders from tests/parsers/families/llama.py).
 FAMILIES.update(compare_parsers_llama.families(Family))
 
+# Kimi K3's XTML channels (the K3 renderer fixture folder).
+from tests.parsers.families import kimi_k3 as _kimi_k3  # noqa: E402
+
+FAMILIES["kimi_k3"] = Family(**_kimi_k3.FAMILY)
+
 # -- vLLM's side -------------------------------------------------------------------------------------
 
 

@@ -68,12 +68,20 @@ PYTHONIC_WHOLE_LIST = (
     "pythonic/llama4_pythonic: batch needs the whole tool phase to be one call list, else it is all "
     "content: a tool phase that starts a list is held to the end of the stream, its calls arrive whole"
 )
+K3_CHANNELS = (
+    "Kimi K3: vLLM's stream re-reads the whole text each chunk and ends content at a "
+    "`<|close|>response<|sep|>` that batch only removes (no opening one), keeps `<|close|>message<|sep|>` "
+    "that batch removes, and without a tool parser strips the response wrapper that batch keeps when the "
+    "request has tools: ours holds leading whitespace and a possible marker, and sends what batch keeps"
+)
+
 HELD_CALLS: dict[str, str] = {
     "hermes": HERMES_ALL_OR_NOTHING,
     "qwen3_json": HERMES_ALL_OR_NOTHING,
     "granite4": GRANITE4_ALL_OR_NOTHING,
     "pythonic": PYTHONIC_WHOLE_LIST,
     "llama4_pythonic": PYTHONIC_WHOLE_LIST,
+    "kimi_k3": K3_CHANNELS,
 }
 
 
@@ -130,6 +138,7 @@ BATCH_CASES: dict[str, str] = {
 
 # (family golden file, "reasoning+tool") -> cause, for golden_families/*.jsonl
 CONFIGS: dict[tuple[str, str], str] = {
+    ("kimi_k3", "kimi_k3+None"): K3_CHANNELS,
     ("deepseek_v32", "deepseek_r1+deepseek_v32"): DEEPSEEK_R1_THINK_TEXT,
     ("deepseek_v32", "deepseek_v3+deepseek_v32"): DEEPSEEK_R1_THINK_TEXT,
     ("deepseek_v4", "deepseek_r1+deepseek_v4"): DEEPSEEK_R1_THINK_TEXT,
@@ -157,6 +166,7 @@ CONFIGS: dict[tuple[str, str], str] = {
 
 # (family golden file, "reasoning+tool") -> cause, where a record's batch answer may not be vLLM's
 BATCH_CONFIGS: dict[tuple[str, str], str] = {
+    ("kimi_k3", "kimi_k3+None"): K3_CHANNELS,
     ("deepseek_v32", "deepseek_r1+deepseek_v32"): PROMPT_END_BATCH,
     ("deepseek_v32", "deepseek_v3+deepseek_v32"): PROMPT_END_BATCH,
     ("deepseek_v4", "deepseek_r1+deepseek_v4"): PROMPT_END_BATCH,

@@ -61,7 +61,15 @@ NEMOTRON = "Nemotron V3: the final flush is not whitespace-stripped; a stray </t
 SEED = "Seed-OSS: a stray </seed:think> is dropped in batch only"
 NAMED_BLANK = "tool_choice named (forced.py): a blank output streams the named call, batch has none"
 
+K3_LATE_CHANNEL = (
+    "Kimi K3: a channel marker after text already streamed (a response opener after reasoning or content "
+    "text, or no think close at all): batch re-reads the whole output from that marker"
+)
+
 NOT_ACCUMULATING: dict[tuple[str, str], str] = {
+    ("kimi_k3", "None+kimi_k3"): K3_LATE_CHANNEL,
+    ("kimi_k3", "kimi_k3+None"): K3_LATE_CHANNEL,
+    ("kimi_k3", "kimi_k3+kimi_k3"): K3_LATE_CHANNEL,
     ("deepseek", "None+deepseek_v3"): DSV3_END,
     ("deepseek", "None+deepseek_v31"): DSV3_END,
     ("deepseek", "deepseek_r1+deepseek_v3"): DSV3_END,
