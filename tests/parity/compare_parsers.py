@@ -707,6 +707,7 @@ STRUCTURAL_TAG_PARSERS = {
     "deepseek_v32": "deepseek_v3_2",
     "deepseek_v4": "deepseek_v4",
     "deepseek_v41": "deepseek_v4_1",
+    "kimi_k3": "kimi_k3",
 }
 STRUCTURAL_TAG_TOOLS = [
     {

@@ -173,7 +173,7 @@ def test_structural_tags_match_vllm() -> None:
     from render_service.api import structured
 
     recorded = json.loads((GOLDEN_DIR / "structural_tags.json").read_text(encoding="utf-8"))
-    assert len(recorded) == 63
+    assert len(recorded) == 72
     for case in recorded:
         parser = parsers.tool_parser_class(case["parser"])
         ours = structured._tools_structural_tag(
