@@ -43,6 +43,7 @@ from render_service.server.metrics import Metrics
 from tests.parsers.families import deepseek as ds_fixture
 from tests.parsers.families import gemma4 as gemma4_fixture
 from tests.parsers.families import kimi as kimi_fixture
+from tests.parsers.families import kimi_k3 as kimi_k3_fixture
 
 WORDS = (
     "the retry storm began after the deploy and every worker kept hammering the settlement "
@@ -55,6 +56,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "deepseek_v31": {"builder": ds_fixture.build, "reasoning": "deepseek_v3", "tool": "deepseek_v31"},
     "deepseek_v32": {"builder": ds_fixture.build, "reasoning": "deepseek_v3", "tool": "deepseek_v32"},
     "gemma4": {"builder": gemma4_fixture.build, "reasoning": "gemma4", "tool": "gemma4", "folder": "gemma4"},
+    "kimi_k3": {"builder": kimi_k3_fixture.build, "reasoning": "kimi_k3", "tool": "kimi_k3", "folder": "kimi_k3"},
 }
 TOOLS = [
     {
@@ -111,6 +113,25 @@ def output(family: str, tok: Any, n: int) -> list[int]:
         desc = prose(tok, n - len(reasoning) - len(content) - len(head) - len(tail) - 3, 3)
         ids = [think, *reasoning, end_think, *content, *head, *desc, *tail]
         return [*ids, vocab[ds_fixture.EOS]]
+    if family == "kimi_k3":
+        opening, closing, sep = vocab["<|open|>"], vocab["<|close|>"], vocab["<|sep|>"]
+
+        def marker(head: int, word: str) -> list[int]:
+            return [head, *tok.encode(word, add_special_tokens=False), sep]
+
+        title = [
+            *marker(opening, 'argument key="title" type="string"'),
+            *tok.encode("Retry storm", add_special_tokens=False),
+            *marker(closing, "argument"),
+        ]
+        call = [*marker(opening, 'call tool="create_ticket" index="1"'), *title]
+        call += marker(opening, 'argument key="description" type="string"')
+        end = [*marker(closing, "argument"), *marker(closing, "call"), *marker(closing, "tools")]
+        end += [*marker(closing, "message"), vocab["[EOS]"]]
+        head3 = [*marker(closing, "think"), *marker(opening, "response")]
+        mid = [*marker(closing, "response"), *marker(opening, "tools")]
+        desc = prose(tok, n - len(reasoning) - len(content) - len(head3) - len(mid) - len(call) - len(end), 3)
+        return [*reasoning, *head3, *content, *mid, *call, *desc, *end]
     if family == "kimi":
         marks = ["<think>", "</think>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>"]
         think, end_think, sec, call = (vocab[m] for m in marks)
@@ -291,7 +312,7 @@ def main() -> int:
             if not (model_dir / "tokenizer.json").exists():
                 cfg["builder"](model_dir)
             tok = AutoTokenizer.from_pretrained(str(model_dir))
-            eos_token = {"kimi": "<|im_end|>", "gemma4": "<turn|>"}.get(family, ds_fixture.EOS)
+            eos_token = {"kimi": "<|im_end|>", "gemma4": "<turn|>", "kimi_k3": "[EOS]"}.get(family, ds_fixture.EOS)
             eos = tok.convert_tokens_to_ids(eos_token)
             req = {
                 "model": "m",

@@ -646,7 +646,10 @@ def render_responses(
     skip_special_tokens = body.get("skip_special_tokens")
     if skip_special_tokens is None:
         skip_special_tokens = ctx.model.default_sampling.get("skip_special_tokens", True)
-    skip_special_tokens = bool(parser_adjustments(ctx, bool(tools), chat_choice, skip_special_tokens))
+    adjusted = parser_adjustments(ctx, bool(tools), chat_choice, skip_special_tokens)
+    skip_special_tokens = bool(adjusted.skip_special_tokens)
+    if adjusted.spaces_between_special_tokens is not None:
+        body = {**body, "spaces_between_special_tokens": adjusted.spaces_between_special_tokens}
     structured_outputs = _structured_outputs(ctx, body, tools, chat_choice)
     max_tokens = get_max_tokens(ctx, None, len(token_ids), truncate)
     if max_output is not None:

@@ -282,7 +282,7 @@ class ChatParser:
             st.tool_started = True
             reasoning_from_batch = delta.reasoning if delta else None
             if opts.tool_choice == "none":
-                if self.engine_based:  # the engine runs, its calls are dropped
+                if self.engine_based or tp.owns_content:  # the parser runs, its calls are dropped
                     delta = tp.feed_for_request(st.tool, tool_text, tool_ids_, tool_id, opts)
                     if delta is not None:
                         delta.tool_calls = []
@@ -311,6 +311,8 @@ class ChatParser:
             if delta is None:
                 delta = Delta()
             delta.reasoning = (delta.reasoning or "") + late_reasoning
+        if rp is not None and tp is None and rp.unwraps_content and st.reasoning_ended:
+            delta = self._unwrap(st, delta, opts, finished)
 
         if finished:
             # finalize_generation: a parser's fallback content for a stream still in reasoning
@@ -362,6 +364,18 @@ class ChatParser:
             and not (tp.supports_required_and_named and opts.forces_tool_calls)
         )
 
+    def _unwrap(self, st: StreamState, delta: Delta | None, opts: RequestOptions, finished: bool) -> Delta | None:
+        """The content after reasoning through the reasoning family's unwrapping (no tool parser)."""
+        assert self.reasoning is not None
+        raw = delta.content if delta is not None else None
+        if not raw and not finished:
+            return delta if delta is not None and (delta.reasoning or delta.tool_calls) else None
+        shown = self.reasoning.unwrap_stream(st.reasoning, raw or "", opts, finished=finished)
+        if delta is None:
+            delta = Delta()
+        delta.content = shown or None
+        return delta if delta.content or delta.reasoning or delta.tool_calls else None
+
     def _feed_forced(self, st: StreamState, text: str, opts: RequestOptions, tool_id: ToolIdFn) -> Delta | None:
         """`extract_named_tool_call_streaming` / `extract_required_tool_call_streaming`."""
         if st.forced is None:
@@ -393,6 +407,8 @@ class ChatParser:
         """
         if self.reasoning is not None:
             reasoning, content = self.reasoning.extract(model_output, prompt_token_ids)
+            if self.reasoning.unwraps_content:
+                content = self.reasoning.unwrap_content(content, opts)
         else:
             reasoning, content = None, model_output
         tool_calls, content = self._extract_tool_calls(content, opts)
@@ -429,10 +445,15 @@ class ChatParser:
         if tp is None:
             return [], content
         if opts.tool_choice == "none":
-            if self.engine_based:  # the engine drops the calls' markup
+            if self.engine_based or tp.owns_content:  # the parser drops the calls' markup
                 return [], tp.extract_for_request(content or "", opts)[2]
             return [], content
         forces = opts.forces_tool_calls
+        if tp.owns_content:
+            called, calls, parsed_content = tp.extract_for_request(content or "", opts)
+            if not called:
+                return None, parsed_content
+            return calls, None if parsed_content is not None and parsed_content.strip() == "" else parsed_content
         if forces and tp.supports_required_and_named:
             # vLLM's JSON paths: the constrained output is the named call's arguments, or a JSON
             # array of {"name", "parameters"} objects for required.

@@ -62,6 +62,8 @@ class RequestAdjustment:
     has_tools: bool
     tool_choice: Any
     skip_special_tokens: bool | None
+    # None: left as the request has it (a parser that needs its markers unspaced sets False)
+    spaces_between_special_tokens: bool | None = None
 
 
 class ReasoningParser(ABC):
@@ -131,6 +133,20 @@ class ReasoningParser(ABC):
     # too, so the stream accumulates to the batch answer (vLLM streams it untouched).
     filters_after_end: ClassVar[bool] = False
 
+    # Whether the content after reasoning is the family's to unwrap when no tool parser runs (Kimi
+    # K3's response channel): batch answers go through `unwrap_content`, streamed content after
+    # reasoning through `unwrap_stream` (both read the request: vLLM's rule depends on its tools).
+    unwraps_content: ClassVar[bool] = False
+
+    def unwrap_content(self, content: str | None, opts: RequestOptions) -> str | None:
+        """With `unwraps_content`: the batch content after reasoning, as the family keeps it."""
+        return content
+
+    def unwrap_stream(self, st: Any, text: str, opts: RequestOptions, *, finished: bool) -> str:
+        """With `unwraps_content`: a chunk's content after reasoning, as the family keeps it
+        (held text included once decided; `finished` flushes)."""
+        return text
+
     def stream_prompt_ends_reasoning(self, st: Any, prompt_token_ids: Sequence[int]) -> bool:
         """Whether a stream starts past reasoning, as batch `extract` reads the prompt (it may
         set `st` for `after_end`). Default: `prompt_ends_reasoning`, as vLLM's stream does."""
@@ -176,6 +192,10 @@ class ToolParser(ABC):
     # The stream holds text until it ends (`held_calls`): `finish_for_request` is called at the
     # end of every stream, as for engine-based parsers.
     holds_until_finish: ClassVar[bool] = False
+    # The parser unwraps the model's content itself (Kimi K3's response channel): its batch content
+    # replaces the text even without calls, and with tool_choice "none" its stream still runs,
+    # with the calls dropped (as engine-based parsers do).
+    owns_content: ClassVar[bool] = False
     # vLLM's xgrammar structural tag model key; `structural_tag` builds its format.
     structural_tag_model: ClassVar[str | None] = None
     # vLLM's `supports_required_and_named`: when False, required/named tool_choice are parsed

@@ -485,18 +485,17 @@ def _merge_kwargs(defaults: dict[str, Any] | None, overrides: dict[str, Any] | N
 
 def parser_adjustments(
     ctx: RenderContext, has_tools: bool, tool_choice: Any, skip_special_tokens: bool | None
-) -> bool | None:
+) -> parsers.RequestAdjustment:
     """The parsers' `adjust_request` effects on the rendered request (structured outputs apart):
-    the new `skip_special_tokens`."""
+    the new `skip_special_tokens`, and `spaces_between_special_tokens` where a parser sets it."""
     settings = ctx.settings
-    adjusted = parsers.adjust_request(
+    return parsers.adjust_request(
         settings.reasoning_parser,
         settings.tool_call_parser if ctx.has_tool_parser else None,
         parsers.RequestAdjustment(
             has_tools=has_tools, tool_choice=tool_choice, skip_special_tokens=skip_special_tokens
         ),
     )
-    return adjusted.skip_special_tokens
 
 
 def validate_chat_request(body: dict[str, Any]) -> None:
@@ -786,7 +785,10 @@ def render_chat(
     if vllm_effects is not None:
         skip_special_tokens = vllm_effects.skip_special_tokens
     elif settings.reasoning_parser is not None or tool_choice != "none":  # vLLM runs adjust_request
-        skip_special_tokens = parser_adjustments(ctx, bool(tools), tool_choice, skip_special_tokens)
+        adjusted = parser_adjustments(ctx, bool(tools), tool_choice, skip_special_tokens)
+        skip_special_tokens = adjusted.skip_special_tokens
+        if adjusted.spaces_between_special_tokens is not None:
+            body = {**body, "spaces_between_special_tokens": adjusted.spaces_between_special_tokens}
     if not token_ids:
         raise BadRequestError("No token_ids rendered")
 

@@ -402,6 +402,11 @@ FAMILIES.update({name: Family(**spec) for name, spec in _MORE_FAMILIES.items()})
 # Llama 3/4 JSON, pythonic, Granite and Nemotron (model folders from tests/parsers/families/llama.py).
 FAMILIES.update(compare_parsers_llama.families(Family))
 
+# Kimi K3's XTML channels (the K3 renderer fixture folder).
+from tests.parsers.families import kimi_k3 as _kimi_k3  # noqa: E402
+
+FAMILIES["kimi_k3"] = Family(**_kimi_k3.FAMILY)
+
 # -- vLLM's side -------------------------------------------------------------------------------------
 
 
@@ -702,6 +707,7 @@ STRUCTURAL_TAG_PARSERS = {
     "deepseek_v32": "deepseek_v3_2",
     "deepseek_v4": "deepseek_v4",
     "deepseek_v41": "deepseek_v4_1",
+    "kimi_k3": "kimi_k3",
 }
 STRUCTURAL_TAG_TOOLS = [
     {

@@ -25,6 +25,16 @@ CONFIGS: dict[str, ServerConfig] = {
         ServerConfig("dsv4", family="deepseek_v4", served_model_name="tinydsv4"),
         ServerConfig("dsv41", family="deepseek_v41", served_model_name="tinydsv41"),
         ServerConfig("k3", family="kimi_k3", served_model_name="tinyk3"),
+        # K3 with its own parsers: their render-side effects (special tokens kept and unspaced,
+        # the `kimi_k3` structural tag for required / named / strict tools).
+        ServerConfig(
+            "k3p",
+            family="kimi_k3",
+            served_model_name="tinyk3",
+            reasoning_parser="kimi_k3",
+            tool_call_parser="kimi_k3",
+            enable_auto_tool_choice=True,
+        ),
     )
 }
 
@@ -385,8 +395,54 @@ def _k3_cases() -> list[Case]:
     return [Case(f"k3_{c.name}", c.config, c.path, c.body, c.headers) for c in cases]
 
 
-CASES: dict[str, Case] = {c.name: c for config in CONFIGS for c in _common_cases(config)}
+def _k3_parser_cases() -> list[Case]:
+    k3p = "k3p"
+    tools = [WEATHER_TOOL, TIME_TOOL]
+    strict = {**WEATHER_TOOL, "function": {**WEATHER_TOOL["function"], "strict": True}}
+    enum_tool: dict[str, Any] = {
+        "type": "function",
+        "function": {
+            "name": "pick",
+            "strict": True,
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "color": {"type": "string", "enum": ["red", "green"]},
+                    "label": {"type": "string", "maxLength": 8},
+                    "n": {"type": "integer"},
+                    "tags": {"type": "array", "items": {"$ref": "#/$defs/tag"}},
+                    "any": {"type": ["string", "null"]},
+                },
+                "required": ["color"],
+                "$defs": {"tag": {"type": "string"}},
+            },
+        },
+    }
+    cases = [
+        _chat("plain", k3p, [U("Hi")]),
+        _chat("thinking_off", k3p, [U("Hi")], chat_template_kwargs={"thinking": False}),
+        _chat("auto", k3p, [U("Weather?")], tools=tools),
+        _chat("auto_strict", k3p, [U("Weather?")], tools=[strict, TIME_TOOL]),
+        _chat("required", k3p, [U("Weather?")], tools=tools, tool_choice="required"),
+        _chat("required_enum", k3p, [U("Pick")], tools=[enum_tool], tool_choice="required"),
+        _chat(
+            "named",
+            k3p,
+            [U("Weather?")],
+            tools=tools,
+            tool_choice={"type": "function", "function": {"name": "get_time"}},
+        ),
+        _chat("none", k3p, [U("Weather?")], tools=tools, tool_choice="none"),
+        _chat("noparallel", k3p, [U("Weather?")], tools=tools, tool_choice="required", parallel_tool_calls=False),
+        _chat("spaces_kept_by_request", k3p, [U("Hi")], spaces_between_special_tokens=True, skip_special_tokens=True),
+        _responses("resp_tools", k3p, "Weather?", tools=[{"type": "function", **WEATHER_TOOL["function"]}]),
+    ]
+    return [Case(f"k3p_{c.name}", c.config, c.path, c.body, c.headers) for c in cases]
+
+
+CASES: dict[str, Case] = {c.name: c for config in CONFIGS if config != "k3p" for c in _common_cases(config)}
 CASES.update({c.name: c for c in _k3_cases()})
+CASES.update({c.name: c for c in _k3_parser_cases()})
 
 
 def golden_path(name: str) -> Path:

@@ -74,6 +74,13 @@ DEEPSEEK_V3_HELD = (
     "cuts a closing chunk's arguments at the last '\"}' and streams text after the calls: everything from "
     "the first call marker is held to the end of the stream, calls arrive whole"
 )
+K3_CHANNELS = (
+    "Kimi K3: vLLM's stream re-reads the whole text each chunk and ends content at a "
+    "`<|close|>response<|sep|>` that batch only removes (no opening one), keeps `<|close|>message<|sep|>` "
+    "that batch removes, and without a tool parser strips the response wrapper that batch keeps when the "
+    "request has tools: ours holds leading whitespace and a possible marker, and sends what batch keeps"
+)
+
 HELD_CALLS: dict[str, str] = {
     "hermes": HERMES_ALL_OR_NOTHING,
     "qwen3_json": HERMES_ALL_OR_NOTHING,
@@ -82,6 +89,7 @@ HELD_CALLS: dict[str, str] = {
     "llama4_pythonic": PYTHONIC_WHOLE_LIST,
     "deepseek_v3": DEEPSEEK_V3_HELD,
     "deepseek_v31": DEEPSEEK_V3_HELD,
+    "kimi_k3": K3_CHANNELS,
 }
 
 
@@ -138,6 +146,7 @@ BATCH_CASES: dict[str, str] = {
 
 # (family golden file, "reasoning+tool") -> cause, for golden_families/*.jsonl
 CONFIGS: dict[tuple[str, str], str] = {
+    ("kimi_k3", "kimi_k3+None"): K3_CHANNELS,
     ("deepseek_v32", "deepseek_r1+deepseek_v32"): DEEPSEEK_R1_THINK_TEXT,
     ("deepseek_v32", "deepseek_v3+deepseek_v32"): DEEPSEEK_R1_THINK_TEXT,
     ("deepseek_v4", "deepseek_r1+deepseek_v4"): DEEPSEEK_R1_THINK_TEXT,

@@ -52,6 +52,11 @@ NEMOTRON = "Nemotron V3: the final flush is not whitespace-stripped; a stray </t
 SEED = "Seed-OSS: a stray </seed:think> is dropped in batch only"
 NAMED_BLANK = "tool_choice named (forced.py): a blank output streams the named call, batch has none"
 
+K3_LATE_CHANNEL = (
+    "Kimi K3: a channel marker after text already streamed (a response opener after reasoning or content "
+    "text, or no think close at all): batch re-reads the whole output from that marker"
+)
+
 NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("deepseek_v4", "deepseek_v4+None"): ENGINE_REASONING,
     ("deepseek_v4", "deepseek_v4+deepseek_v4"): ENGINE_REASONING,
@@ -70,6 +75,9 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("kimi", "None+kimi_k2"): KIMI,
     ("kimi", "kimi_k2+None"): ENGINE_REASONING,
     ("kimi", "kimi_k2+kimi_k2"): KIMI + "; " + ENGINE_REASONING,
+    ("kimi_k3", "None+kimi_k3"): K3_LATE_CHANNEL,
+    ("kimi_k3", "kimi_k3+None"): K3_LATE_CHANNEL,
+    ("kimi_k3", "kimi_k3+kimi_k3"): K3_LATE_CHANNEL,
     ("llama3_json", "None+llama3_json"): LLAMA_JSON,
     ("llama4_json", "None+llama4_json"): LLAMA_JSON,
     ("nemotron_v3", "nemotron_v3+None"): NEMOTRON,

@@ -24,7 +24,7 @@ import pytest
 from render_service import parsers
 from render_service.model.example import build_example_model
 from tests.parsers import cases, deliberate, stream_vs_batch
-from tests.parsers.families import deepseek, gemma4
+from tests.parsers.families import deepseek, gemma4, kimi_k3
 
 GOLDEN_DIR = Path(__file__).with_name("golden_families")
 MODELS = {
@@ -37,9 +37,14 @@ MODELS = {
     "deepseek_v4": "deepseek",
     "deepseek_v41": "deepseek",
     "step3": "qwen3",
+    "kimi_k3": "kimi_k3",
 }
 # Fixture folders built by tests/parsers/families/ (the others by render_service.model.example).
-BUILDERS: dict[str, Callable[[Path], Path]] = {"gemma4": gemma4.build, "deepseek": deepseek.build}
+BUILDERS: dict[str, Callable[[Path], Path]] = {
+    "gemma4": gemma4.build,
+    "deepseek": deepseek.build,
+    "kimi_k3": kimi_k3.build,
+}
 
 
 def _load(family: str) -> list[dict[str, Any]]:
@@ -168,7 +173,7 @@ def test_structural_tags_match_vllm() -> None:
     from render_service.api import structured
 
     recorded = json.loads((GOLDEN_DIR / "structural_tags.json").read_text(encoding="utf-8"))
-    assert len(recorded) == 63
+    assert len(recorded) == 72
     for case in recorded:
         parser = parsers.tool_parser_class(case["parser"])
         ours = structured._tools_structural_tag(

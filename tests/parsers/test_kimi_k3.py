@@ -1,0 +1,179 @@
+"""Kimi K3's native parsers (`render_service/parsers/kimi_k3.py`) beyond the fuzzed goldens
+(`golden_families/kimi_k3.jsonl`, replayed by test_family_goldens.py): whole-turn answers, the
+chunking-independence of the stream, resuming from snapshots while a long call is held, and the
+thinking switch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from render_service import parsers
+from tests.parsers import cases
+from tests.parsers.families import kimi_k3 as k3
+
+OPEN, CLOSE, SEP = k3.OPEN, k3.CLOSE, k3.SEP
+TURN = [
+    *k3._marker(OPEN, "think"),
+    "Need the weather.",
+    *k3._marker(CLOSE, "think"),
+    *k3._marker(OPEN, "response"),
+    "Checking é 😀",
+    *k3._marker(CLOSE, "response"),
+    *k3._marker(OPEN, "tools"),
+    OPEN,
+    'call tool="get_weather" index="1"',
+    SEP,
+    OPEN,
+    'argument key="city" type="string"',
+    SEP,
+    "Paris <b>",
+    *k3._marker(CLOSE, "argument"),
+    OPEN,
+    'argument key="days" type="number"',
+    SEP,
+    "3",
+    *k3._marker(CLOSE, "argument"),
+    *k3._marker(CLOSE, "call"),
+    OPEN,
+    'call tool="get_time" index="2"',
+    SEP,
+    *k3._marker(CLOSE, "call"),
+    *k3._marker(CLOSE, "tools"),
+    *k3._marker(CLOSE, "message"),
+    "@<|end_of_msg|>",
+]
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(k3.build(Path(tmp_path_factory.mktemp("k3")))))
+
+
+def _stream(tok: Any, config: tuple[str | None, str | None], req: dict[str, Any], chunks: list[list[int]]) -> dict:
+    parser = parsers.get_parser(
+        tok,
+        config[0],
+        config[1],
+        enable_auto_tools=True,
+        thinking_enabled=parsers.thinking_enabled(config[0], req.get("chat_template_kwargs")),
+    )
+    assert parser is not None
+    prompt = cases.encode(tok, k3.PROMPTS["thinking"])
+    steps = cases.run_stream(tok, parser, req, prompt, chunks, "stop", roundtrip_every=1, eos=(k3.EOS, k3.MODEL_EOS))
+    reasoning = "".join((d.reasoning or "") for d, _ in steps if d is not None)
+    content = "".join((d.content or "") for d, _ in steps if d is not None)
+    calls = [(c.name, c.arguments) for d, _ in steps if d is not None for c in d.tool_calls]
+    return {"reasoning": reasoning, "content": content, "calls": calls, "finish": steps[-1][1]}
+
+
+def test_a_whole_turn_splits_into_reasoning_content_and_calls(tok: Any) -> None:
+    ids = cases.encode(tok, TURN)
+    req = {"tools": cases.TOOLS}
+    one_token = _stream(tok, ("kimi_k3", "kimi_k3"), req, [[t] for t in ids])
+    assert one_token == {
+        "reasoning": "Need the weather.",
+        "content": "Checking é 😀",
+        "calls": [("get_weather", json.dumps({"city": "Paris <b>", "days": 3})), ("get_time", "{}")],
+        "finish": "tool_calls",
+    }
+    # any chunking answers the same (the markers are three tokens each: every split is seen)
+    for size in (2, 3, 5, 7, len(ids)):
+        assert (
+            _stream(tok, ("kimi_k3", "kimi_k3"), req, [ids[i : i + size] for i in range(0, len(ids), size)])
+            == one_token
+        )
+
+
+def test_without_a_tool_parser_the_response_channel_is_unwrapped_unless_the_request_has_tools(tok: Any) -> None:
+    ids = cases.encode(tok, TURN)
+    chunks = [[t] for t in ids]
+    bare = _stream(tok, ("kimi_k3", None), {}, chunks)
+    assert bare["content"] == "Checking é 😀"
+    # with tools (and tool_choice not none) vLLM's batch hands the raw channels on: so does the stream
+    raw = _stream(tok, ("kimi_k3", None), {"tools": cases.TOOLS}, chunks)
+    assert raw["content"].startswith("<|open|>response<|sep|>Checking é 😀<|close|>response<|sep|><|open|>tools<|sep|>")
+    assert raw["calls"] == []
+
+
+def test_thinking_off_reads_everything_as_content(tok: Any) -> None:
+    segments = ["Hi there", *k3._marker(CLOSE, "response"), *k3._marker(CLOSE, "message")]
+    ids = cases.encode(tok, segments)
+    for kwargs in ({"thinking": False}, {"enable_thinking": False}):
+        out = _stream(tok, ("kimi_k3", "kimi_k3"), {"chat_template_kwargs": kwargs}, [[t] for t in ids])
+        assert out["reasoning"] == "" and out["content"] == "Hi there"
+    assert parsers.thinking_enabled("kimi_k3", {"thinking": None, "enable_thinking": False}) is False
+    assert parsers.thinking_enabled("kimi_k3", {"thinking": True, "enable_thinking": False}) is True
+
+
+def test_the_prompt_ends_reasoning_only_when_its_newest_think_marker_closes(tok: Any) -> None:
+    parser = parsers.get_parser(tok, "kimi_k3", None, enable_auto_tools=False)
+    assert parser is not None and parser.reasoning is not None
+    for name, ends in (("thinking", False), ("history", False), ("response", False)):
+        assert parser.reasoning.prompt_ends_reasoning(cases.encode(tok, k3.PROMPTS[name])) is ends, name
+    closed = cases.encode(tok, [*k3.PROMPTS["thinking"], "x", *k3._marker(CLOSE, "think")])
+    assert parser.reasoning.prompt_ends_reasoning(closed) is True
+
+
+def test_a_held_call_resumes_from_every_snapshot_with_small_states(tok: Any) -> None:
+    """A 3,000-token string argument is held until its call closes: the held text lives beside
+    the snapshot (each snapshot writes only its own new text), and a stream resumed from every
+    snapshot sends the call whole, as batch reads it."""
+    from render_service.derender.snapshots import LocalStore, SnapshotCodec, SnapshotStore
+    from render_service.parsers.chat import advance, load_parsed_stream, new_parsed_stream
+    from render_service.server.metrics import Metrics
+
+    words = ["alpha", " beta", " é", " 😀", " x < y", ' "q"', " \\", "\n", " <|clo", " {}"]
+    value = "".join(words[i % len(words)] for i in range(3000))
+    segments = [*k3._marker(OPEN, "response"), "ok", *k3._marker(CLOSE, "response"), *k3._marker(OPEN, "tools")]
+    segments += [OPEN, 'call tool="search" index="1"', SEP, OPEN, 'argument key="q" type="string"', SEP, value]
+    segments += [
+        *k3._marker(CLOSE, "argument"),
+        *k3._marker(CLOSE, "call"),
+        *k3._marker(CLOSE, "tools"),
+        "@<|end_of_msg|>",
+    ]
+    ids = cases.encode(tok, segments)
+    prompt = cases.encode(tok, k3.PROMPTS["response"])
+    parser = parsers.get_parser(tok, "kimi_k3", "kimi_k3", enable_auto_tools=True, thinking_enabled=False)
+    assert parser is not None
+    opts = parsers.RequestOptions.from_request({"tools": cases.TOOLS})
+    store = SnapshotStore(SnapshotCodec(b"k" * 32), Metrics(), local=LocalStore())
+    assert store.local is not None
+    state = new_parsed_stream(parser, prompt)
+    sizes, writes, calls, content = [], [], [], ""
+    for i, t in enumerate(ids):
+        last = i == len(ids) - 1
+        delta, _ = advance(parser, state, [] if last else [t], [t], "stop" if last else None, opts, cases.tool_ids("r"))
+        if delta is not None:
+            calls += [(c.name, c.arguments) for c in delta.tool_calls]
+            content += delta.content or ""
+        writer = store.segment_writer("f" * 16, "s", i + 1)
+        obj = json.loads(json.dumps(state.to_obj(writer)))
+        sizes.append(len(json.dumps(obj, ensure_ascii=False)))
+        writes.append(sum(len(w.data) for w in writer.writes))
+        stored = [store.local.segments.text(*ref) for ref in writer.refs]
+        assert all(text is not None for text in stored)
+        state = load_parsed_stream(parser, obj, stored)  # type: ignore[arg-type]
+    assert len(ids) > 3000
+    assert max(sizes) < 1000, max(sizes)
+    assert max(writes[-2000:]) < 100, max(writes[-2000:])
+    assert content == "ok"
+    assert calls == [("search", json.dumps({"q": value}, ensure_ascii=False))]
+    batch = cases.run_batch(tok, parser, {"tools": cases.TOOLS}, prompt, ids, "stop", eos=(k3.EOS, k3.MODEL_EOS))
+    assert [[name, args] for name, args in calls] == [list(c[:2]) for c in batch["tool_calls"]]
+
+
+def test_render_effects() -> None:
+    from render_service.parsers.protocols import RequestAdjustment
+
+    adjusted = parsers.adjust_request(
+        "kimi_k3", "kimi_k3", RequestAdjustment(has_tools=False, tool_choice="none", skip_special_tokens=None)
+    )
+    assert adjusted.skip_special_tokens is False and adjusted.spaces_between_special_tokens is False
+    assert parsers.tool_parser_class("kimi_k3").supports_required_and_named is False
