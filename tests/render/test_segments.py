@@ -38,11 +38,20 @@ _FRAGMENTS = st.sampled_from(
 _TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data())
-def test_segment_ids_equal_whole_prompt_ids(model: Any, data: st.DataObject) -> None:
+@pytest.fixture(scope="module")
+def built(model: Any) -> segments.SegmentEncoder:
+    """`segments.build` once per tokenizer: its self-test is a pure function of the tokenizer and
+    takes seconds for DeepSeek's 1,283 added tokens (it ran in each of the 150 examples)."""
     encoder, segmenter, why_not = segments.build(model.hf_tokenizer, model.encode, 1 << 20)
     assert encoder is not None and segmenter is not None, why_not
+    return encoder
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_segment_ids_equal_whole_prompt_ids(model: Any, built: segments.SegmentEncoder, data: st.DataObject) -> None:
+    # A fresh cache per example, configured as `build` configured it.
+    encoder = segments.SegmentEncoder(built.segmenter, model.encode, built.max_bytes, built.max_entries)
     tokens = st.sampled_from(_added(model))
     pieces = data.draw(st.lists(st.one_of(tokens, _FRAGMENTS, _TEXT), max_size=14))
     text = "".join(pieces)
