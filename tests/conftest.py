@@ -1,15 +1,42 @@
 """Shared fixtures: tiny local model folders with real tokenizers (no hub), built once per session;
-for gpt-oss, the o200k_base vocabulary that Harmony loads."""
+for gpt-oss, the o200k_base vocabulary that Harmony loads. After each module, what its fixtures
+loaded is freed and handed back to the OS (one pytest process runs the whole suite in CI)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from render_service.model.example import build_example_model
+from render_service.model.loader import release_freed_memory
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _free_module_memory() -> Iterator[None]:
+    """Collect the module's tokenizers and apps once its fixtures are torn down.
+
+    A tokenizer and its `TokenizerInfo` (with the parsers built on it) form a cycle, and a
+    tokenizer's Python side is small beside what its Rust backend holds (~100 MB for a
+    Qwen-size vocabulary), so without a full collection the garbage of several modules piles
+    up before gc notices; `malloc_trim` then returns the freed arenas. Only after modules that
+    grew the process by 64 MB or more (a tokenizer is ~100 MB): a full collection over the
+    suite's heap is not free, and most modules load no model."""
+    start = _rss_bytes()
+    yield
+    if start is None or (_rss_bytes() or 0) - start >= 64 << 20:
+        release_freed_memory()
+
+
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):  # not Linux: collect after every module
+        return None
 
 
 @pytest.fixture(scope="session")
@@ -61,3 +88,23 @@ def gpt_oss_model_dir(o200k_dir: Path, tmp_path_factory: pytest.TempPathFactory)
     from tests.render.gpt_oss_model import build_gpt_oss_model
 
     return build_gpt_oss_model(tmp_path_factory.mktemp("tinygptoss"), o200k_dir)
+
+
+@pytest.fixture(scope="module")
+def loaded_models() -> Callable[[Path], Any]:
+    """`get(folder)`: `load_model` of the folder with default settings, once per module.
+
+    For tests that only read the model (its tokenizer, `encode`, its renderer): loading a
+    Qwen-size fixture costs seconds and ~100 MB, so a module's tests share one load per folder,
+    and the module's end frees them."""
+    from render_service.model.loader import load_model
+    from render_service.settings import Settings
+
+    loaded: dict[Path, Any] = {}
+
+    def get(folder: Path) -> Any:
+        if folder not in loaded:
+            loaded[folder] = load_model(Settings(model=str(folder)).validate())
+        return loaded[folder]
+
+    return get

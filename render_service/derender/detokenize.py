@@ -39,10 +39,16 @@ REPLACEMENT_CHAR = "\ufffd"
 class TokenizerInfo:
     """The few tokenizer operations detokenization and the parsers need, cached.
 
-    Use `TokenizerInfo.of(tokenizer)`: one instance per tokenizer object per process.
+    Use `TokenizerInfo.of(tokenizer)`: one instance per tokenizer object per process, kept on
+    the tokenizer itself so that it (and the parsers built on it, `parsers`) lives exactly as
+    long as the tokenizer does: a process-wide table keyed by id kept every tokenizer ever seen
+    alive (~100 MB each for a Qwen-size vocabulary).
     """
 
-    _cache: dict[int, tuple[Any, TokenizerInfo]] = {}  # noqa: RUF012  (process-wide, keyed by id)
+    _ATTR = "_render_service_tokenizer_info"
+    # Only for tokenizer objects that take no attributes (`__slots__`): the most recent few.
+    _FALLBACK_MAX = 4
+    _fallback: dict[int, tuple[Any, TokenizerInfo]] = {}  # noqa: RUF012  (process-wide, bounded)
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
@@ -70,16 +76,27 @@ class TokenizerInfo:
         self._id_to_token = backend.id_to_token if backend is not None else None
         self._decoder = backend.decoder if backend is not None else None
         self._decode_one: dict[int, str] = {}
+        # Parsers built for this tokenizer (`parsers.chat.get_parser`, `parsers.harmony.get_parser`),
+        # by configuration: a small set per server config, freed with the tokenizer.
+        self.parsers: dict[tuple[Any, ...], Any] = {}
 
     @classmethod
     def of(cls, tokenizer: Any) -> TokenizerInfo:
         if isinstance(tokenizer, TokenizerInfo):
             return tokenizer
-        hit = cls._cache.get(id(tokenizer))
+        found = getattr(tokenizer, "__dict__", {}).get(cls._ATTR)
+        if isinstance(found, TokenizerInfo) and found.tokenizer is tokenizer:
+            return found
+        hit = cls._fallback.get(id(tokenizer))
         if hit is not None and hit[0] is tokenizer:
             return hit[1]
         info = cls(tokenizer)
-        cls._cache[id(tokenizer)] = (tokenizer, info)
+        try:  # the tokenizer <-> info cycle is freed with the tokenizer (gc)
+            object.__setattr__(tokenizer, cls._ATTR, info)
+        except (AttributeError, TypeError):
+            cls._fallback[id(tokenizer)] = (tokenizer, info)
+            while len(cls._fallback) > cls._FALLBACK_MAX:
+                del cls._fallback[next(iter(cls._fallback))]
         return info
 
     def ids_to_tokens(self, ids: Sequence[int], skip_special_tokens: bool = False) -> list[str | None]:

@@ -21,7 +21,6 @@ the classes, and each class answers for its own quirks.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from functools import lru_cache
 from typing import Any
 
 import msgspec
@@ -495,13 +494,20 @@ class ChatParser:
         return reasoning, content, [(call.id or tool_id(i), call) for i, call in enumerate(calls)]
 
 
-@lru_cache(maxsize=64)
 def _cached_parser(
     info: TokenizerInfo, reasoning: str | None, tool: str | None, enable_auto_tools: bool, thinking_enabled: bool
 ) -> ChatParser | None:
+    """One parser per configuration, kept on the tokenizer's info (freed with the tokenizer; a
+    process-wide LRU kept up to 64 tokenizers alive)."""
     if not reasoning and not (tool and enable_auto_tools):
         return None
-    return ChatParser(info, reasoning, tool, enable_auto_tools=enable_auto_tools, thinking_enabled=thinking_enabled)
+    key = ("chat", reasoning, tool, enable_auto_tools, thinking_enabled)
+    parser = info.parsers.get(key)
+    if parser is None:
+        parser = info.parsers[key] = ChatParser(
+            info, reasoning, tool, enable_auto_tools=enable_auto_tools, thinking_enabled=thinking_enabled
+        )
+    return parser
 
 
 def get_parser(

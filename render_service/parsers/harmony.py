@@ -634,9 +634,13 @@ class HarmonyChatParser(ChatParser):
         return "\n".join(reasoning) or None, "\n".join(content) or None, calls or None
 
 
-@lru_cache(maxsize=16)
 def _cached(info: TokenizerInfo, reasoning: str | None, tool: str | None, enable_auto_tools: bool) -> HarmonyChatParser:
-    return HarmonyChatParser(info, reasoning, tool, enable_auto_tools=enable_auto_tools)
+    """One parser per configuration, kept on the tokenizer's info (freed with the tokenizer)."""
+    key = ("harmony", reasoning, tool, enable_auto_tools)
+    parser = info.parsers.get(key)
+    if parser is None:
+        parser = info.parsers[key] = HarmonyChatParser(info, reasoning, tool, enable_auto_tools=enable_auto_tools)
+    return parser
 
 
 def get_parser(

@@ -76,7 +76,7 @@ GOLDEN_BUDGET_BYTES = 40 << 20
 ClientFactory = Callable[[str], TestClient]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # its apps (one loaded model each) end with the module
 def derender_client(request: pytest.FixtureRequest) -> Iterator[ClientFactory]:
     """`get(config_name) -> TestClient`: one app per config (render suite's Settings mapping)."""
     clients: dict[str, TestClient] = {}

@@ -41,7 +41,7 @@ def family_model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pat
     return {name: family.builder(root / name) for name, family in MODEL_FAMILIES.items()}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # its apps (one loaded model each) end with the module
 def family_client(family_model_dirs: dict[str, Path]) -> Iterator[Callable[[str], TestClient]]:
     clients: dict[str, TestClient] = {}
     with ExitStack() as stack:

@@ -48,7 +48,7 @@ def family_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: build_family(root / name, name) for name in PARSER_FAMILIES}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # its apps (one loaded model each) end with the module
 def parser_client(family_dirs: dict[str, Path]) -> Iterator[Callable[[str], TestClient]]:
     clients: dict[str, TestClient] = {}
     with ExitStack() as stack:

