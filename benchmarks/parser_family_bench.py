@@ -13,8 +13,8 @@ carry a long description, the end-of-turn token) on the family's fixture tokeniz
 (tests/parsers/families/), streamed one token per chunk.
 
 - ours: `parsers.advance` per chunk (detokenize with special tokens kept, parse) plus the snapshot
-  of the state (`to_obj()` and msgspec JSON encoding), i.e. what compact mode does per chunk minus
-  HTTP; per-chunk CPU of the first and the last 50 chunks, and their ratio (flat = 1.0);
+  of the state as compact mode stores it (held text in a segment beside it, msgspec JSON, loaded
+  back for the next chunk), i.e. what compact mode does per chunk minus HTTP and signing; per-chunk CPU of the first and the last 50 chunks, and their ratio (flat = 1.0);
 - vLLM: what its derender does per chunk, minus HTTP and JSON: a fresh parser and stream processor,
   the whole output so far replayed chunk by chunk (detokenizer included), then the new chunk;
   measured on the whole stream at `--vllm-size`.
@@ -38,6 +38,8 @@ import msgspec
 
 from render_service import parsers
 from render_service.derender import detokenize as dt
+from render_service.derender.snapshots import LocalStore, SnapshotCodec, SnapshotStore
+from render_service.server.metrics import Metrics
 from tests.parsers.families import deepseek as ds_fixture
 from tests.parsers.families import gemma4 as gemma4_fixture
 from tests.parsers.families import kimi as kimi_fixture
@@ -173,16 +175,32 @@ def ours(tok: Any, cfg: dict[str, Any], req: dict[str, Any], prompt: list[int], 
     )
     opts = parsers.RequestOptions.from_request(req)
     ids_fn = parsers.tool_ids("bench")
-    state = parsers.new_parsed_stream(parser, prompt)
     per_chunk: list[float] = []
     deltas = []
-    encoder = msgspec.json.Encoder()
+    encoder, decoder = msgspec.json.Encoder(), msgspec.json.Decoder()
+    # Held text (a call a parser holds until it is decided) goes to a segment beside the snapshot,
+    # as compact mode stores it (derender/segments.py, in-process store): a chunk writes only what
+    # was appended since the previous one.
+    store = SnapshotStore(SnapshotCodec(b"k" * 32), Metrics(), local=LocalStore())
+
+    def encode(state: Any, position: int) -> bytes:
+        held = store.segment_writer("f" * 16, "bench", position)
+        return encoder.encode([state.to_obj(held), held.refs])
+
+    def decode(blob: bytes) -> Any:
+        obj, refs = decoder.decode(blob)
+        stored = store.local_held_texts(refs) if refs else []
+        assert stored is not None, "a held-text segment is missing"
+        return parsers.load_parsed_stream(parser, obj, stored)
+
+    blob = encode(parsers.new_parsed_stream(parser, prompt), 0)
     for i, tid in enumerate(ids):
         fr = "stop" if i == len(ids) - 1 else None
         t0 = time.process_time()
+        state = decode(blob)
         text_ids, _ = dt.drop_stop_token([tid], fr, None, eos_token_id=eos, model_eos_token_ids=frozenset({eos}))
         delta, _ = parsers.advance(parser, state, text_ids, [tid], fr, opts, ids_fn)
-        encoder.encode(state.to_obj())  # the snapshot
+        blob = encode(state, i + 1)  # the snapshot
         per_chunk.append(time.process_time() - t0)
         deltas.append(_wire(delta))
     return per_chunk, deltas
