@@ -13,7 +13,7 @@ carry a long description, the end-of-turn token) on the family's fixture tokeniz
 (tests/parsers/families/), streamed one token per chunk.
 
 - ours: `parsers.advance` per chunk (detokenize with special tokens kept, parse) plus the snapshot
-  of the state as compact mode stores it (held text in a segment beside it, msgspec JSON, loaded
+  of the state as compact mode stores it (held text in a segment beside it, msgpack, loaded
   back for the next chunk), i.e. what compact mode does per chunk minus HTTP and signing; per-chunk CPU of the first and the last 50 chunks, and their ratio (flat = 1.0);
 - vLLM: what its derender does per chunk, minus HTTP and JSON: a fresh parser and stream processor,
   the whole output so far replayed chunk by chunk (detokenizer included), then the new chunk;
@@ -177,7 +177,7 @@ def ours(tok: Any, cfg: dict[str, Any], req: dict[str, Any], prompt: list[int], 
     ids_fn = parsers.tool_ids("bench")
     per_chunk: list[float] = []
     deltas = []
-    encoder, decoder = msgspec.json.Encoder(), msgspec.json.Decoder()
+    encoder, decoder = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder()
     # Held text (a call a parser holds until it is decided) goes to a segment beside the snapshot,
     # as compact mode stores it (derender/segments.py, in-process store): a chunk writes only what
     # was appended since the previous one.
