@@ -282,7 +282,10 @@ class ChatParser:
                 else:
                     delta = Delta(content=tool_text) if tool_text else None
             elif tp.supports_required_and_named and opts.forces_tool_calls:
-                delta = self._feed_forced(st, tool_text, opts, tool_id)
+                # A whole-output reasoning pass hands over no text while the output is still in
+                # reasoning: the JSON paths start at the first content, as vLLM's tool phase does.
+                if tool_text or rp is None or not rp.streams_whole_output:
+                    delta = self._feed_forced(st, tool_text, opts, tool_id)
             else:  # auto, or required/named parsed like auto (supports_required_and_named=False)
                 delta = tp.feed_for_request(st.tool, tool_text, tool_ids_, tool_id, opts)
             if reasoning_from_batch:
