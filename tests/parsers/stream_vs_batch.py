@@ -88,7 +88,6 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("qwen3", "qwen3+hermes"): THINK_TEXT,
     ("qwen3", "qwen3+qwen3_json"): THINK_TEXT,
     ("qwen3_coder", "deepseek_r1+qwen3_coder"): ENGINE_THINK_IN_CONTENT,
-    ("seed_oss", "seed_oss+seed_oss"): NAMED_BLANK,  # its tool_choice named takes the JSON path (forced.py)
     ("step3", "step3+qwen3_coder"): RAW_CONTENT,
 }
 
