@@ -249,17 +249,23 @@ class ChatParser:
         # Reasoning (or content) that batch still finds after reasoning ended (`after_end`).
         late_reasoning: str | None = None
 
+        if rp is not None and rp.streams_whole_output:
+            st.reasoning_ended = True  # batch's reasoning pass runs from the first chunk (`after_end`)
         if (
             rp is not None
             and st.reasoning_ended
             and rp.filters_after_end
-            and (tp is None or not tp.engine_based_streaming)
+            and (tp is None or not tp.engine_based_streaming or rp.streams_whole_output)
         ):
             # Batch runs the reasoning parser over the whole output: so does the stream (an
-            # engine tool parser matches the same markers by id itself, and needs their text).
+            # engine tool parser matches the same markers by id itself, and needs their text,
+            # unless the reasoning parser streams the whole output: then, as in batch, the tool
+            # parser reads the content it leaves, by text).
             late = rp.after_end(st.reasoning, delta_text, delta_token_ids, finished=finished)
             tool_text = delta_text = (late.content or "") if late else ""
             late_reasoning = late.reasoning if late else None
+            if rp.streams_whole_output:
+                tool_ids_ = ()
         elif rp is not None and not st.reasoning_ended:
             delta, ended = rp.stream(st.reasoning, delta_text, delta_token_ids)
             if ended:
@@ -288,7 +294,10 @@ class ChatParser:
                 else:
                     delta = Delta(content=tool_text) if tool_text else None
             elif tp.supports_required_and_named and opts.forces_tool_calls:
-                delta = self._feed_forced(st, tool_text, opts, tool_id)
+                # A whole-output reasoning pass hands over no text while the output is still in
+                # reasoning: the JSON paths start at the first content, as vLLM's tool phase does.
+                if tool_text or rp is None or not rp.streams_whole_output:
+                    delta = self._feed_forced(st, tool_text, opts, tool_id)
             else:  # auto, or required/named parsed like auto (supports_required_and_named=False)
                 if st.raw is not None:
                     # Batch runs this parser on the content's text alone (no ids): so does the stream.

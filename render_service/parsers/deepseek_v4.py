@@ -181,7 +181,8 @@ class DeepSeekV41ToolState(DsmlToolState, tag="deepseek_v41.tool/3"):
 
 @register_reasoning_parser("deepseek_v4")
 class DeepSeekV4ReasoningParser(EngineReasoningParser):
-    version = 2
+    version = 3  # the stream is batch's engine pass over the whole output (accumulates to it)
+    streams_whole_output = True
     state_type: ClassVar[type[EngineState]] = DeepSeekV4ReasoningState
     engine_type = DsmlEngine
 

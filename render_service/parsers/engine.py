@@ -949,7 +949,14 @@ class Engine:
         return None
 
     def to_delta_whole(
-        self, st: WholeCallsState, events: list[Event], *, finished: bool, tool_id: ToolIdFn, tools: Any
+        self,
+        st: WholeCallsState,
+        events: list[Event],
+        *,
+        finished: bool,
+        tool_id: ToolIdFn,
+        tools: Any,
+        forced: bool = False,
     ) -> Delta | None:
         """The stream of a tool parser that sends each call whole, accumulating to batch's
         answer (`extract_for_request`; `docs/parsers.md`, "Streaming accumulates to the batch
@@ -962,7 +969,9 @@ class Engine:
         a call until it is decided (its end, the next call's start, or the end of the output)
         and sends it in one delta as batch converts it; holds the content's trailing whitespace
         until more content or a call decides it; and holds the text after the first tool event
-        until a named call drops it or the output ends without one.
+        until a named call drops it or the output ends without one. `forced` (tool_choice
+        required/named): batch drops a blank content when no call is accepted
+        (`ChatParser._extract_tool_calls`), so does the stream's end.
         """
         calls: list[ToolCallDelta] = []
         content: list[str] = []
@@ -1020,8 +1029,8 @@ class Engine:
                     (st.nslots and config.drop_whitespace_only_content_before_tools)
                     or (st.called and config.strip_content_whitespace_with_tools)
                 )
-            ):
-                tail = ""  # whitespace-only content with tools: dropped
+            ) or (forced and not st.called and not st.content_has_nonws and not tail.strip()):
+                tail = ""  # whitespace-only content with tools (or with calls forced): dropped
             elif st.called and self.config.strip_content_whitespace_with_tools:
                 tail = tail.rstrip()  # batch strips the content (its leading whitespace: see strip_content)
             if tail:
@@ -1039,7 +1048,7 @@ class Engine:
         if not st.slot_open or st.slot is None:
             return
         st.slot_open = False
-        slot = Slot(name=st.slot.name, args=st.raw.text())
+        slot = self.settle_slot(Slot(name=st.slot.name, args=st.raw.text()))
         st.slot = Slot()
         st.raw = HeldText()
         # Batch drops the text after the first tool event once any call's name is emitted
@@ -1061,6 +1070,11 @@ class Engine:
                 index=index, id=call.id or tool_id(index), type="function", name=call.name, arguments=call.arguments
             )
         )
+
+    def settle_slot(self, slot: Slot) -> Slot:
+        """A whole call's slot (its name text and raw arguments) as batch's `to_delta` leaves it
+        for `build_result`: families whose hooks rewrite the name (Kimi's header) override it."""
+        return slot
 
     def strip_trailing_reasoning(self, st: EngineState, delta: Delta | None) -> Delta | None:
         """`_strip_trailing_reasoning`: trailing reasoning whitespace waits for what follows."""
@@ -1577,6 +1591,10 @@ class EngineReasoningParser(ReasoningParser):
     # -- accumulating to the batch answer (see `extract`) -------------------------------------
 
     filters_after_end = True
+    # A family sets it (`ReasoningParser.streams_whole_output`): the stream is batch's engine pass,
+    # chunk by chunk (`after_end` from the first chunk: markers by text, a possible marker prefix
+    # held at a chunk end, trailing reasoning whitespace held), and accumulates to `extract`.
+    streams_whole_output: ClassVar[bool] = False
 
     def _batch_is_raw(self) -> bool:
         return self.reads_enable_thinking and not self.thinking_enabled
@@ -1603,12 +1621,30 @@ class EngineReasoningParser(ReasoningParser):
         engine = self.engine
         st.ever_ids = False
         events = engine.feed(st, text, ())
-        events.extend(engine.finish(st) if finished else engine._lex_tokens(st, engine._lex_flush(st)))
+        if finished:
+            events.extend(engine.finish(st))
+        elif not self.streams_whole_output:
+            events.extend(engine._lex_tokens(st, engine._lex_flush(st)))
         content = "".join(v for k, v, _ in events if k == EV_TEXT)
         reasoning = "".join(v for k, v, _ in events if k == EV_REASONING)
+        if self.streams_whole_output and engine.config.strip_trailing_reasoning_whitespace:
+            reasoning = self._hold_reasoning_ws(st, reasoning, finished=finished)
         if not content and not reasoning:
             return None
         return Delta(content=content or None, reasoning=reasoning or None)
+
+    @staticmethod
+    def _hold_reasoning_ws(st: Any, reasoning: str, *, finished: bool) -> str:
+        """Batch strips the trailing whitespace of all the reasoning once, at the end (`extract`):
+        the stream holds the reasoning's trailing whitespace until more reasoning text follows
+        (then it goes out in front of it, even across content or a call in between) and drops it
+        when the output ends. Only a run of whitespace is held, never text."""
+        if not reasoning and not finished:
+            return ""
+        combined = st.deferred_reasoning + reasoning
+        kept = combined.rstrip()
+        st.deferred_reasoning = "" if finished else combined[len(kept) :]
+        return kept
 
     def extract_content_ids(self, delta_ids: Sequence[int]) -> Sequence[int]:
         return self.engine.extract_content_ids(delta_ids)
@@ -1667,6 +1703,9 @@ class EngineToolParser(ToolParser):
     # Batch then keeps the content's leading whitespace when a call is accepted, as the stream
     # does (vLLM strips it: a deliberate difference, `strip_content`).
     calls_whole: ClassVar[bool] = False
+    # Match the markers by text, not by token id, as batch does (it has no ids): a marker spelled
+    # by ordinary tokens then opens a call in the stream too (vLLM's stream keeps it as text).
+    matches_by_text: ClassVar[bool] = False
 
     def __init__(self, tokenizer: TokenizerInfo) -> None:
         super().__init__(tokenizer)
@@ -1700,9 +1739,11 @@ class EngineToolParser(ToolParser):
         self, st: Any, text: str, token_ids: Sequence[int], tool_id: ToolIdFn, opts: RequestOptions
     ) -> Delta | None:
         engine = self.engine()
-        events = engine.feed(st, text, token_ids)
+        events = engine.feed(st, text, () if self.matches_by_text else token_ids)
         if self.calls_whole and not _suppress(opts):
-            delta = engine.to_delta_whole(st, events, finished=False, tool_id=tool_id, tools=opts.tools)
+            delta = engine.to_delta_whole(
+                st, events, finished=False, tool_id=tool_id, tools=opts.tools, forced=opts.forces_tool_calls
+            )
         else:
             delta = engine.to_delta(
                 st, events, finished=False, tool_id=tool_id, tools=opts.tools, suppress=_suppress(opts)
@@ -1713,7 +1754,9 @@ class EngineToolParser(ToolParser):
         engine = self.engine()
         events = engine.finish(st)
         if self.calls_whole and not _suppress(opts):
-            return engine.to_delta_whole(st, events, finished=True, tool_id=tool_id, tools=opts.tools)
+            return engine.to_delta_whole(
+                st, events, finished=True, tool_id=tool_id, tools=opts.tools, forced=opts.forces_tool_calls
+            )
         if events or st.deferred_content:
             return engine.to_delta(
                 st, events, finished=True, tool_id=tool_id, tools=opts.tools, suppress=_suppress(opts)

@@ -155,8 +155,9 @@ class GlmReasoningState(EngineState, tag="glm.reasoning/1"):
 
 @register_reasoning_parser("glm45", aliases=("glm47",))
 class GlmReasoningParser(EngineReasoningParser):
-    version = 2  # streams accumulate to the batch answer
+    version = 3  # the stream is batch's engine pass over the whole output (accumulates to it)
     state_type = GlmReasoningState
+    streams_whole_output = True
     reads_enable_thinking = True
 
     @classmethod

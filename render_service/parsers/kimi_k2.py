@@ -47,7 +47,10 @@ from render_service.parsers.engine import (
     EngineReasoningParser,
     EngineState,
     EngineToolParser,
+    Slot,
     Transition,
+    WholeCallsState,
+    _name_from_args,
 )
 from render_service.parsers.protocols import RequestAdjustment
 from render_service.parsers.registry import register_reasoning_parser, register_tool_parser
@@ -175,6 +178,24 @@ class KimiK2Engine(Engine):
     def _extract_args_json(self, raw: str) -> str:
         return raw.strip() or "{}"
 
+    def settle_slot(self, slot: Slot) -> Slot:
+        """What batch's hooks make of a whole call (`_arg_chunk`, `_emit_name`, `_tool_end`): with
+        argument text, the header is read at its first chunk (a header that does not parse is
+        cleared, then a `"name"` in the arguments that parses as one is tried); at the call's end
+        an unsent name is read from the header, else kept as it is (or taken from the arguments)."""
+        header, raw = slot.name, slot.args
+        if raw:
+            call_id, name = _id_and_name(header)
+            if not name:
+                call_id, name = _id_and_name(_name_from_args(raw))
+            if name:
+                return Slot(name=name, args=raw, id=call_id or "")
+            header = ""
+        call_id, name = _id_and_name(header)
+        if name:
+            return Slot(name=name, args=raw, id=call_id or "")
+        return Slot(name=header or _name_from_args(raw) or "", args=raw)
+
     def extract_content_ids(self, ids: Sequence[int]) -> Sequence[int]:
         if not self.thinking:
             return ids
@@ -193,14 +214,15 @@ class KimiK2ReasoningState(EngineState, tag="kimi_k2.reasoning/1"):
     pass
 
 
-class KimiK2ToolState(EngineState, tag="kimi_k2.tool/1"):
+class KimiK2ToolState(WholeCallsState, tag="kimi_k2.tool/2"):
     pass
 
 
 @register_reasoning_parser("kimi_k2")
 class KimiK2ReasoningParser(EngineReasoningParser):
-    version = 2
+    version = 3  # the stream is batch's engine pass over the whole output (accumulates to it)
     state_type = KimiK2ReasoningState
+    streams_whole_output = True
 
     def __init__(self, tokenizer: TokenizerInfo, *, thinking_enabled: bool = True) -> None:
         super().__init__(tokenizer, thinking_enabled=thinking_enabled)
@@ -214,6 +236,9 @@ class KimiK2ReasoningParser(EngineReasoningParser):
     def thinking_enabled_for(cls, template_kwargs: Mapping[str, Any]) -> bool:
         return _thinking(template_kwargs)
 
+    def _batch_is_raw(self) -> bool:
+        return not self.thinking_enabled  # `extract` returns the output untouched
+
     def extract(
         self, model_output: str, prompt_token_ids: Sequence[int] | None = None
     ) -> tuple[str | None, str | None]:
@@ -224,7 +249,9 @@ class KimiK2ReasoningParser(EngineReasoningParser):
 
 @register_tool_parser("kimi_k2")
 class KimiK2ToolParser(EngineToolParser):
-    version = 1
+    version = 2  # each call sent whole: the stream accumulates to the batch answer
+    calls_whole = True
+    matches_by_text = True
     state_type = KimiK2ToolState
     structural_tag_model = "kimi"
 

@@ -147,6 +147,13 @@ class ReasoningParser(ABC):
         (held text included once decided; `finished` flushes)."""
         return text
 
+    # Whether the stream runs batch's `extract` pass over the whole output, from the first chunk
+    # (implies `filters_after_end`): `after_end` gets every chunk, its reasoning is the stream's
+    # reasoning and its content goes on to the tool parser (as text: the ids no longer match it),
+    # so the stream accumulates to the batch answer whatever markers the output repeats or spells
+    # as text (vLLM's stream splits at marker ids once).
+    streams_whole_output: ClassVar[bool] = False
+
     def stream_prompt_ends_reasoning(self, st: Any, prompt_token_ids: Sequence[int]) -> bool:
         """Whether a stream starts past reasoning, as batch `extract` reads the prompt (it may
         set `st` for `after_end`). Default: `prompt_ends_reasoning`, as vLLM's stream does."""

@@ -45,8 +45,9 @@ class SeedOssReasoningState(EngineState, tag="seed_oss.reasoning/1"):
 
 @register_reasoning_parser("seed_oss")
 class SeedOssReasoningParser(EngineReasoningParser):
-    version = 2  # streams accumulate to the batch answer
+    version = 3  # the stream is batch's engine pass over the whole output (accumulates to it)
     state_type = SeedOssReasoningState
+    streams_whole_output = True
     reads_enable_thinking = True
 
     @staticmethod

@@ -121,6 +121,13 @@ WHOLE_CALLS: dict[str, str] = {
         *("deepseek_v32", "deepseek_v4", "deepseek_v41"),
     )
 }
+KIMI_CALLS_WHOLE = (
+    "kimi_k2 tools: batch reads each call whole (its header as Kimi's id and name, '{}' for a call without "
+    "argument text, a call after a malformed header kept) and matches the markers by text: the stream sends "
+    "each call whole once decided, with Kimi's native id, and matches the markers by text too"
+)
+WHOLE_CALLS["kimi_k2"] = KIMI_CALLS_WHOLE
+
 # tool parser -> cause: our batch answer differs from vLLM's (only as `check_batch` allows). The
 # DSML parsers do not strip content whitespace (their batch is vLLM's).
 BATCH_TOOLS: dict[str, str] = {
@@ -356,6 +363,38 @@ def batch_twin(case: str) -> str:
     return case.rsplit("_stream", 1)[0] + "_batch"
 
 
+def batch_request_from_stream(requests: list[dict[str, Any]]) -> dict[str, Any]:
+    """The batch /derender request of a recorded stream (its `json` bodies): every choice's token
+    ids joined, its last finish and stop reason. For a stream golden recorded without a `_batch`
+    twin, our batch answer on the same output is what our stream must accumulate to (our batch
+    answers are vLLM's wherever a batch golden checks them)."""
+    first = requests[0]
+    choices: dict[int, dict[str, Any]] = {}
+    for body in requests:
+        for choice in (body.get("generate_chunk") or {}).get("choices") or ():
+            merged = choices.setdefault(
+                choice.get("index", 0),
+                {"index": choice.get("index", 0), "finish_reason": None, "stop_reason": None, "token_ids": []},
+            )
+            merged["token_ids"] = merged["token_ids"] + list(choice.get("token_ids") or ())
+            if choice.get("finish_reason") is not None:
+                merged["finish_reason"] = choice["finish_reason"]
+                merged["stop_reason"] = choice.get("stop_reason")
+    chat = {k: v for k, v in first["chat_request"].items() if k not in ("stream", "stream_options")}
+    return {
+        "model": first["model"],
+        "generate_response": {
+            "request_id": first["generate_chunk"]["request_id"],
+            "model": first["model"],
+            "output_mode": "tokens",
+            "choices": [choices[i] for i in sorted(choices)],
+        },
+        "prompt_tokens": first.get("prompt_tokens"),
+        "prompt_token_ids": first.get("prompt_token_ids"),
+        "chat_request": chat,
+    }
+
+
 def accumulate_chunks(bodies: list[Any]) -> dict[str, Any]:
     """What a client accumulates from /derender stream responses (choice 0)."""
     rows: list[list[Any]] = []
@@ -406,6 +445,53 @@ def check_e2e_stream(
     mine = accumulate_chunks(ours)
     if mine != whole:
         return f"{cause}: our stream must accumulate to the batch answer: {mine} != {whole}"
+    return None
+
+
+# -- Nemotron V3 end to end (tests/parity golden_parsers, test_parsers_llama_parity.py) -------------
+
+NEMOTRON_WHOLE_OUTPUT = (
+    "nemotron_v3: the stream is batch's pass over the whole output (markers by text: a </think> spelled by "
+    "ordinary tokens ends reasoning as in batch; the reasoning's trailing whitespace held, dropped at the end)"
+)
+NEMOTRON_FORCE = (
+    "nemotron_v3 with force_nonempty_content / enable_thinking=false, blank content at the end: vLLM's batch "
+    "swaps reasoning and content; the stream has sent the reasoning by then, so ours keeps it as reasoning and "
+    "also sends it as content in the last delta, and our batch answers the same (ACC.md rule 2)"
+)
+# stream golden case -> cause: ours accumulates to our batch answer on the same output (vLLM's
+# stream does not accumulate to its batch twin there)
+E2E_PARSER_CASES: dict[str, str] = {
+    "p_nemotron_v3_split_end_stream1": NEMOTRON_WHOLE_OUTPUT,
+    "p_nemotron_v3_split_end_streamr": NEMOTRON_WHOLE_OUTPUT,
+    "p_nemotron_v3_force_nonempty_stream1": NEMOTRON_FORCE,
+    "p_nemotron_v3_force_nonempty_streamr": NEMOTRON_FORCE,
+}
+# batch golden case -> cause, where our batch answer is not vLLM's: it must be what our stream of the
+# `<name>_stream1` twin accumulates to
+E2E_PARSER_BATCH_CASES: dict[str, str] = {
+    "p_nemotron_v3_force_nonempty_batch": NEMOTRON_FORCE,
+}
+
+
+def check_e2e_parser_stream(
+    cause: str, ours: list[Any], vllm: list[Any], vllm_batch: dict[str, Any] | None, our_batch: dict[str, Any]
+) -> str | None:
+    """A listed stream golden (`E2E_PARSER_CASES`): vLLM's stream does not add up to its batch
+    twin, ours adds up to our batch answer on the same output."""
+    if vllm_batch is not None and accumulate_chunks(vllm) == message_view(vllm_batch):
+        return "vLLM's stream accumulates to its batch answer here: ours must equal it chunk by chunk"
+    mine, whole = accumulate_chunks(ours), message_view(our_batch)
+    if mine != whole:
+        return f"{cause}: our stream must accumulate to our batch answer: {mine} != {whole}"
+    return None
+
+
+def check_e2e_parser_batch(cause: str, ours: dict[str, Any], our_stream: list[Any]) -> str | None:
+    """A listed batch golden (`E2E_PARSER_BATCH_CASES`): our answer is what our stream adds up to."""
+    mine, streamed = message_view(ours), accumulate_chunks(our_stream)
+    if mine != streamed:
+        return f"{cause}: our batch answer must be what our stream accumulates to: {mine} != {streamed}"
     return None
 
 

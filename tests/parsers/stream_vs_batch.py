@@ -58,37 +58,23 @@ K3_LATE_CHANNEL = (
 )
 
 NOT_ACCUMULATING: dict[tuple[str, str], str] = {
-    ("deepseek_v4", "deepseek_v4+None"): ENGINE_REASONING,
-    ("deepseek_v4", "deepseek_v4+deepseek_v4"): ENGINE_REASONING,
-    ("deepseek_v41", "deepseek_v41+None"): ENGINE_REASONING,
-    ("deepseek_v41", "deepseek_v41+deepseek_v41"): ENGINE_REASONING,
     ("gemma4", "None+gemma4"): GEMMA4,
     ("gemma4", "gemma4+None"): GEMMA4,
     ("gemma4", "gemma4+gemma4"): GEMMA4,
     ("gemma4", "gemma4+hermes"): GEMMA4,
-    ("glm", "glm45+None"): ENGINE_REASONING,
-    ("glm", "glm45+glm45"): GLM_THINK_AGAIN,
     ("granite", "None+granite"): GRANITE,
     ("granite", "granite+None"): GRANITE,
     ("granite", "granite+granite"): GRANITE,
     ("granite", "granite+granite4"): GRANITE,
-    ("kimi", "None+kimi_k2"): KIMI,
-    ("kimi", "kimi_k2+None"): ENGINE_REASONING,
-    ("kimi", "kimi_k2+kimi_k2"): KIMI + "; " + ENGINE_REASONING,
     ("kimi_k3", "None+kimi_k3"): K3_LATE_CHANNEL,
     ("kimi_k3", "kimi_k3+None"): K3_LATE_CHANNEL,
     ("kimi_k3", "kimi_k3+kimi_k3"): K3_LATE_CHANNEL,
     ("llama3_json", "None+llama3_json"): LLAMA_JSON,
     ("llama4_json", "None+llama4_json"): LLAMA_JSON,
-    ("nemotron_v3", "nemotron_v3+None"): NEMOTRON,
-    ("nemotron_v3", "nemotron_v3+hermes"): NEMOTRON,
     ("pythonic", "None+pythonic"): NAMED_BLANK,
     ("qwen3", "qwen3+None"): THINK_TEXT + "; special tokens in content (ignore_eos) dropped in batch only",
     ("qwen3", "qwen3+hermes"): THINK_TEXT,
     ("qwen3", "qwen3+qwen3_json"): THINK_TEXT,
-    ("seed_oss", "seed_oss+hermes"): SEED,
-    ("seed_oss", "seed_oss+qwen3_coder"): SEED,
-    ("seed_oss", "seed_oss+seed_oss"): SEED,
 }
 
 

@@ -160,5 +160,5 @@ def test_states_carry_their_family_tags(family_dirs: dict[str, Path]) -> None:
         "pythonic": ["pythonic/2"],
         "granite": ["granite_reasoning/1", "granite/1"],
         "granite4": ["granite4/3"],
-        "nemotron_v3": ["nemotron_v3/1", "hermes/3"],
+        "nemotron_v3": ["nemotron_v3/2", "hermes/3"],
     }

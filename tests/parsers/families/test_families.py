@@ -168,18 +168,15 @@ def test_streaming_accumulates_to_batch(folders: dict[str, Path], toks: dict[str
     assert [json.loads(a) for a in args] == [json.loads(c[1]) for c in batch["tool_calls"]]
 
 
-class _Sink:
-    """A snapshot's held-text sink: text past `inline_chars` is stored beside the state."""
-
-    inline_chars = 512
-
-    def wire(self, held: Any) -> Any:
-        return 0  # the index of its stored segment
-
-
 def test_state_stays_small_during_a_long_call(toks: dict[str, Any]) -> None:
-    """A 3,000-token argument string: the encoded state never holds the streamed text (a held
-    call, DeepSeek V3/V3.1's, travels as a segment beside the snapshot, `parsers/held.py`)."""
+    """A 3,000-token argument string: the encoded snapshot never holds the streamed text (a call
+    held until it is decided, Kimi K2's, lives beside the snapshot in a segment that each chunk
+    only appends its own text to, as compact mode stores it; the stream resumes from it)."""
+    from render_service.derender.snapshots import LocalStore, SnapshotCodec, SnapshotStore
+    from render_service.server.metrics import Metrics
+
+    store = SnapshotStore(SnapshotCodec(b"k" * 32), Metrics(), local=LocalStore())
+    assert store.local is not None
 
     for folder, tool, call in (
         ("deepseek", "deepseek_v3", ["@<｜tool▁call▁begin｜>", "function", "@<｜tool▁sep｜>", 'f\n```json\n{"t": "']),
@@ -192,8 +189,15 @@ def test_state_stays_small_during_a_long_call(toks: dict[str, Any]) -> None:
         parser = parsers.get_parser(tok, None, tool, enable_auto_tools=True)
         assert parser is not None
         state = parsers.new_parsed_stream(parser, [])
-        sizes = []
+        sizes, writes = [], []
         for i in range(len(ids)):
             _advance(parser, state, {"model": "m", "messages": [], "tools": cases.TOOLS}, ids, i, -1)
-            sizes.append(len(json.dumps(state.to_obj(_Sink()))))
+            writer = store.segment_writer("f" * 16, tool, i + 1)
+            obj = json.loads(json.dumps(state.to_obj(writer)))
+            sizes.append(len(json.dumps(obj)))
+            writes.append(sum(len(w.data) for w in writer.writes))
+            stored = [store.local.segments.text(*ref) for ref in writer.refs]
+            assert all(text is not None for text in stored)
+            state = parsers.load_parsed_stream(parser, obj, stored)  # type: ignore[arg-type]
         assert max(sizes[-500:]) < 2000, (tool, max(sizes))
+        assert max(writes[-500:]) < 100, (tool, max(writes[-500:]))  # each chunk appends its own text only
