@@ -116,8 +116,15 @@ class HistoryKey:
     key: bytes
     previous_key: bytes
     reply_index: int  # -1: no assistant message
-    encoded: bytes = b""  # the messages' orjson encoding without its closing bracket
-    previous_length: int = 0  # bytes of `encoded` before the latest reply (the previous turn's `encoded`)
+    encoded: bytes = b""  # the messages' orjson encoding (`orjson.dumps(messages)`, closing bracket included)
+    previous_length: int = (
+        0  # bytes of `encoded` before the latest reply: the previous turn's `encoded` without its "]"
+    )
+
+    def extends(self, previous: bytes) -> bool:
+        """Whether `previous` (an earlier request's `encoded`) is the encoding of exactly the messages
+        before the latest reply: its bytes but the closing bracket start `encoded` (a memcmp, no copy)."""
+        return len(previous) - 1 == self.previous_length and self.encoded.startswith(memoryview(previous)[:-1])
 
 
 def history_key(messages: Any) -> HistoryKey | None:
@@ -132,23 +139,25 @@ def history_key(messages: Any) -> HistoryKey | None:
         if message.get("role") == "assistant":
             reply_index = index
             break
-    # The list's encoding without its closing bracket: the encoding of a list starts with that of
-    # each of its prefixes, and an encoding of whole JSON values ends where a message ends. Two
-    # orjson calls (the history, then the rest) instead of one per message.
+    # The list's encoding starts with the encoding of each of its prefixes without the closing
+    # bracket, and an encoding of whole JSON values ends where a message ends. So one orjson call
+    # encodes the messages, a second one the few from the reply on, which tells where the history
+    # ends; both digests are taken over views of that one buffer (no copies of ~100 KB).
     split = max(reply_index, 0)
     try:
-        before = orjson.dumps(messages[:split] if split else [])[:-1]
-        after = orjson.dumps(messages[split:]) if split < len(messages) else b"[]"
+        encoded = orjson.dumps(messages)
+        after = orjson.dumps(messages[split:]) if split else encoded
     except (TypeError, orjson.JSONEncodeError):
         return None
-    hasher = xxhash.xxh3_128(before, _DIGEST_SEED)
+    # "[" + history + "," + rest + "]" against "[" + rest + "]": the difference is "[" + history.
+    history_length = len(encoded) - len(after) if split else 1
+    view = memoryview(encoded)
+    hasher = xxhash.xxh3_128(view[:history_length], _DIGEST_SEED)
     previous_key = hasher.digest()
-    if len(after) == 2:  # nothing after the history
-        return HistoryKey(previous_key, previous_key, reply_index, before, len(before))
-    rest = (b"," if split else b"") + after[1:-1]
-    hasher.update(rest)
-    encoded = before + rest
-    return HistoryKey(hasher.digest(), previous_key, reply_index, encoded, len(before))
+    if history_length == len(encoded) - 1:  # nothing after the history
+        return HistoryKey(previous_key, previous_key, reply_index, encoded, history_length)
+    hasher.update(view[history_length:-1])
+    return HistoryKey(hasher.digest(), previous_key, reply_index, encoded, history_length)
 
 
 @dataclass
@@ -224,9 +233,7 @@ class PrefixGuard:
             if previous is not None:
                 self._records.move_to_end(key.previous_key)
         # The digest found it; the messages themselves decide (a memcmp, no copy).
-        if previous is None or len(previous.messages) != key.previous_length:
-            return None
-        if not key.encoded.startswith(previous.messages):
+        if previous is None or not key.extends(previous.messages):
             return None
         return previous
 

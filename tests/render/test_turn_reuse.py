@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
+import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -76,14 +77,41 @@ _MESSAGE = st.fixed_dictionaries(
 def test_history_key_is_the_list_encoding_and_chains_turns(messages: list[dict[str, Any]]) -> None:
     key = prefix.history_key(messages)
     assert key is not None
-    assert key.encoded == orjson.dumps(messages)[:-1]
+    assert key.encoded == orjson.dumps(messages)
     reply = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
     assert key.reply_index == reply
     earlier = prefix.history_key(messages[: max(reply, 0)])
     assert earlier is not None
     # The previous turn's request (the messages before the reply) is recorded under this turn's previous_key.
     assert key.previous_key == earlier.key
-    assert key.previous_length == len(earlier.encoded) and key.encoded.startswith(earlier.encoded)
+    assert key.previous_length == len(earlier.encoded) - 1 and key.extends(earlier.encoded)
+    # The digests are those of the encodings: the history's without its closing bracket, and the whole list's.
+    assert (
+        key.previous_key == xxhash.xxh3_128(orjson.dumps(messages[: max(reply, 0)])[:-1], prefix._DIGEST_SEED).digest()
+    )
+    assert key.key == xxhash.xxh3_128(orjson.dumps(messages)[:-1], prefix._DIGEST_SEED).digest()
+
+
+@settings(max_examples=200, deadline=None)
+@given(messages=st.lists(_MESSAGE, min_size=1, max_size=8), at=st.integers(0, 7), extra=st.booleans())
+def test_history_key_extends_only_the_exact_history(messages: list[dict[str, Any]], at: int, extra: bool) -> None:
+    """A record is found only for byte-identical history: one changed byte, one message more or one
+    fewer, and `extends` says no (the lookup then renders from scratch)."""
+    messages = [*messages, {"role": "assistant", "content": "reply"}]
+    key = prefix.history_key(messages)
+    assert key is not None
+    history_messages = messages[:-1]
+    exact = prefix.history_key(history_messages)
+    assert exact is not None and key.extends(exact.encoded)
+    changed = copy.deepcopy(history_messages)
+    target = changed[at % len(changed)]
+    target["content"] = (target["content"] if isinstance(target["content"], str) else "") + "!"
+    other = prefix.history_key(changed[:-1] if extra and len(changed) > 1 else changed)
+    assert other is not None and not key.extends(other.encoded)
+    longer = prefix.history_key([*history_messages, {"role": "tool", "content": "x"}])
+    assert longer is not None and not key.extends(longer.encoded)
+    shorter = prefix.history_key(history_messages[:-1])
+    assert shorter is not None and not key.extends(shorter.encoded)
 
 
 def test_history_key_of_other_messages_differs() -> None:
