@@ -170,23 +170,30 @@ class SegmentEncoder:
             del ids[previous.head_ids :]
             offset = len(previous.head)
         else:
-            ids = container([])
-        reused = len(ids)
+            ids = None
+        reused = len(ids) if ids is not None else 0
         parts = self.segmenter.split(text[offset:] if offset else text)
         token_ids = self.segmenter.token_ids
-        head_chars, head_ids = offset, reused
+        # The new ids go to a plain list first and into `ids` at once: the container's own methods
+        # (EncodedIds overrides them in Python) run once, not once a piece.
+        added: list[int] = []
+        head_chars, head_added = offset, 0
         with self._lock:
             for index, part in enumerate(parts):
                 offset += len(part)
                 if index & 1:
-                    ids.append(token_ids[part])
-                    head_chars, head_ids = offset, len(ids)
+                    added.append(token_ids[part])
+                    head_chars, head_added = offset, len(added)
                 elif part:
-                    ids.extend(self._piece(part))
+                    added += self._piece(part)
             if reused:
                 self.reused_prompts += 1
                 self.reused_tokens += reused
-        return Encoded(ids, head_chars, head_ids, reused)
+        if ids is None:
+            ids = added if container is list else container(added)
+        else:
+            ids.extend(added)
+        return Encoded(ids, head_chars, reused + head_added, reused)
 
     def _piece(self, piece: str) -> tuple[int, ...]:
         cache = self._cache
