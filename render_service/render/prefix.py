@@ -90,13 +90,14 @@ class PromptRecord:
     ids: list[int] = field(default_factory=list)
     validated: bool = False  # see Turn.validated
     messages: bytes = b""  # the request's messages as `history_key` encodes them (a hit is compared to them)
-    head_json: bytes = b""  # the JSON of ids[:head_ids] without its closing bracket (encoded_ids.py), or empty
+    ids_json: bytes = b""  # the JSON of `ids` (encoded_ids.py), or empty
+    json_head: int = 0  # bytes of `ids_json` that write ids[:head_ids] (no comma or bracket after); 0: none
     facts: HistoryFacts | None = None  # what the render read from every message (history.py)
 
     @property
     def size(self) -> int:
         ids = len(self.ids) + len(self.tail_ids)
-        held = len(self.messages) + len(self.head_json)
+        held = len(self.messages) + len(self.ids_json)
         if self.facts is not None:
             held += 8 * len(self.facts.users) + 100 * len(self.facts.kinds)
         return sys.getsizeof(self.text) + held + _RECORD_OVERHEAD + _BYTES_PER_ID * ids
@@ -246,10 +247,18 @@ class PrefixGuard:
         return head_of(self._segmenter, text, ids, self._encode)
 
     def finish(
-        self, turn: Turn, text: str, ids: list[int], head_chars: int, head_ids: int, head_json: bytes = b""
+        self,
+        turn: Turn,
+        text: str,
+        ids: list[int],
+        head_chars: int,
+        head_ids: int,
+        ids_json: bytes = b"",
+        json_head: int = 0,
     ) -> PrefixCheck:
         """Check the new prompt against the previous one, record it, count the outcome.
-        `head_json`: the JSON of `ids[:head_ids]` (see encoded_ids.py), for the next turn."""
+        `ids_json`: the JSON of `ids`, whose first `json_head` bytes write `ids[:head_ids]` (see
+        encoded_ids.py), for the next turn."""
         check = self._check(turn, text, ids) if turn.status is None else PrefixCheck(turn.status)
         if turn.status != SKIPPED:
             self._store(
@@ -264,7 +273,8 @@ class PrefixGuard:
                     ids=ids if self._keep_ids else [],
                     validated=turn.validated,
                     messages=turn.messages,
-                    head_json=head_json,
+                    ids_json=ids_json if json_head else b"",
+                    json_head=json_head,
                     facts=turn.facts,
                 ),
             )

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from benchmarks.agent_turns import conversation
 from render_service.exceptions import RenderServiceError
-from render_service.render import encoded_ids, history, pipeline, prefix, templating
+from render_service.render import encoded_ids, history, pipeline, prefix, segments, templating
 from render_service.render import pipeline as render
 from tests.helpers import segment_cache_contexts
 
@@ -272,14 +272,37 @@ def test_null_literal_scan_equals_the_regex(parts: list[str]) -> None:
 # -- the response's id JSON -------------------------------------------------------------------
 
 
+class _Record:
+    def __init__(self, head_ids: int, ids_json: bytes, json_head: int) -> None:
+        self.head_ids, self.ids_json, self.json_head = head_ids, ids_json, json_head
+
+
 @settings(max_examples=300, deadline=None)
-@given(ids=st.lists(st.integers(0, 200_000), max_size=30), start=st.integers(0, 30))
-def test_closed_json_equals_extend_then_close(ids: list[int], start: int) -> None:
-    start = min(start, len(ids))
-    head = encoded_ids.extend_json(b"", ids, 0, start) if start else b""
-    assert encoded_ids._closed(head, ids, start) == orjson.dumps(ids)
-    if ids:  # (extend_json + "]" of no ids at all would be "]")
-        assert encoded_ids._closed(head, ids, start) == encoded_ids.extend_json(head, ids, start) + b"]"
+@given(
+    turns=st.lists(
+        st.tuples(st.integers(0, 30), st.lists(st.integers(0, 200_000), max_size=12), st.integers(0, 12)),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_response_json_over_turns_equals_encoding_the_list(turns: list[tuple[int, list[int], int]]) -> None:
+    """Each turn keeps a prefix of the previous turn's ids (all of its head when `keep` reaches it,
+    the only case that copies the text), adds ids, and marks a head: the JSON written from the
+    previous turn's text is `orjson.dumps` of the ids, and the head's byte count is right."""
+    previous: _Record | None = None
+    ids: list[int] = []
+    for keep, added, head_after in turns:
+        reused = min(keep, previous.head_ids if previous else 0)
+        ids = [*ids[:reused], *added]
+        head = min(reused + head_after, len(ids))
+        encoded = segments.Encoded(list(ids), 0, head, reused_ids=reused)
+        written, json_head = encoded_ids.with_json(encoded, previous)
+        assert written.json == orjson.dumps(ids)
+        if head:
+            assert written.json[:json_head] == orjson.dumps(ids[:head])[:-1]
+        else:
+            assert json_head == 0
+        previous = _Record(head, written.json, json_head)
 
 
 def test_encode_prompt_into_encoded_ids_equals_a_list(contexts) -> None:
