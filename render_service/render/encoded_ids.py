@@ -102,7 +102,7 @@ def with_json(encoded: Encoded, previous: _Previous | None) -> tuple[EncodedIds,
     ids = encoded.ids
     if type(ids) is not EncodedIds:
         ids = EncodedIds(ids)
-    written, base = 0, b"["
+    written, base = 0, memoryview(b"[")
     if previous is not None and previous.json_head and 0 < encoded.reused_ids == previous.head_ids:
         written, base = previous.head_ids, memoryview(previous.ids_json)[: previous.json_head]
     parts: list[Any] = [base]
