@@ -33,7 +33,7 @@ import orjson
 import xxhash
 
 from render_service.render.history import HistoryFacts
-from render_service.render.segments import SegmentEncoder, Segmenter, head_of
+from render_service.render.segments import Marks, SegmentEncoder, Segmenter, head_of
 
 HEADER = "X-Render-Prefix"
 
@@ -93,6 +93,9 @@ class PromptRecord:
     ids_json: bytes = b""  # the JSON of `ids` (encoded_ids.py), or empty
     json_head: int = 0  # bytes of `ids_json` that write ids[:head_ids] (no comma or bracket after); 0: none
     facts: HistoryFacts | None = None  # what the render read from every message (history.py)
+    marks: Marks | None = (
+        None  # where each added token ends (segments.py), for a later prompt that shares less than the head
+    )
 
     @property
     def size(self) -> int:
@@ -100,6 +103,8 @@ class PromptRecord:
         held = len(self.messages) + len(self.ids_json)
         if self.facts is not None:
             held += 8 * len(self.facts.users) + 100 * len(self.facts.kinds)
+        if self.marks is not None:
+            held += 16 * len(self.marks.chars)
         return sys.getsizeof(self.text) + held + _RECORD_OVERHEAD + _BYTES_PER_ID * ids
 
 
@@ -255,11 +260,14 @@ class PrefixGuard:
         head_ids: int,
         ids_json: bytes = b"",
         json_head: int = 0,
+        marks: Marks | None = None,
+        copied: int = 0,
     ) -> PrefixCheck:
         """Check the new prompt against the previous one, record it, count the outcome.
         `ids_json`: the JSON of `ids`, whose first `json_head` bytes write `ids[:head_ids]` (see
-        encoded_ids.py), for the next turn."""
-        check = self._check(turn, text, ids) if turn.status is None else PrefixCheck(turn.status)
+        encoded_ids.py), for the next turn; `marks`: where its added tokens end (segments.py);
+        `copied`: its first ids are copies of the previous prompt's (the shared count is no less)."""
+        check = self._check(turn, text, ids, copied) if turn.status is None else PrefixCheck(turn.status)
         if turn.status != SKIPPED:
             self._store(
                 turn.key,
@@ -275,6 +283,7 @@ class PrefixGuard:
                     messages=turn.messages,
                     ids_json=ids_json if json_head else b"",
                     json_head=json_head,
+                    marks=marks,
                     facts=turn.facts,
                 ),
             )
@@ -287,7 +296,7 @@ class PrefixGuard:
             if check.cause is not None:
                 self.causes[check.cause] += 1
 
-    def _check(self, turn: Turn, text: str, ids: list[int]) -> PrefixCheck:
+    def _check(self, turn: Turn, text: str, ids: list[int], copied: int = 0) -> PrefixCheck:
         previous = turn.previous
         assert previous is not None
         count = previous.token_count
@@ -295,7 +304,7 @@ class PrefixGuard:
             if _thinking_dropped([turn.reply] if turn.reply else [], text[len(previous.text) :]):
                 return PrefixCheck(BREAKS, THINKING_DROPPED, count, count)
             return PrefixCheck(EXTENDS, None, count, count)
-        shared = self._shared_tokens(previous, text, ids)
+        shared = self._shared_tokens(previous, text, ids, copied)
         if turn.fingerprint != previous.fingerprint:
             cause = TEMPLATE_CHANGED
         elif text.startswith(previous.text):
@@ -314,11 +323,13 @@ class PrefixGuard:
         # The text starts with previous.head, so the ids start with its head ids (segments.py).
         return ids[previous.head_ids : previous.token_count] == previous.tail_ids
 
-    def _shared_tokens(self, previous: PromptRecord, text: str, ids: list[int]) -> int:
-        """How many ids the two prompts share at the start (on a break only: it re-encodes)."""
+    def _shared_tokens(self, previous: PromptRecord, text: str, ids: list[int], copied: int = 0) -> int:
+        """How many ids the two prompts share at the start (on a break only: it re-encodes).
+        `copied`: the first ids are copies of `previous.ids`' (the search starts there)."""
         before = previous.ids if previous.ids else self._encode(previous.text, False)
         limit = min(len(before), len(ids))
-        low, high = 0, limit  # the longest equal prefix, by halving (list slices compare in C)
+        low = copied if previous.ids and copied <= limit else 0
+        high = limit  # the longest equal prefix, by halving (list slices compare in C)
         while low < high:
             middle = (low + high + 1) // 2
             if ids[low:middle] == before[low:middle]:

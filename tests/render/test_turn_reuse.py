@@ -318,3 +318,24 @@ def test_encode_prompt_into_encoded_ids_equals_a_list(contexts) -> None:
     assert type(as_encoded.ids) is encoded_ids.EncodedIds and type(as_list.ids) is list
     assert as_encoded == as_list or (list(as_encoded.ids), as_encoded.head_chars) == (as_list.ids, as_list.head_chars)
     assert list(as_encoded.ids) == cached.model.encode(text, False)
+
+
+def test_a_turn_that_drops_earlier_thinking_still_copies_the_shared_ids(contexts) -> None:
+    """Qwen3 drops the thinking of earlier replies at a new user message, so that turn's prompt
+    leaves the previous one before its head: the ids up to the last added token both share are
+    copied (segments.shared_mark), and the result is still what reading everything gives."""
+    cached, uncached = contexts
+    assert cached.segments is not None
+    bodies = conversation(turns=12, seed=3, user_every=5)
+    copied_on_breaks = 0
+    for body in bodies:
+        before = cached.segments.stats().reused_tokens
+        checks: list[prefix.PrefixCheck] = []
+        result = render.render_chat(cached, copy.deepcopy(body), "fixed-id", prefix_checks=checks)
+        assert _result(uncached, body) == orjson.loads(orjson.dumps({**result, "token_ids": list(result["token_ids"])}))
+        if checks and checks[0].status == prefix.BREAKS:
+            assert checks[0].cause == prefix.THINKING_DROPPED
+            copied = cached.segments.stats().reused_tokens - before
+            assert 0 < copied <= (checks[0].shared_tokens or 0)
+            copied_on_breaks += 1
+    assert copied_on_breaks >= 2  # turns 6 and 11
