@@ -2,8 +2,9 @@
 
 A render's response is mostly its token ids (turn 40 of an agent: ~24k ids, ~120 KB of JSON), and
 turn N+1's ids start with turn N's (the segment cache copies them, see segments.py). So the JSON
-of those shared ids is kept with the previous prompt's record (`PromptRecord.head_json`) and the
-new prompt's is that text plus the new ids: `orjson` writes only the ids the turn added.
+of the whole prompt is kept with its record (`PromptRecord.ids_json`, with `json_head`, where its
+head ends) and the new prompt's is a view of that text up to there plus the new ids, joined in one
+copy: `orjson` writes only the ids the turn added.
 
 `EncodedIds` is a list (every reader sees the ids) that carries the text; `encode_json` writes the
 text in its place (`as_fragment`). Any change to the list drops the text, so it can never
@@ -79,16 +80,6 @@ class EncodedIds(list[int]):
         super().reverse()
 
 
-def extend_json(head_json: bytes, ids: list[int], start: int, end: int | None = None) -> bytes:
-    """`head_json` (the JSON of the first `start` ids without its closing bracket) followed by
-    `ids[start:end]` and no closing bracket either."""
-    added = ids[start:end]
-    if not added:
-        return head_json
-    text = orjson.dumps(added)
-    return head_json + b"," + text[1:-1] if start else text[:-1]
-
-
 def as_fragment(content: Any) -> Any:
     """`content` with its `token_ids` written from their kept text (a shallow copy), or as it is."""
     if type(content) is dict:
@@ -100,27 +91,35 @@ def as_fragment(content: Any) -> Any:
 
 class _Previous(Protocol):
     head_ids: int
-    head_json: bytes
+    ids_json: bytes  # the JSON of all its ids
+    json_head: int  # bytes of `ids_json` that write its first `head_ids` ids (no comma, no bracket after)
 
 
-def with_json(encoded: Encoded, previous: _Previous | None) -> tuple[EncodedIds, bytes]:
-    """The ids of `encoded` with their JSON text, and the JSON of its head (`encoded.head_ids` ids,
-    no closing bracket) for the next turn. The ids copied from `previous` are written from its text."""
+def with_json(encoded: Encoded, previous: _Previous | None) -> tuple[EncodedIds, int]:
+    """The ids of `encoded` with their JSON text, and how many bytes of that text write its head
+    (`encoded.head_ids` ids; 0 when it has none), for the next turn. The ids copied from `previous`
+    are written from its text: a view of it, then the JSON of the new ids, joined in one copy."""
     ids = encoded.ids
     if type(ids) is not EncodedIds:
         ids = EncodedIds(ids)
-    start, base = 0, b""
-    if previous is not None and previous.head_json and 0 < encoded.reused_ids == previous.head_ids:
-        start, base = previous.head_ids, previous.head_json
-    head_json = extend_json(base, ids, start, encoded.head_ids) if encoded.head_ids else b""
-    ids.json = _closed(head_json, ids, encoded.head_ids)
-    return ids, head_json
-
-
-def _closed(head_json: bytes, ids: list[int], start: int) -> bytes:
-    """`extend_json(head_json, ids, start) + b"]"` with one copy of `head_json`, not two."""
-    added = ids[start:]
-    if not added:
-        return head_json + b"]" if start else b"[]"
-    text = orjson.dumps(added)
-    return b"".join((head_json, b",", memoryview(text)[1:])) if start else text
+    written, base = 0, memoryview(b"[")
+    if previous is not None and previous.json_head and 0 < encoded.reused_ids == previous.head_ids:
+        written, base = previous.head_ids, memoryview(previous.ids_json)[: previous.json_head]
+    parts: list[Any] = [base]
+    length = len(base)
+    head = encoded.head_ids
+    head_length = 0
+    for end in (head, len(ids)):
+        if end > written:
+            text = orjson.dumps(ids[written:end])
+            if written:
+                parts.append(b",")
+                length += 1
+            parts.append(memoryview(text)[1:-1])
+            length += len(text) - 2
+            written = end
+        if end == head and head:
+            head_length = length
+    parts.append(b"]")
+    ids.json = b"".join(parts)
+    return ids, head_length

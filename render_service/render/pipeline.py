@@ -1166,16 +1166,18 @@ def _encode_turn(ctx: RenderContext, turn: prefix.Turn, prompt: str, messages: l
     guard = ctx.prefix_guard
     assert guard is not None
     _facts(turn, messages)
-    head_json = b""
+    ids_json, json_head, marks, copied = b"", 0, None, 0
     if ctx.segments is not None:
         encoded = ctx.segments.encode_prompt(prompt, turn.previous, encoded_ids.EncodedIds)
         ids, head_chars, head_ids = encoded.ids, encoded.head_chars, encoded.head_ids
+        marks, copied = encoded.marks, encoded.reused_ids
         if ids:  # the response writes the copied ids from the previous turn's JSON
-            ids, head_json = encoded_ids.with_json(encoded, turn.previous)
+            ids, json_head = encoded_ids.with_json(encoded, turn.previous)
+            ids_json = ids.json or b""
     else:
         ids = ctx.model.encode(prompt, False)
         head_chars, head_ids = guard.head_of(prompt, ids)
-    turn.check = guard.finish(turn, prompt, ids, head_chars, head_ids, head_json)
+    turn.check = guard.finish(turn, prompt, ids, head_chars, head_ids, ids_json, json_head, marks, copied)
     return ids
 
 

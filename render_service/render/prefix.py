@@ -33,7 +33,7 @@ import orjson
 import xxhash
 
 from render_service.render.history import HistoryFacts
-from render_service.render.segments import SegmentEncoder, Segmenter, head_of
+from render_service.render.segments import Marks, SegmentEncoder, Segmenter, head_of
 
 HEADER = "X-Render-Prefix"
 
@@ -90,15 +90,21 @@ class PromptRecord:
     ids: list[int] = field(default_factory=list)
     validated: bool = False  # see Turn.validated
     messages: bytes = b""  # the request's messages as `history_key` encodes them (a hit is compared to them)
-    head_json: bytes = b""  # the JSON of ids[:head_ids] without its closing bracket (encoded_ids.py), or empty
+    ids_json: bytes = b""  # the JSON of `ids` (encoded_ids.py), or empty
+    json_head: int = 0  # bytes of `ids_json` that write ids[:head_ids] (no comma or bracket after); 0: none
     facts: HistoryFacts | None = None  # what the render read from every message (history.py)
+    marks: Marks | None = (
+        None  # where each added token ends (segments.py), for a later prompt that shares less than the head
+    )
 
     @property
     def size(self) -> int:
         ids = len(self.ids) + len(self.tail_ids)
-        held = len(self.messages) + len(self.head_json)
+        held = len(self.messages) + len(self.ids_json)
         if self.facts is not None:
             held += 8 * len(self.facts.users) + 100 * len(self.facts.kinds)
+        if self.marks is not None:
+            held += 16 * len(self.marks.chars)
         return sys.getsizeof(self.text) + held + _RECORD_OVERHEAD + _BYTES_PER_ID * ids
 
 
@@ -116,8 +122,15 @@ class HistoryKey:
     key: bytes
     previous_key: bytes
     reply_index: int  # -1: no assistant message
-    encoded: bytes = b""  # the messages' orjson encoding without its closing bracket
-    previous_length: int = 0  # bytes of `encoded` before the latest reply (the previous turn's `encoded`)
+    encoded: bytes = b""  # the messages' orjson encoding (`orjson.dumps(messages)`, closing bracket included)
+    previous_length: int = (
+        0  # bytes of `encoded` before the latest reply: the previous turn's `encoded` without its "]"
+    )
+
+    def extends(self, previous: bytes) -> bool:
+        """Whether `previous` (an earlier request's `encoded`) is the encoding of exactly the messages
+        before the latest reply: its bytes but the closing bracket start `encoded` (a memcmp, no copy)."""
+        return len(previous) - 1 == self.previous_length and self.encoded.startswith(memoryview(previous)[:-1])
 
 
 def history_key(messages: Any) -> HistoryKey | None:
@@ -132,23 +145,25 @@ def history_key(messages: Any) -> HistoryKey | None:
         if message.get("role") == "assistant":
             reply_index = index
             break
-    # The list's encoding without its closing bracket: the encoding of a list starts with that of
-    # each of its prefixes, and an encoding of whole JSON values ends where a message ends. Two
-    # orjson calls (the history, then the rest) instead of one per message.
+    # The list's encoding starts with the encoding of each of its prefixes without the closing
+    # bracket, and an encoding of whole JSON values ends where a message ends. So one orjson call
+    # encodes the messages, a second one the few from the reply on, which tells where the history
+    # ends; both digests are taken over views of that one buffer (no copies of ~100 KB).
     split = max(reply_index, 0)
     try:
-        before = orjson.dumps(messages[:split] if split else [])[:-1]
-        after = orjson.dumps(messages[split:]) if split < len(messages) else b"[]"
+        encoded = orjson.dumps(messages)
+        after = orjson.dumps(messages[split:]) if split else encoded
     except (TypeError, orjson.JSONEncodeError):
         return None
-    hasher = xxhash.xxh3_128(before, _DIGEST_SEED)
+    # "[" + history + "," + rest + "]" against "[" + rest + "]": the difference is "[" + history.
+    history_length = len(encoded) - len(after) if split else 1
+    view = memoryview(encoded)
+    hasher = xxhash.xxh3_128(view[:history_length], _DIGEST_SEED)
     previous_key = hasher.digest()
-    if len(after) == 2:  # nothing after the history
-        return HistoryKey(previous_key, previous_key, reply_index, before, len(before))
-    rest = (b"," if split else b"") + after[1:-1]
-    hasher.update(rest)
-    encoded = before + rest
-    return HistoryKey(hasher.digest(), previous_key, reply_index, encoded, len(before))
+    if history_length == len(encoded) - 1:  # nothing after the history
+        return HistoryKey(previous_key, previous_key, reply_index, encoded, history_length)
+    hasher.update(view[history_length:-1])
+    return HistoryKey(hasher.digest(), previous_key, reply_index, encoded, history_length)
 
 
 @dataclass
@@ -224,9 +239,7 @@ class PrefixGuard:
             if previous is not None:
                 self._records.move_to_end(key.previous_key)
         # The digest found it; the messages themselves decide (a memcmp, no copy).
-        if previous is None or len(previous.messages) != key.previous_length:
-            return None
-        if not key.encoded.startswith(previous.messages):
+        if previous is None or not key.extends(previous.messages):
             return None
         return previous
 
@@ -239,11 +252,22 @@ class PrefixGuard:
         return head_of(self._segmenter, text, ids, self._encode)
 
     def finish(
-        self, turn: Turn, text: str, ids: list[int], head_chars: int, head_ids: int, head_json: bytes = b""
+        self,
+        turn: Turn,
+        text: str,
+        ids: list[int],
+        head_chars: int,
+        head_ids: int,
+        ids_json: bytes = b"",
+        json_head: int = 0,
+        marks: Marks | None = None,
+        copied: int = 0,
     ) -> PrefixCheck:
         """Check the new prompt against the previous one, record it, count the outcome.
-        `head_json`: the JSON of `ids[:head_ids]` (see encoded_ids.py), for the next turn."""
-        check = self._check(turn, text, ids) if turn.status is None else PrefixCheck(turn.status)
+        `ids_json`: the JSON of `ids`, whose first `json_head` bytes write `ids[:head_ids]` (see
+        encoded_ids.py), for the next turn; `marks`: where its added tokens end (segments.py);
+        `copied`: its first ids are copies of the previous prompt's (the shared count is no less)."""
+        check = self._check(turn, text, ids, copied) if turn.status is None else PrefixCheck(turn.status)
         if turn.status != SKIPPED:
             self._store(
                 turn.key,
@@ -257,7 +281,9 @@ class PrefixGuard:
                     ids=ids if self._keep_ids else [],
                     validated=turn.validated,
                     messages=turn.messages,
-                    head_json=head_json,
+                    ids_json=ids_json if json_head else b"",
+                    json_head=json_head,
+                    marks=marks,
                     facts=turn.facts,
                 ),
             )
@@ -270,7 +296,7 @@ class PrefixGuard:
             if check.cause is not None:
                 self.causes[check.cause] += 1
 
-    def _check(self, turn: Turn, text: str, ids: list[int]) -> PrefixCheck:
+    def _check(self, turn: Turn, text: str, ids: list[int], copied: int = 0) -> PrefixCheck:
         previous = turn.previous
         assert previous is not None
         count = previous.token_count
@@ -278,7 +304,7 @@ class PrefixGuard:
             if _thinking_dropped([turn.reply] if turn.reply else [], text[len(previous.text) :]):
                 return PrefixCheck(BREAKS, THINKING_DROPPED, count, count)
             return PrefixCheck(EXTENDS, None, count, count)
-        shared = self._shared_tokens(previous, text, ids)
+        shared = self._shared_tokens(previous, text, ids, copied)
         if turn.fingerprint != previous.fingerprint:
             cause = TEMPLATE_CHANGED
         elif text.startswith(previous.text):
@@ -297,11 +323,13 @@ class PrefixGuard:
         # The text starts with previous.head, so the ids start with its head ids (segments.py).
         return ids[previous.head_ids : previous.token_count] == previous.tail_ids
 
-    def _shared_tokens(self, previous: PromptRecord, text: str, ids: list[int]) -> int:
-        """How many ids the two prompts share at the start (on a break only: it re-encodes)."""
+    def _shared_tokens(self, previous: PromptRecord, text: str, ids: list[int], copied: int = 0) -> int:
+        """How many ids the two prompts share at the start (on a break only: it re-encodes).
+        `copied`: the first ids are copies of `previous.ids`' (the search starts there)."""
         before = previous.ids if previous.ids else self._encode(previous.text, False)
         limit = min(len(before), len(ids))
-        low, high = 0, limit  # the longest equal prefix, by halving (list slices compare in C)
+        low = copied if previous.ids and copied <= limit else 0
+        high = limit  # the longest equal prefix, by halving (list slices compare in C)
         while low < high:
             middle = (low + high + 1) // 2
             if ids[low:middle] == before[low:middle]:
@@ -331,8 +359,13 @@ class PrefixGuard:
 
 
 def _thinking_dropped(messages: Sequence[dict[str, Any]], text: str, before: str | None = None) -> bool:
-    """Whether the thinking of an assistant message is missing from `text` (and, when given, was in `before`)."""
-    for message in messages:
+    """Whether the thinking of an assistant message is missing from `text` (and, when given, was in `before`).
+
+    Latest message first: the answer is the same in any order, and where a template drops thinking
+    it drops that of the replies just before the new user message too, so the first dropped one is
+    found after a search or two instead of a search of the whole prompt per earlier reply (Qwen3 at
+    turn 31 of the agent benchmark: 20 replies whose thinking was already gone from both prompts)."""
+    for message in reversed(messages):
         if message.get("role") != "assistant":
             continue
         reasoning = message.get("reasoning")

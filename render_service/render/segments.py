@@ -25,6 +25,7 @@ import logging
 import re
 import sys
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -122,6 +123,25 @@ class Encoded:
     head_chars: int
     head_ids: int
     reused_ids: int = 0  # ids copied from an earlier prompt
+    # Where each added token ends (characters, ids), in order; the last is the head. None: not kept.
+    marks: Marks | None = None
+
+
+@dataclass(frozen=True)
+class Marks:
+    """The end of every added token of a prompt: `chars[k]` characters and `ids[k]` ids. A later
+    prompt that starts with the first `chars[k]` characters starts with the first `ids[k]` ids."""
+
+    chars: array[int]
+    ids: array[int]
+
+    @classmethod
+    def empty(cls) -> Marks:
+        return cls(array("q"), array("q"))
+
+    def upto(self, count: int) -> Marks:
+        """The first `count` marks (copies of two small arrays)."""
+        return Marks(self.chars[:count], self.ids[:count])
 
 
 class Reusable(Protocol):
@@ -130,6 +150,27 @@ class Reusable(Protocol):
     head: str
     ids: list[int]
     head_ids: int
+    marks: Marks | None
+
+
+def shared_mark(text: str, previous: Reusable) -> int:
+    """How many of `previous`'s marks `text` starts with (text up to the mark's end, byte for byte):
+    the largest k with `text.startswith(previous.head[: marks.chars[k - 1]])`, by halving (the test
+    holds for every shorter prefix when it holds for a longer one). 0: none, or no marks kept."""
+    marks = previous.marks
+    if marks is None or not marks.chars:
+        return 0
+    head, chars = previous.head, marks.chars
+    low, high = 0, len(chars)
+    if chars[-1] != len(head) or marks.ids[-1] != previous.head_ids or len(marks.ids) != high:
+        return 0  # the last mark is the head; marks that say otherwise are not this prompt's
+    while low < high:
+        middle = (low + high + 1) // 2
+        if text.startswith(head[: chars[middle - 1]]):
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 class SegmentEncoder:
@@ -161,32 +202,59 @@ class SegmentEncoder:
         self, text: str, previous: Reusable | None = None, container: Callable[[list[int]], list[int]] = list
     ) -> Encoded:
         """`text`'s ids; when it starts with `previous.head` (an earlier prompt up to the end of its
-        last added token), that prompt's first `previous.head_ids` ids are copied, not looked up.
+        last added token), that prompt's first `previous.head_ids` ids are copied, not looked up;
+        else when it starts with that prompt up to the end of an earlier added token (`shared_mark`),
+        the ids up to there are.
         `container`: makes the list the ids are written into (from a list it copies), so a caller's
         own list type costs no second copy of ~30k ids."""
         offset = 0
-        if previous is not None and previous.head and self.reuses_prefixes and text.startswith(previous.head):
-            ids = container(previous.ids)  # one copy of the whole list, then cut: cheaper than slicing first
-            del ids[previous.head_ids :]
-            offset = len(previous.head)
-        else:
-            ids = container([])
-        reused = len(ids)
+        ids = None
+        marks = Marks.empty()
+        if previous is not None and previous.head and self.reuses_prefixes:
+            if text.startswith(previous.head):
+                offset, reused = len(previous.head), previous.head_ids
+                if previous.marks is not None:
+                    marks = previous.marks.upto(len(previous.marks.chars))
+            else:
+                # Another history (a template that drops earlier thinking at a new user message, an
+                # edited message): the ids up to the last added token both prompts share are still
+                # the previous prompt's.
+                count = shared_mark(text, previous)
+                offset = previous.marks.chars[count - 1] if count and previous.marks else 0
+                reused = previous.marks.ids[count - 1] if count and previous.marks else 0
+                if count and previous.marks is not None:
+                    marks = previous.marks.upto(count)
+            if reused and len(previous.ids) >= reused:
+                ids = container(previous.ids)  # one copy of the whole list, then cut: cheaper than slicing first
+                del ids[reused:]
+            else:  # nothing shared, or the record kept no ids: encode it all
+                offset, marks = 0, Marks.empty()
+        reused = len(ids) if ids is not None else 0
+        mark_chars, mark_ids = marks.chars, marks.ids
         parts = self.segmenter.split(text[offset:] if offset else text)
         token_ids = self.segmenter.token_ids
-        head_chars, head_ids = offset, reused
+        # The new ids go to a plain list first and into `ids` at once: the container's own methods
+        # (EncodedIds overrides them in Python) run once, not once a piece.
+        added: list[int] = []
+        head_chars, head_added = offset, 0
         with self._lock:
             for index, part in enumerate(parts):
                 offset += len(part)
                 if index & 1:
-                    ids.append(token_ids[part])
-                    head_chars, head_ids = offset, len(ids)
+                    added.append(token_ids[part])
+                    head_chars, head_added = offset, len(added)
+                    mark_chars.append(offset)
+                    mark_ids.append(reused + head_added)
                 elif part:
-                    ids.extend(self._piece(part))
+                    added += self._piece(part)
             if reused:
                 self.reused_prompts += 1
                 self.reused_tokens += reused
-        return Encoded(ids, head_chars, head_ids, reused)
+        if ids is None:
+            ids = added if container is list else container(added)
+        else:
+            ids.extend(added)
+        return Encoded(ids, head_chars, reused + head_added, reused, marks)
 
     def _piece(self, piece: str) -> tuple[int, ...]:
         cache = self._cache

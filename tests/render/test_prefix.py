@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from benchmarks.agent_turns import conversation
@@ -148,3 +150,43 @@ def test_audit_reports_a_template_that_drops_history(qwen3_model_dir: Path) -> N
     notes = [f for f in report.findings if f.component == "template_history"]
     assert [(f.severity, f.ours) for f in notes] == [("info", prefix.THINKING_DROPPED)]
     assert "new user message" in notes[0].detail
+
+
+_REASONINGS = ["", "  ", "alpha", "beta gamma", "alpha beta"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    messages=st.lists(
+        st.fixed_dictionaries(
+            {"role": st.sampled_from(["assistant", "user", "tool"])},
+            optional={
+                "reasoning": st.one_of(st.none(), st.sampled_from(_REASONINGS)),
+                "reasoning_content": st.sampled_from(_REASONINGS),
+            },
+        ),
+        max_size=8,
+    ),
+    text=st.sampled_from(["", "alpha", "beta gamma", "alpha beta gamma"]),
+    before=st.one_of(st.none(), st.sampled_from(["", "alpha", "beta gamma", "alpha beta"])),
+)
+def test_thinking_dropped_latest_first_equals_any_order(
+    messages: list[dict[str, Any]], text: str, before: str | None
+) -> None:
+    """`_thinking_dropped` looks at the latest replies first (where a dropped thinking is found
+    after a search or two); its answer is the first-to-last one's."""
+
+    def reference() -> bool:
+        for message in messages:
+            if message.get("role") != "assistant":
+                continue
+            reasoning = message.get("reasoning")
+            if not isinstance(reasoning, str):
+                reasoning = message.get("reasoning_content")
+            if not isinstance(reasoning, str) or not reasoning.strip():
+                continue
+            if reasoning.strip() not in text and (before is None or reasoning.strip() in before):
+                return True
+        return False
+
+    assert prefix._thinking_dropped(messages, text, before) == reference()

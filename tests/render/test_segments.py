@@ -63,14 +63,78 @@ def test_segment_ids_equal_whole_prompt_ids(model: Any, built: segments.SegmentE
     first = encoder.encode_prompt(text)
     suffix = data.draw(st.lists(st.one_of(tokens, _FRAGMENTS, _TEXT), max_size=6))
     later = text + "".join(suffix)
-    previous = _Previous(text[: first.head_chars], first.ids, first.head_ids)
+    previous = _Previous(text[: first.head_chars], first.ids, first.head_ids, first.marks)
     reused = encoder.encode_prompt(later, previous)
     assert reused.ids == model.hf_tokenizer._tokenizer.encode(later, add_special_tokens=False).ids
 
 
 class _Previous:
-    def __init__(self, head: str, ids: list[int], head_ids: int) -> None:
-        self.head, self.ids, self.head_ids = head, ids, head_ids
+    def __init__(self, head: str, ids: list[int], head_ids: int, marks: segments.Marks | None = None) -> None:
+        self.head, self.ids, self.head_ids, self.marks = head, ids, head_ids, marks
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_prompt_that_shares_less_than_the_head_reuses_up_to_a_shared_mark(model: Any, data: st.DataObject) -> None:
+    """A later prompt that leaves the earlier one before its head (another history) copies the ids
+    up to the last added token both share; its ids are HF's, and so are those of every mark it keeps."""
+    encoder, _, why_not = segments.build(model.hf_tokenizer, model.encode, 1 << 20)
+    assert encoder is not None, why_not
+    tokens = st.sampled_from(_added(model))
+    pieces = data.draw(st.lists(st.one_of(tokens, _FRAGMENTS, _TEXT), min_size=1, max_size=14))
+    text = "".join(pieces)
+    first = encoder.encode_prompt(text)
+    cut = data.draw(st.integers(0, len(text)))
+    later = text[:cut] + "".join(data.draw(st.lists(st.one_of(tokens, _FRAGMENTS, _TEXT), max_size=6)))
+    previous = _Previous(text[: first.head_chars], first.ids, first.head_ids, first.marks)
+    encoded = encoder.encode_prompt(later, previous)
+
+    def hf(part: str) -> list[int]:
+        return model.hf_tokenizer._tokenizer.encode(part, add_special_tokens=False).ids
+
+    assert encoded.ids == hf(later)
+    count = segments.shared_mark(later, previous)
+    assert first.marks is not None and encoded.marks is not None
+    expected = first.marks.ids[count - 1] if count else 0
+    if not later.startswith(previous.head):
+        assert encoded.reused_ids == expected
+    for chars, ids in zip(encoded.marks.chars, encoded.marks.ids, strict=True):
+        assert later[chars - len(_ends_with(later[:chars], _added(model))) : chars] in _added(model)
+        assert encoded.ids[:ids] == hf(later[:chars])
+    assert (encoded.head_chars, encoded.head_ids) == (
+        (encoded.marks.chars[-1], encoded.marks.ids[-1]) if encoded.marks.chars else (0, 0)
+    )
+
+
+def _ends_with(text: str, tokens: list[str]) -> str:
+    """The longest added token `text` ends with ('' if none)."""
+    return max((token for token in tokens if text.endswith(token)), key=len, default="")
+
+
+def test_marks_that_are_not_the_prompts_fail_closed(qwen3_model_dir: Path) -> None:
+    """Marks whose last entry is not the head (a record they do not belong to) copy nothing: the
+    later prompt is encoded whole."""
+    model = _load(qwen3_model_dir)
+    encoder, _, why_not = segments.build(model.hf_tokenizer, model.encode, 1 << 20)
+    assert encoder is not None, why_not
+    text = "<|im_start|>system\nA<|im_end|>\n<|im_start|>user\nB<|im_end|>\n<|im_start|>assistant\n"
+    first = encoder.encode_prompt(text)
+    assert first.marks is not None and len(first.marks.chars) == 5
+    later = text[: text.index("B")] + "C<|im_end|>\n"
+    good = _Previous(text[: first.head_chars], first.ids, first.head_ids, first.marks)
+    assert segments.shared_mark(later, good) == 3
+    assert encoder.encode_prompt(later, good).reused_ids == first.marks.ids[2]
+    shifted = segments.Marks(first.marks.chars[:-1], first.marks.ids[:-1])  # the head is not its last mark
+    wrong_ids = segments.Marks(first.marks.chars, segments.array("q", [*first.marks.ids[:-1], first.head_ids + 1]))
+    for marks in (shifted, wrong_ids, segments.Marks.empty(), None):
+        previous = _Previous(text[: first.head_chars], first.ids, first.head_ids, marks)
+        assert segments.shared_mark(later, previous) == 0
+        encoded = encoder.encode_prompt(later, previous)
+        assert encoded.reused_ids == 0 and encoded.ids == model.encode(later)
+    # a record without ids (never kept) copies nothing either
+    empty = _Previous(text[: first.head_chars], [], first.head_ids, first.marks)
+    encoded = encoder.encode_prompt(later, empty)
+    assert encoded.reused_ids == 0 and encoded.ids == model.encode(later)
 
 
 def test_add_special_tokens_is_encoded_whole(qwen3_model_dir: Path, loaded_models: Callable[[Path], Any]) -> None:

@@ -13,12 +13,13 @@ from typing import Any
 
 import orjson
 import pytest
+import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.agent_turns import conversation
 from render_service.exceptions import RenderServiceError
-from render_service.render import encoded_ids, history, pipeline, prefix, templating
+from render_service.render import encoded_ids, history, pipeline, prefix, segments, templating
 from render_service.render import pipeline as render
 from tests.helpers import segment_cache_contexts
 
@@ -76,14 +77,41 @@ _MESSAGE = st.fixed_dictionaries(
 def test_history_key_is_the_list_encoding_and_chains_turns(messages: list[dict[str, Any]]) -> None:
     key = prefix.history_key(messages)
     assert key is not None
-    assert key.encoded == orjson.dumps(messages)[:-1]
+    assert key.encoded == orjson.dumps(messages)
     reply = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
     assert key.reply_index == reply
     earlier = prefix.history_key(messages[: max(reply, 0)])
     assert earlier is not None
     # The previous turn's request (the messages before the reply) is recorded under this turn's previous_key.
     assert key.previous_key == earlier.key
-    assert key.previous_length == len(earlier.encoded) and key.encoded.startswith(earlier.encoded)
+    assert key.previous_length == len(earlier.encoded) - 1 and key.extends(earlier.encoded)
+    # The digests are those of the encodings: the history's without its closing bracket, and the whole list's.
+    assert (
+        key.previous_key == xxhash.xxh3_128(orjson.dumps(messages[: max(reply, 0)])[:-1], prefix._DIGEST_SEED).digest()
+    )
+    assert key.key == xxhash.xxh3_128(orjson.dumps(messages)[:-1], prefix._DIGEST_SEED).digest()
+
+
+@settings(max_examples=200, deadline=None)
+@given(messages=st.lists(_MESSAGE, min_size=1, max_size=8), at=st.integers(0, 7), extra=st.booleans())
+def test_history_key_extends_only_the_exact_history(messages: list[dict[str, Any]], at: int, extra: bool) -> None:
+    """A record is found only for byte-identical history: one changed byte, one message more or one
+    fewer, and `extends` says no (the lookup then renders from scratch)."""
+    messages = [*messages, {"role": "assistant", "content": "reply"}]
+    key = prefix.history_key(messages)
+    assert key is not None
+    history_messages = messages[:-1]
+    exact = prefix.history_key(history_messages)
+    assert exact is not None and key.extends(exact.encoded)
+    changed = copy.deepcopy(history_messages)
+    target = changed[at % len(changed)]
+    target["content"] = (target["content"] if isinstance(target["content"], str) else "") + "!"
+    other = prefix.history_key(changed[:-1] if extra and len(changed) > 1 else changed)
+    assert other is not None and not key.extends(other.encoded)
+    longer = prefix.history_key([*history_messages, {"role": "tool", "content": "x"}])
+    assert longer is not None and not key.extends(longer.encoded)
+    shorter = prefix.history_key(history_messages[:-1])
+    assert shorter is not None and not key.extends(shorter.encoded)
 
 
 def test_history_key_of_other_messages_differs() -> None:
@@ -244,14 +272,37 @@ def test_null_literal_scan_equals_the_regex(parts: list[str]) -> None:
 # -- the response's id JSON -------------------------------------------------------------------
 
 
+class _Record:
+    def __init__(self, head_ids: int, ids_json: bytes, json_head: int) -> None:
+        self.head_ids, self.ids_json, self.json_head = head_ids, ids_json, json_head
+
+
 @settings(max_examples=300, deadline=None)
-@given(ids=st.lists(st.integers(0, 200_000), max_size=30), start=st.integers(0, 30))
-def test_closed_json_equals_extend_then_close(ids: list[int], start: int) -> None:
-    start = min(start, len(ids))
-    head = encoded_ids.extend_json(b"", ids, 0, start) if start else b""
-    assert encoded_ids._closed(head, ids, start) == orjson.dumps(ids)
-    if ids:  # (extend_json + "]" of no ids at all would be "]")
-        assert encoded_ids._closed(head, ids, start) == encoded_ids.extend_json(head, ids, start) + b"]"
+@given(
+    turns=st.lists(
+        st.tuples(st.integers(0, 30), st.lists(st.integers(0, 200_000), max_size=12), st.integers(0, 12)),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_response_json_over_turns_equals_encoding_the_list(turns: list[tuple[int, list[int], int]]) -> None:
+    """Each turn keeps a prefix of the previous turn's ids (all of its head when `keep` reaches it,
+    the only case that copies the text), adds ids, and marks a head: the JSON written from the
+    previous turn's text is `orjson.dumps` of the ids, and the head's byte count is right."""
+    previous: _Record | None = None
+    ids: list[int] = []
+    for keep, added, head_after in turns:
+        reused = min(keep, previous.head_ids if previous else 0)
+        ids = [*ids[:reused], *added]
+        head = min(reused + head_after, len(ids))
+        encoded = segments.Encoded(list(ids), 0, head, reused_ids=reused)
+        written, json_head = encoded_ids.with_json(encoded, previous)
+        assert written.json == orjson.dumps(ids)
+        if head:
+            assert written.json[:json_head] == orjson.dumps(ids[:head])[:-1]
+        else:
+            assert json_head == 0
+        previous = _Record(head, written.json, json_head)
 
 
 def test_encode_prompt_into_encoded_ids_equals_a_list(contexts) -> None:
@@ -267,3 +318,24 @@ def test_encode_prompt_into_encoded_ids_equals_a_list(contexts) -> None:
     assert type(as_encoded.ids) is encoded_ids.EncodedIds and type(as_list.ids) is list
     assert as_encoded == as_list or (list(as_encoded.ids), as_encoded.head_chars) == (as_list.ids, as_list.head_chars)
     assert list(as_encoded.ids) == cached.model.encode(text, False)
+
+
+def test_a_turn_that_drops_earlier_thinking_still_copies_the_shared_ids(contexts) -> None:
+    """Qwen3 drops the thinking of earlier replies at a new user message, so that turn's prompt
+    leaves the previous one before its head: the ids up to the last added token both share are
+    copied (segments.shared_mark), and the result is still what reading everything gives."""
+    cached, uncached = contexts
+    assert cached.segments is not None
+    bodies = conversation(turns=12, seed=3, user_every=5)
+    copied_on_breaks = 0
+    for body in bodies:
+        before = cached.segments.stats().reused_tokens
+        checks: list[prefix.PrefixCheck] = []
+        result = render.render_chat(cached, copy.deepcopy(body), "fixed-id", prefix_checks=checks)
+        assert _result(uncached, body) == orjson.loads(orjson.dumps({**result, "token_ids": list(result["token_ids"])}))
+        if checks and checks[0].status == prefix.BREAKS:
+            assert checks[0].cause == prefix.THINKING_DROPPED
+            copied = cached.segments.stats().reused_tokens - before
+            assert 0 < copied <= (checks[0].shared_tokens or 0)
+            copied_on_breaks += 1
+    assert copied_on_breaks >= 2  # turns 6 and 11
