@@ -68,12 +68,19 @@ PYTHONIC_WHOLE_LIST = (
     "pythonic/llama4_pythonic: batch needs the whole tool phase to be one call list, else it is all "
     "content: a tool phase that starts a list is held to the end of the stream, its calls arrive whole"
 )
+LLAMA_JSON_WHOLE_LIST = (
+    "llama3_json/llama4_json: batch rejects every call when one '{' does not start a valid call object, and "
+    "dumps the arguments with json.dumps: a tool phase that starts a call list is held to the end of the "
+    "stream, its calls arrive whole"
+)
 HELD_CALLS: dict[str, str] = {
     "hermes": HERMES_ALL_OR_NOTHING,
     "qwen3_json": HERMES_ALL_OR_NOTHING,
     "granite4": GRANITE4_ALL_OR_NOTHING,
     "pythonic": PYTHONIC_WHOLE_LIST,
     "llama4_pythonic": PYTHONIC_WHOLE_LIST,
+    "llama3_json": LLAMA_JSON_WHOLE_LIST,
+    "llama4_json": LLAMA_JSON_WHOLE_LIST,
 }
 
 
@@ -117,10 +124,18 @@ MINIMAX_APPEND_THINK = (
     "reasoning, and feeds the tool parser only after a </think> id)"
 )
 
+QWEN3_MARKERS_BY_TEXT = (
+    "qwen3 reasoning: batch's engine has no token ids and matches <think>, </think>, <tool_call> and the special "
+    "tokens it drops (<|im_end|>, <|endoftext|> with ignore_eos) by text, anywhere; vLLM's stream matches them by "
+    "id (as text only before the first id) and keeps a dropped special token in the content: ours matches by "
+    "text throughout and drops what batch drops, holding back only a possible marker prefix at a chunk end"
+)
+
 # test_parsers.py GOLDEN case -> cause
 CASES: dict[str, str] = {
     "prompt_closed/one": QWEN3_CONTENT_AFTER_END,
     "ds_think/mixed": DEEPSEEK_R1_THINK_TEXT,
+    "im_end_inside/one": QWEN3_MARKERS_BY_TEXT,
 }
 
 # test_parsers.py GOLDEN case -> cause, where our batch answer is not vLLM's
@@ -336,6 +351,23 @@ E2E_TOOLS_STILL_OPEN: dict[str, str] = {
 E2E_BATCH_CASES: dict[str, str] = {
     "deepseek_thinking_disabled_batch": PROMPT_END_BATCH,
 }
+
+# Rule 2 (batch follows the stream): vLLM's llama3_json batch makes calls of the JSON objects
+# anywhere in the text and drops the text before them; which is known only at the end of the
+# output, and holding would delay the whole content. vLLM's stream reads a call list only where
+# the text starts with <|python_tag|> or "{": so does our batch.
+LLAMA_JSON_CONTENT_FIRST = (
+    "llama3_json/llama4_json: a tool phase that does not start with <|python_tag|> or '{' is content in "
+    "batch too (vLLM's batch drops the text before the first '{' and reads the objects after it as calls)"
+)
+E2E_BATCH_CASES.update(
+    {
+        f"p_{family}_{case}_batch": LLAMA_JSON_CONTENT_FIRST
+        for family in ("llama3_json", "llama4_json")
+        for case in ("content_then_call", "required_json")
+    }
+)
+E2E_BATCH_CASES["p_llama4_json_python_start_batch"] = LLAMA_JSON_CONTENT_FIRST
 
 
 def stream_twin(case: str) -> str:

@@ -55,7 +55,6 @@ RAW_CONTENT = (
 DSV3_END = "DeepSeek V3/V3.1: a chunk with a call's end marker streams arguments up to the last '\"}'; text after calls"
 GEMMA4 = "Gemma 4: batch reads the thought channel and call syntax on the whole output"
 KIMI = "Kimi K2: empty arguments '{}' only in batch; calls after a malformed one kept only in batch"
-LLAMA_JSON = "llama JSON: text before the first '{' is dropped and a ';'-joined list must parse whole in batch"
 GRANITE = "Granite: streaming needs the thought marker at the very start; batch converts argument types"
 NEMOTRON = "Nemotron V3: the final flush is not whitespace-stripped; a stray </think> is content in streaming"
 SEED = "Seed-OSS: a stray </seed:think> is dropped in batch only"
@@ -89,8 +88,6 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("kimi", "None+kimi_k2"): KIMI,
     ("kimi", "kimi_k2+None"): ENGINE_REASONING,
     ("kimi", "kimi_k2+kimi_k2"): KIMI + "; " + ENGINE_REASONING,
-    ("llama3_json", "None+llama3_json"): LLAMA_JSON,
-    ("llama4_json", "None+llama4_json"): LLAMA_JSON,
     ("minimax_m2", "minimax_m2_append_think+minimax_m2"): RAW_CONTENT,
     ("nemotron_v3", "nemotron_v3+None"): NEMOTRON,
     ("nemotron_v3", "nemotron_v3+hermes"): NEMOTRON,
