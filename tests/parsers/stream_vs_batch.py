@@ -43,7 +43,6 @@ ENGINE_THINK_IN_CONTENT = (
     "engine tool parsers behind deepseek_r1 (prompt closed reasoning): reasoning markers in the content are "
     "dropped or read as reasoning by id in streaming, kept as text in batch"
 )
-THINK_TEXT = "reasoning markers spelled as text or repeated: batch matches them anywhere, the stream by token id once"
 GLM_THINK_AGAIN = (
     "GLM 4.5 reasoning + tools: batch's reasoning engine re-opens reasoning at a later <think> (also inside a "
     "call's markup); the stream hands the text after </think> to the tool engine"
@@ -92,9 +91,6 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("nemotron_v3", "nemotron_v3+None"): NEMOTRON,
     ("nemotron_v3", "nemotron_v3+hermes"): NEMOTRON,
     ("pythonic", "None+pythonic"): NAMED_BLANK,
-    ("qwen3", "qwen3+None"): THINK_TEXT + "; special tokens in content (ignore_eos) dropped in batch only",
-    ("qwen3", "qwen3+hermes"): THINK_TEXT,
-    ("qwen3", "qwen3+qwen3_json"): THINK_TEXT,
     ("qwen3_coder", "deepseek_r1+qwen3_coder"): ENGINE_THINK_IN_CONTENT,
     ("seed_oss", "seed_oss+hermes"): SEED,
     ("seed_oss", "seed_oss+qwen3_coder"): SEED,
