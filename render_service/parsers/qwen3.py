@@ -117,6 +117,9 @@ class Qwen3ReasoningParser(ReasoningParser):
         self.resolved = resolved
         literals = [(lit, name) for name, lit in TERMINALS.items()] + [(t, DROP) for t in sorted(drop_texts)]
         self.first_chars = frozenset(lit[0] for lit, _ in literals if lit)
+        # In content only a literal that can be held (longer than one character) or dropped
+        # changes the text; a lone ">" is passed through.
+        self.content_first_chars = frozenset(lit[0] for lit, name in literals if len(lit) > 1 or name == DROP)
         self.prefix_set = frozenset(lit[:i] for lit, _ in literals for i in range(1, len(lit)))
         by_first: dict[str, list[tuple[str, str]]] = {}
         for lit, name in literals:
@@ -212,6 +215,10 @@ class Qwen3ReasoningParser(ReasoningParser):
         possible marker prefix at the chunk's end (the lexer's look-behind, flushed when the
         stream finishes): it accumulates to the batch content."""
         if not self.thinking_enabled:
+            return Delta(content=text) if text else None
+        if not st.buf and not finished and self.content_first_chars.isdisjoint(text):
+            # No literal can start here: the engine would pass the text through (per-chunk speed:
+            # most content chunks take this path).
             return Delta(content=text) if text else None
         events = self._feed(st, text, ()) if text else []
         if finished:
