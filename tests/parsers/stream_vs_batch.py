@@ -57,7 +57,6 @@ KIMI = "Kimi K2: empty arguments '{}' only in batch; calls after a malformed one
 GRANITE = "Granite: streaming needs the thought marker at the very start; batch converts argument types"
 NEMOTRON = "Nemotron V3: the final flush is not whitespace-stripped; a stray </think> is content in streaming"
 SEED = "Seed-OSS: a stray </seed:think> is dropped in batch only"
-NAMED_BLANK = "tool_choice named (forced.py): a blank output streams the named call, batch has none"
 
 NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("deepseek", "None+deepseek_v3"): DSV3_END,
@@ -90,7 +89,6 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("minimax_m2", "minimax_m2_append_think+minimax_m2"): RAW_CONTENT,
     ("nemotron_v3", "nemotron_v3+None"): NEMOTRON,
     ("nemotron_v3", "nemotron_v3+hermes"): NEMOTRON,
-    ("pythonic", "None+pythonic"): NAMED_BLANK,
     ("qwen3_coder", "deepseek_r1+qwen3_coder"): ENGINE_THINK_IN_CONTENT,
     ("seed_oss", "seed_oss+hermes"): SEED,
     ("seed_oss", "seed_oss+qwen3_coder"): SEED,
