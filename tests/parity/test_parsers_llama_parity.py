@@ -87,6 +87,51 @@ def test_goldens_match_corpus(family_dirs: dict[str, Path]) -> None:
 @pytest.mark.parametrize("golden", GOLDENS, ids=[g["case"] for g in GOLDENS])
 def test_parser_family_parity(golden: dict[str, Any], parser_client: Callable[[str], TestClient]) -> None:
     client = parser_client(golden["config"])
+    ours, failures = _replay(golden, client)
+    config = PARSER_CONFIGS[golden["config"]]
+    tool = config.tool_call_parser if config.enable_auto_tool_choice else None
+    case = golden["case"]
+    if failures and golden["kind"] == "batch" and len(ours) == 1 and isinstance(ours[0], dict):
+        if case in deliberate.E2E_BATCH_CASES:
+            # a deliberate batch difference (ACC.md rule 2): ours is what our stream twin sends
+            streamed = deliberate.accumulate_chunks(_replay(_GOLDENS_BY_CASE[deliberate.stream_twin(case)], client)[0])
+            mine = deliberate.message_view(ours[0])
+            problem = (
+                None if mine == streamed else f"{deliberate.E2E_BATCH_CASES[case]}: {mine} != our stream's {streamed}"
+            )
+            failures = [] if problem is None else [(-1, [problem])]
+        elif tool in deliberate.BATCH_TOOLS:
+            mine, theirs = deliberate.message_view(ours[0]), deliberate.message_view(golden["calls"][0]["response"])
+            problem = deliberate.check_batch_tool(mine, theirs, deliberate.BATCH_TOOLS[tool])
+            failures = [] if problem is None else [(-1, [problem])]
+    held = deliberate.held(tool) if golden["kind"] == "stream" else None
+    vllm = [c["response"] for c in golden["calls"]]
+    if failures and held is not None and not any(deliberate.not_held_diffs(d) for _, d in failures):
+        # a deliberate difference: our calls arrive whole at the end (deliberate.HELD_CALLS)
+        twin = deliberate.batch_twin(case)
+        # a twin listed as a deliberate batch difference: ours is what vLLM's stream accumulates to
+        batch = None if twin in deliberate.E2E_BATCH_CASES else _BATCH.get(twin)
+        problem = deliberate.check_e2e_held(held, ours, vllm, batch)
+        failures = [] if problem is None else [(-1, [problem])]
+    elif failures and golden["kind"] == "stream" and (case in deliberate.E2E_CASES or tool in deliberate.WHOLE_CALLS):
+        # a listed deliberate stream difference: ours accumulates to the batch answer (ours
+        # where our batch deliberately differs from vLLM's)
+        twin = deliberate.batch_twin(case)
+        if twin in deliberate.E2E_BATCH_CASES or tool in deliberate.BATCH_TOOLS:
+            batch = _replay(_GOLDENS_BY_CASE[twin], client)[0][0] if twin in _GOLDENS_BY_CASE else None
+        else:
+            batch = _BATCH.get(twin)
+        problem = deliberate.check_e2e_stream(case, ours, vllm, batch, tool_parser=tool)
+        failures = [] if problem is None else [(-1, [problem])]
+    assert not failures, "\n".join(
+        [f"{case}: {len(failures)} of {len(golden['calls'])} call(s) differ from vLLM 0.33"]
+        + [f"  call {i}: {d}" for i, ds in failures[:5] for d in ds[:6]]
+    )
+
+
+def _replay(golden: dict[str, Any], client: TestClient) -> tuple[list[Any], list[tuple[int, list[str]]]]:
+    """Our responses to a golden's calls (stream calls carrying OUR stream_state) and, per call,
+    how they differ from vLLM's."""
     tracker = ToolIdTracker()
     states: dict[int, Any] = {}
     failures: list[tuple[int, list[str]]] = []
@@ -102,36 +147,10 @@ def test_parser_family_parity(golden: dict[str, Any], parser_client: Callable[[s
         diffs = compare_call(request, call["status"], call["response"], status, body)
         if status == 200:
             diffs += tracker.check(body, lane)
-        if diffs and golden["case"] in deliberate.E2E_BATCH_CASES and status == 200:
-            diffs = _deliberate_batch(golden["case"], body)
         if diffs:
             failures.append((i, diffs))
         ours.append(body)
-    config = PARSER_CONFIGS[golden["config"]]
-    held = deliberate.held(config.tool_call_parser) if golden["kind"] == "stream" else None
-    if failures and held is not None and not any(deliberate.not_held_diffs(d) for _, d in failures):
-        # a deliberate difference: our calls arrive whole at the end (deliberate.HELD_CALLS)
-        twin = deliberate.batch_twin(golden["case"])
-        # a twin listed as a deliberate batch difference: ours is what vLLM's stream accumulates to
-        batch = None if twin in deliberate.E2E_BATCH_CASES else _BATCH.get(twin)
-        problem = deliberate.check_e2e_held(held, ours, [c["response"] for c in golden["calls"]], batch)
-        failures = [] if problem is None else [(-1, [problem])]
-    assert not failures, "\n".join(
-        [f"{golden['case']}: {len(failures)} of {len(golden['calls'])} call(s) differ from vLLM 0.33"]
-        + [f"  call {i}: {d}" for i, ds in failures[:5] for d in ds[:6]]
-    )
-
-
-def _deliberate_batch(case: str, body: dict[str, Any]) -> list[str]:
-    """A listed deliberate batch difference (tests/parsers/deliberate.py E2E_BATCH_CASES): our
-    message (reasoning, content, calls, finish reason) must be what vLLM's stream twin
-    accumulates to."""
-    twin = _GOLDENS_BY_CASE[deliberate.stream_twin(case)]
-    streamed = deliberate.accumulate_chunks([c["response"] for c in twin["calls"]])
-    ours = deliberate.message_view(body)
-    if ours == streamed:
-        return []
-    return [f"{deliberate.E2E_BATCH_CASES[case]}: ours {ours} is not what vLLM's stream sends {streamed}"]
+    return ours, failures
 
 
 def test_render_goldens_match_cases() -> None:

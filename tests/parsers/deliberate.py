@@ -503,3 +503,52 @@ def check_e2e_held_call(
                 continue
         return f"{cause}: choice {index}: {mine} neither holds back vLLM's {theirs} nor ends with the batch calls"
     return None
+
+
+# -- granite reasoning (parsers/granite_reasoning.py) ------------------------------------------------
+
+GRANITE_THOUGHT = (
+    "granite reasoning: vLLM's stream reads reasoning only from a thought-process marker at the very start, "
+    "never ends reasoning (so the tool parser never runs) and drops the character before the response "
+    "marker; its batch finds both markers anywhere. Ours streams reasoning from a thought marker at the "
+    "start to the first response marker, then hands the rest to the tool parser (content from the start "
+    "when there is no thought marker), holding only a possible marker prefix"
+)
+# Rule 2: whether batch has reasoning depends on a response marker that may come last, and
+# holding would delay the whole reasoning: without one, ours keeps the reasoning (vLLM: content).
+GRANITE_THOUGHT_BATCH = (
+    "granite reasoning: a thought marker at the start with no response marker is reasoning in batch too (vLLM: "
+    "all content); markers not at the start are content (vLLM: reasoning between them)"
+)
+E2E_CASES.update(
+    {
+        f"p_granite_{case}": GRANITE_THOUGHT
+        for case in (
+            *("named_json_stream1", "named_json_streamr", "named_native_stream1", "parallel_false_stream1"),
+            *("reasoning_heres_streamr", "reasoning_split_streamr", "reasoning_streamr"),
+            *("reasoning_tool_stream1", "reasoning_tool_streamr"),
+            *("reasoning_unfinished_stream1", "reasoning_unfinished_streamr"),
+            *("required_json_stream1", "required_json_streamr", "required_native_stream1"),
+            *("tool_length_stream1", "tool_length_streamr", "tool_malformed_stream1", "tool_malformed_streamr"),
+            *("tool_string_stream1", "tool_string_streamr", "tool_then_content_stream1", "tool_then_content_streamr"),
+            *("tool_token_stream1", "tool_token_streamr"),
+        )
+    }
+)
+E2E_BATCH_CASES["p_granite_reasoning_unfinished_batch"] = GRANITE_THOUGHT_BATCH
+
+# The granite tool parser (an engine over a JSON array) still streams as vLLM's does
+# (stream_vs_batch.NOT_ACCUMULATING): where the reasoning parser now hands it the content, only
+# the reasoning side of these goldens is ours to check.
+E2E_TOOLS_STILL_OPEN.update(
+    {
+        f"p_granite_{case}": (
+            "granite tool parser (engine): batch strips the content and drops the text after the calls, the stream "
+            "sends them (stream_vs_batch GRANITE)"
+        )
+        for case in (
+            "parallel_false_stream1",
+            *("tool_string_stream1", "tool_string_streamr", "tool_then_content_stream1", "tool_then_content_streamr"),
+        )
+    }
+)

@@ -54,7 +54,10 @@ RAW_CONTENT = (
 DSV3_END = "DeepSeek V3/V3.1: a chunk with a call's end marker streams arguments up to the last '\"}'; text after calls"
 GEMMA4 = "Gemma 4: batch reads the thought channel and call syntax on the whole output"
 KIMI = "Kimi K2: empty arguments '{}' only in batch; calls after a malformed one kept only in batch"
-GRANITE = "Granite: streaming needs the thought marker at the very start; batch converts argument types"
+GRANITE = (
+    "Granite tool parser (engine over a JSON array): batch converts argument types and drops the text after the "
+    "calls; with the granite reasoning parser in front, batch returns the raw content when no call is accepted"
+)
 NEMOTRON = "Nemotron V3: the final flush is not whitespace-stripped; a stray </think> is content in streaming"
 SEED = "Seed-OSS: a stray </seed:think> is dropped in batch only"
 
@@ -80,9 +83,7 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("glm", "glm45+None"): ENGINE_REASONING,
     ("glm", "glm45+glm45"): GLM_THINK_AGAIN,
     ("granite", "None+granite"): GRANITE,
-    ("granite", "granite+None"): GRANITE,
     ("granite", "granite+granite"): GRANITE,
-    ("granite", "granite+granite4"): GRANITE,
     ("kimi", "None+kimi_k2"): KIMI,
     ("kimi", "kimi_k2+None"): ENGINE_REASONING,
     ("kimi", "kimi_k2+kimi_k2"): KIMI + "; " + ENGINE_REASONING,
