@@ -91,7 +91,7 @@ def output_ids(family: str, tok: Any, n: int) -> list[int]:
         return fit([], lambda p: f"[create_ticket(title='Retry storm', description='{p}')]", 4)
     if family == "llama4_pythonic":
         return fit(special("<|python_start|>"), lambda p: f"[create_ticket(title='Retry storm', description='{p}')]", 6)
-    if family == "granite":  # reasoning granite + tool granite: the stream never leaves reasoning
+    if family == "granite":  # reasoning granite + tool granite: reasoning, then content after the response marker
         return enc(
             "Here is my thought process: " + prose(tok, n // 2) + " Here is my response: " + prose(tok, n // 2, 3)
         )[: n - 1]

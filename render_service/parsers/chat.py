@@ -389,8 +389,7 @@ class ChatParser:
         if st.forced is None:
             st.forced = forced.RequiredScan()
         if opts.tool_choice == "named":
-            delta, st.forced.named = forced.named_feed(st.forced.named, text, opts.tool_name or "", tool_id)
-            return delta
+            return forced.named_feed(st.forced, text, opts.tool_name or "", tool_id)
         if self.engine_based:
             # vLLM's engine-based stream state keeps no text: each chunk is scanned on its own.
             return forced.required_feed(forced.RequiredScan(), text, tool_id)

@@ -3,7 +3,8 @@
 JSON-schema constraint, and the output is read as JSON instead of the family's format.
 
 - named, streaming (`tool_parsers/streaming.extract_named_tool_call_streaming`): every chunk's
-  text is argument text of call 0; the first chunk also carries the id and the forced name.
+  text is argument text of call 0; the first chunk also carries the id and the forced name (ours:
+  the first chunk that makes the output more than whitespace, see `named_feed`).
 - required, streaming (`extract_required_tool_call_streaming`): the output is a JSON array of
   `{"name": ..., "parameters": ...}`; a call is announced (id, name, the parameters so far) once
   its name string has closed and its parameters value has started, and its later chunks carry
@@ -27,7 +28,7 @@ EXPECT_KEY, EXPECT_COLON, EXPECT_VALUE, IN_STRING, IN_CONTAINER, IN_SCALAR, AFTE
 MAX_KEY = len("parameters")  # longer keys can never be "name" or "parameters"
 
 
-class RequiredScan(ParserState, tag="forced_required/1"):
+class RequiredScan(ParserState, tag="forced_required/2"):
     """The scanner of one stream. `pos`: characters seen; `index`: elements started (the
     current one is `index - 1`, live while `in_elem`); `key_text`/`name_text`: the open key /
     name string; `name`, `args_start`/`args_end`: the current element's name (once its string
@@ -53,6 +54,7 @@ class RequiredScan(ParserState, tag="forced_required/1"):
     blocked: bool = False
     done: bool = False
     named: bool = False  # named: the call's id and name were sent
+    named_ws: str = ""  # named: the output so far while it is only whitespace (not sent yet)
 
 
 def required_feed(st: RequiredScan, text: str, tool_id: ToolIdFn) -> Delta | None:
@@ -194,11 +196,19 @@ def _step(st: RequiredScan, ch: str, i: int, calls: list[ToolCallDelta], buf: li
 # -- named ------------------------------------------------------------------------------------------
 
 
-def named_feed(returned: bool, text: str, name: str, tool_id: ToolIdFn) -> tuple[Delta, bool]:
-    """`extract_named_tool_call_streaming` (array index 0): (delta, name returned)."""
-    if returned:
-        return Delta(tool_calls=[ToolCallDelta(index=0, arguments=text)]), True
-    return Delta(tool_calls=[ToolCallDelta(index=0, id=tool_id(0), type="function", name=name, arguments=text)]), True
+def named_feed(st: RequiredScan, text: str, name: str, tool_id: ToolIdFn) -> Delta | None:
+    """`extract_named_tool_call_streaming` (array index 0), except that the call is announced
+    only once the output holds more than whitespace: batch makes no call of a blank output
+    (`ChatParser._extract_tool_calls`), and vLLM's stream would already have sent one (issue 16,
+    docs/parsers.md). The whitespace so far waits in the state and leads the call's arguments."""
+    if st.named:
+        return Delta(tool_calls=[ToolCallDelta(index=0, arguments=text)])
+    text = st.named_ws + text
+    if not text.strip():
+        st.named_ws = text
+        return None
+    st.named_ws, st.named = "", True
+    return Delta(tool_calls=[ToolCallDelta(index=0, id=tool_id(0), type="function", name=name, arguments=text)])
 
 
 # -- batch --------------------------------------------------------------------------------------------

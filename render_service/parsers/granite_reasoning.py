@@ -1,27 +1,33 @@
-"""Granite reasoning parser (`granite`): vLLM 0.33's `GraniteReasoningParser`.
+"""Granite reasoning parser (`granite`): vLLM 0.33's `GraniteReasoningParser`, made to
+accumulate to its batch answer (issue 16, docs/parsers.md "Streaming accumulates to the batch
+answer").
 
 Granite 3.x thinks in plain text: "Here is my thought process: ... Here is my response: ..."
-("Here's" is accepted too). vLLM re-scans the whole output on every chunk; the facts that scan
-yields are kept here as a few offsets and a 32-character window, so a chunk costs O(its text):
+("Here's" is accepted too).
 
-- reasoning starts only when the output begins exactly with the thought-process marker;
-- the response starts at the first later ':' whose preceding text ends with "Here is my
-  response" / "Here's my response"; the character before "Here" belongs to neither part;
-- the deltas reproduce vLLM's chunk arithmetic exactly, including its quirks: text that looked
-  like the start of a marker and was not is released as one piece (before the markers: the whole
-  output so far, as content); a marker that arrives in the same chunk as reasoning text is emitted
-  as reasoning; the transition chunk's reasoning is cut by vLLM's offset formula.
+vLLM's batch `extract_reasoning` is a regex over the whole text: both markers, anywhere in it;
+reasoning is the text between them, content the text after the response marker; without both,
+everything is content. vLLM's stream re-scans the whole output on every chunk: reasoning only
+when the output begins with the thought-process marker, the character before "Here" of the
+response marker in neither part, and (`is_reasoning_end` not implemented) the reasoning phase
+never ends, so a tool parser never runs. The two disagree whenever the markers are not at the
+start, no response marker follows, or by that character.
 
-vLLM's `is_reasoning_end` is not implemented for Granite (it returns None), so in streaming the
-reasoning phase never ends: the tool parser never runs and everything is reasoning or content as
-this parser decides. Batch `extract_reasoning` is a regex over the whole text (both markers
-required, anywhere in it; reasoning keeps the character before "Here"): streaming and batch differ
-when the markers are not at the start, when no response marker follows, and by that character.
+Ours decides as the stream can (ACC.md rule 2 for what only the end of the output could decide,
+listed as a deliberate batch difference, `tests/parsers/deliberate.py`):
+
+- the output is reasoning only if it begins with a thought-process marker (while it is still a
+  prefix of one it is held; else it is content from the start, handed to the tool parser);
+- reasoning runs to the first response marker (found across chunks by holding back only a
+  possible marker prefix, at most 19 characters, in the state), or to the end of the output
+  when none comes (vLLM's batch would make all of it content: known only at the end);
+- the text after the response marker is content, handed to the tool parser (reasoning ends).
+
+Batch follows the same rule, so the stream accumulates to it. A chunk costs O(its text).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from render_service.parsers.base import Delta
@@ -31,35 +37,56 @@ from render_service.parsers.registry import register_reasoning_parser
 THINK_STARTS = ("Here's my thought process:", "Here is my thought process:")
 RESPONSE_STARTS = ("Here's my response:", "Here is my response:")
 LONGEST_THINK = max(len(s) for s in THINK_STARTS)
-WINDOW = 32  # > longest marker + "Here" look-back: enough to decide every rule above
-REASONING_REGEX = re.compile(
-    r"(?:Here's|Here is) my thought process:(.*?)(?:Here's|Here is) my response:(.*)", re.DOTALL
-)
+
+HEAD, REASONING = 0, 1
 
 
 def _think_prefix(text: str) -> bool:
     return any(s.startswith(text) for s in THINK_STARTS)
 
 
-def _response_prefix(text: str) -> bool:
-    return any(s.startswith(text) for s in RESPONSE_STARTS)
+def _first_response(text: str, start: int = 0) -> tuple[int, int]:
+    """(position, length) of the first response marker in `text` from `start`, or (-1, 0)."""
+    best, length = -1, 0
+    for marker in RESPONSE_STARTS:
+        i = text.find(marker, start)
+        if i >= 0 and (best < 0 or i < best):
+            best, length = i, len(marker)
+    return best, length
 
 
-class GraniteReasoningState(ParserState, tag="granite_reasoning/1"):
-    """`length`: characters of output seen; `win`: its last WINDOW characters; `start`: where the
-    reasoning starts (-1 before the thought-process marker); `colon`/`marker`: the response
-    marker's ':' position and length (-1/0 before it)."""
+def _held_suffix(text: str) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of a response marker."""
+    for n in range(min(len(text), max(len(m) for m in RESPONSE_STARTS) - 1), 0, -1):
+        tail = text[-n:]
+        if any(m.startswith(tail) for m in RESPONSE_STARTS):
+            return n
+    return 0
 
-    length: int = 0
-    win: str = ""
-    start: int = -1
-    colon: int = -1
-    marker: int = 0
+
+def split(model_output: str) -> tuple[str | None, str | None]:
+    """The rule both sides keep: (reasoning, content)."""
+    for marker in THINK_STARTS:
+        if model_output.startswith(marker):
+            rest = model_output[len(marker) :]
+            at, length = _first_response(rest)
+            if at < 0:
+                return rest, None
+            return rest[:at], rest[at + length :] or None
+    return None, model_output
+
+
+class GraniteReasoningState(ParserState, tag="granite_reasoning/2"):
+    """`phase`: HEAD while the output may still become the thought-process marker (`pend` is the
+    output so far), then REASONING (`pend` is the held possible response-marker prefix)."""
+
+    phase: int = HEAD
+    pend: str = ""
 
 
 @register_reasoning_parser("granite")
 class GraniteReasoningParser(ReasoningParser):
-    version = 1
+    version = 2  # 2: accumulates to the batch answer, which follows the stream's rule
     state_type = GraniteReasoningState
 
     def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool | None:
@@ -67,104 +94,41 @@ class GraniteReasoningParser(ReasoningParser):
         # which render sends as `reasoning_ended: null` and the stream reads as "not ended".
         return None
 
-    def _scan(self, st: GraniteReasoningState, prev_win: str, prev_len: int, delta: str) -> None:
-        """Update `start` / `colon` with the ':' characters of `delta` (absolute offsets)."""
-        base = prev_len - len(prev_win)  # absolute offset of prev_win[0]
-        text = prev_win + delta
-        i = text.find(":", len(prev_win))
-        while i != -1 and st.colon < 0:
-            pos = base + i
-            if st.start < 0:
-                head = text[: i + 1] if base == 0 else ""
-                if pos < LONGEST_THINK and head in THINK_STARTS:
-                    st.start = pos + 1
-            else:
-                chunk_start = max(base + max(0, i - 19), st.start)
-                chunk = text[chunk_start - base : i]
-                for marker in RESPONSE_STARTS:
-                    if chunk[-len(marker) + 1 :] == marker[:-1]:
-                        st.colon, st.marker = pos, len(marker)
-                        break
-            i = text.find(":", i + 1)
-
     def stream(self, st: GraniteReasoningState, delta_text: str, delta_ids: Sequence[int]) -> tuple[Delta | None, bool]:
-        prev_len, prev_win = st.length, st.win
-        st.length = prev_len + len(delta_text)
-        st.win = (prev_win + delta_text)[-WINDOW:]
-        if st.colon < 0:
-            self._scan(st, prev_win, prev_len, delta_text)
-        out = self._delta(st, prev_win, prev_len, delta_text)
-        if out is None or (not out.content and not out.reasoning):
-            return None, False
-        return out, False
-
-    def _delta(self, st: GraniteReasoningState, prev_win: str, prev_len: int, delta: str) -> Delta | None:
-        total = st.length
-        if st.start < 0:
-            reasoning_len = 0
-            content_len = 0
-        elif st.colon < 0:
-            reasoning_len = total - st.start
-            content_len = 0
-        else:
-            reasoning_len = max(0, st.colon - st.marker - st.start)
-            content_len = total - (st.colon + 1)
-        if reasoning_len == 0:  # vLLM: `if not reasoning`
-            current = (prev_win + delta) if prev_len <= WINDOW else None
-            is_sub = current is not None and _think_prefix(current)
-            was_sub = prev_len <= WINDOW and _think_prefix(prev_win)
-            if was_sub and not is_sub:
-                # the whole output so far (it is at most WINDOW + delta long here)
-                return Delta(content=prev_win + delta)
-            if is_sub:
-                return None
-            return Delta(content=delta)
-        if content_len == 0:
-            return self._no_response(st, prev_win, prev_len, delta)
-        # both markers seen
-        delta_content = delta[-content_len:]
-        reasoning_end = len(delta) - (content_len + st.marker)
-        reasoning: str | None = None
-        if reasoning_end >= 0:
-            start_reasoning = reasoning_len + st.marker + content_len - 1
-            start_offset = max(0, start_reasoning - (total - len(delta)))
-            reasoning = delta[start_offset:reasoning_end]
-        return Delta(reasoning=reasoning, content=delta_content)
-
-    def _no_response(self, st: GraniteReasoningState, prev_win: str, prev_len: int, delta: str) -> Delta | None:
-        current = prev_win + delta
-        if any(current.endswith(m) for m in RESPONSE_STARTS):
-            return None
-        # vLLM: previous_text = reasoning[:-len(delta)] ("" for an empty delta)
-        prev_end = max(st.start, prev_len) if delta else st.start
-        prev_tail = ""
-        if prev_end > st.start:
-            lo = max(st.start, prev_len - len(prev_win))
-            prev_tail = prev_win[lo - (prev_len - len(prev_win)) : prev_end - (prev_len - len(prev_win))]
-        prev_idx = prev_tail.rfind("Here")
-        delta_idx = delta.rfind("Here")
-        prev_was = prev_idx >= 0 and _response_prefix(prev_tail[prev_idx:])
-        continues = prev_idx >= 0 and _response_prefix(prev_tail[prev_idx:] + delta)
-        new_sub = delta_idx >= 0 and _response_prefix(delta[delta_idx:])
-        if continues:
-            return None
-        if not prev_was:
-            return Delta(reasoning=delta[:delta_idx] if new_sub else delta)
-        if new_sub:
-            return Delta(reasoning=prev_tail[prev_idx:] + delta[:delta_idx])
-        return Delta(reasoning=prev_tail[prev_idx:] + delta)
+        if st.phase == HEAD:
+            head = st.pend + delta_text
+            marker = next((m for m in THINK_STARTS if head.startswith(m)), None)
+            if marker is None:
+                if _think_prefix(head):
+                    st.pend = head  # may still become the marker
+                    return None, False
+                # Not reasoning: all of it is content, for the tool parser.
+                st.pend = ""
+                return (Delta(content=head) if head else None), True
+            st.phase, st.pend = REASONING, ""
+            delta_text = head[len(marker) :]
+        text = st.pend + delta_text
+        at, length = _first_response(text)
+        if at >= 0:
+            st.pend = ""
+            reasoning, content = text[:at], text[at + length :]
+            return Delta(reasoning=reasoning or None, content=content or None), True
+        keep = _held_suffix(text)
+        st.pend = text[len(text) - keep :] if keep else ""
+        out = text[: len(text) - keep]
+        return (Delta(reasoning=out) if out else None), False
 
     def flush_on_transition(self, st: GraniteReasoningState) -> Delta | None:
         return None
 
     def finish(self, st: GraniteReasoningState) -> Delta | None:
-        return None
+        """The end of a stream still undecided or in reasoning: what was held."""
+        out, st.pend = st.pend, ""
+        if not out:
+            return None
+        return Delta(content=out) if st.phase == HEAD else Delta(reasoning=out)
 
     def extract(
         self, model_output: str, prompt_token_ids: Sequence[int] | None = None
     ) -> tuple[str | None, str | None]:
-        match = REASONING_REGEX.search(model_output)
-        if match is None:
-            return None, model_output
-        reasoning, content = match.group(1), match.group(2)
-        return reasoning, content or None
+        return split(model_output)

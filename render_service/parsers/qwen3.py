@@ -79,7 +79,7 @@ class Qwen3State(ParserState, tag="qwen3/2"):
     content held back."""
 
     state: int = REASONING
-    ever_ids: bool = False
+    ever_ids: bool = False  # unused since markers match by text throughout (kept: the layout)
     buf: str = ""
     dterms: list[tuple[str, int, str]] = msgspec.field(default_factory=list)  # (terminal, token_id, text)
     dpost: str = ""
@@ -94,7 +94,7 @@ Item = tuple[str, str] | tuple[str, str, int, str]  # ("text", text) | ("term", 
 
 @register_reasoning_parser("qwen3")
 class Qwen3ReasoningParser(ReasoningParser):
-    version = 3
+    version = 4  # 4: markers matched by text in streaming too, as batch does
     state_type = Qwen3State
     engine_based_streaming = True
 
@@ -115,9 +115,11 @@ class Qwen3ReasoningParser(ReasoningParser):
                 drop_texts.add(text)
         self.has_drops = bool(drop_texts)
         self.resolved = resolved
-        self.strict_names = frozenset(resolved.values())
         literals = [(lit, name) for name, lit in TERMINALS.items()] + [(t, DROP) for t in sorted(drop_texts)]
         self.first_chars = frozenset(lit[0] for lit, _ in literals if lit)
+        # In content only a literal that can be held (longer than one character) or dropped
+        # changes the text; a lone ">" is passed through.
+        self.content_first_chars = frozenset(lit[0] for lit, name in literals if len(lit) > 1 or name == DROP)
         self.prefix_set = frozenset(lit[:i] for lit, _ in literals for i in range(1, len(lit)))
         by_first: dict[str, list[tuple[str, str]]] = {}
         for lit, name in literals:
@@ -206,18 +208,23 @@ class Qwen3ReasoningParser(ReasoningParser):
         return ends
 
     def after_end(self, st: Qwen3State, text: str, ids: Sequence[int], *, finished: bool) -> Delta | None:
-        """Batch keeps feeding the engine after reasoning ends, which drops a `</think>` token
-        from the content (`enable_thinking=false`: the text untouched). Only the chunk's own
-        marker ids are removed: nothing is held back, so the deltas keep vLLM's chunk
-        boundaries (a marker spelled as text stays: THINK_TEXT). Special tokens the engine
-        drops (`<|im_end|>` with ignore_eos) still stream, as end-to-end parity expects."""
-        if not self.thinking_enabled or not text:
+        """Batch keeps running the engine over the content after reasoning ends, with no token
+        ids: it matches markers by text and drops `</think>` and the special tokens it does not
+        name (`<|im_end|>` with ignore_eos), wherever they are and however they are spelled.
+        So does the stream (`enable_thinking=false`: the text untouched), holding back only a
+        possible marker prefix at the chunk's end (the lexer's look-behind, flushed when the
+        stream finishes): it accumulates to the batch content."""
+        if not self.thinking_enabled:
             return Delta(content=text) if text else None
-        for tid in ids:
-            literal = self.dropped_after_end.get(tid)
-            if literal is not None:
-                text = text.replace(literal, "", 1)
-        return Delta(content=text)
+        if not st.buf and not finished and self.content_first_chars.isdisjoint(text):
+            # No literal can start here: the engine would pass the text through (per-chunk speed:
+            # most content chunks take this path).
+            return Delta(content=text) if text else None
+        events = self._feed(st, text, ()) if text else []
+        if finished:
+            events.extend(self._finish(st))
+        content = "".join(v for k, v in events if k == EV_TEXT)
+        return Delta(content=content) if content else None
 
     # -- streaming (the adapter's API) ---------------------------------------------------------
 
@@ -259,8 +266,6 @@ class Qwen3ReasoningParser(ReasoningParser):
         return [(EV_REASONING if st.state == REASONING else EV_TEXT, text)]
 
     def _feed(self, st: Qwen3State, text: str, ids: Sequence[int]) -> list[Event]:
-        if ids:
-            st.ever_ids = True
         resolved = self.resolved
         # Fast path of StreamingParserEngine.feed: plain text, nothing pending.
         if (
@@ -293,9 +298,11 @@ class Qwen3ReasoningParser(ReasoningParser):
 
     def _lex_tokens(self, st: Qwen3State, tokens: list[tuple[str | None, str]]) -> list[Event]:
         events: list[Event] = []
-        strict = self.strict_names if st.ever_ids else None
+        # vLLM's stream reads a token-id terminal spelled by ordinary tokens as text once it has
+        # seen ids ("strict"); its batch has no ids and matches every terminal by text. Ours
+        # matches by text in both, so the stream accumulates to the batch answer.
         for terminal, value in tokens:
-            if terminal is None or (strict and terminal in strict):
+            if terminal is None:
                 if value:
                     events.extend(self._emit(st, value))
             else:

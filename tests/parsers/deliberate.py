@@ -81,6 +81,11 @@ K3_CHANNELS = (
     "request has tools: ours holds leading whitespace and a possible marker, and sends what batch keeps"
 )
 
+LLAMA_JSON_WHOLE_LIST = (
+    "llama3_json/llama4_json: batch rejects every call when one '{' does not start a valid call object, and "
+    "dumps the arguments with json.dumps: a tool phase that starts a call list is held to the end of the "
+    "stream, its calls arrive whole"
+)
 HELD_CALLS: dict[str, str] = {
     "hermes": HERMES_ALL_OR_NOTHING,
     "qwen3_json": HERMES_ALL_OR_NOTHING,
@@ -90,6 +95,8 @@ HELD_CALLS: dict[str, str] = {
     "deepseek_v3": DEEPSEEK_V3_HELD,
     "deepseek_v31": DEEPSEEK_V3_HELD,
     "kimi_k3": K3_CHANNELS,
+    "llama3_json": LLAMA_JSON_WHOLE_LIST,
+    "llama4_json": LLAMA_JSON_WHOLE_LIST,
 }
 
 
@@ -140,10 +147,18 @@ MINIMAX_APPEND_THINK = (
     "reasoning, and feeds the tool parser only after a </think> id)"
 )
 
+QWEN3_MARKERS_BY_TEXT = (
+    "qwen3 reasoning: batch's engine has no token ids and matches <think>, </think>, <tool_call> and the special "
+    "tokens it drops (<|im_end|>, <|endoftext|> with ignore_eos) by text, anywhere; vLLM's stream matches them by "
+    "id (as text only before the first id) and keeps a dropped special token in the content: ours matches by "
+    "text throughout and drops what batch drops, holding back only a possible marker prefix at a chunk end"
+)
+
 # test_parsers.py GOLDEN case -> cause
 CASES: dict[str, str] = {
     "prompt_closed/one": QWEN3_CONTENT_AFTER_END,
     "ds_think/mixed": DEEPSEEK_R1_THINK_TEXT,
+    "im_end_inside/one": QWEN3_MARKERS_BY_TEXT,
 }
 
 # test_parsers.py GOLDEN case -> cause, where our batch answer is not vLLM's
@@ -346,11 +361,33 @@ E2E_CASES: dict[str, str] = {
 }
 
 
+# stream golden case -> why its tool calls still do not accumulate (a tool-side entry of
+# `stream_vs_batch.NOT_ACCUMULATING`): only its reasoning must accumulate to the batch twin
+E2E_TOOLS_STILL_OPEN: dict[str, str] = {}
+
+
 # batch golden case (tests/parity golden_derender) -> cause, where our batch message follows
 # the stream's rule: it must then be what vLLM's `<name>_stream1` twin accumulates to
 E2E_BATCH_CASES: dict[str, str] = {
     "deepseek_thinking_disabled_batch": PROMPT_END_BATCH,
 }
+
+# Rule 2 (batch follows the stream): vLLM's llama3_json batch makes calls of the JSON objects
+# anywhere in the text and drops the text before them; which is known only at the end of the
+# output, and holding would delay the whole content. vLLM's stream reads a call list only where
+# the text starts with <|python_tag|> or "{": so does our batch.
+LLAMA_JSON_CONTENT_FIRST = (
+    "llama3_json/llama4_json: a tool phase that does not start with <|python_tag|> or '{' is content in "
+    "batch too (vLLM's batch drops the text before the first '{' and reads the objects after it as calls)"
+)
+E2E_BATCH_CASES.update(
+    {
+        f"p_{family}_{case}_batch": LLAMA_JSON_CONTENT_FIRST
+        for family in ("llama3_json", "llama4_json")
+        for case in ("content_then_call", "required_json")
+    }
+)
+E2E_BATCH_CASES["p_llama4_json_python_start_batch"] = LLAMA_JSON_CONTENT_FIRST
 
 
 def stream_twin(case: str) -> str:
@@ -443,6 +480,8 @@ def check_e2e_stream(
     if accumulate_chunks(vllm) == whole:
         return "vLLM's stream accumulates to its batch answer here: ours must equal it chunk by chunk"
     mine = accumulate_chunks(ours)
+    if case in E2E_TOOLS_STILL_OPEN:  # only the reasoning side is ours to check here
+        mine, whole = {"reasoning": mine["reasoning"]}, {"reasoning": whole["reasoning"]}
     if mine != whole:
         return f"{cause}: our stream must accumulate to the batch answer: {mine} != {whole}"
     return None
@@ -563,3 +602,52 @@ def check_e2e_held_call(
                 continue
         return f"{cause}: choice {index}: {mine} neither holds back vLLM's {theirs} nor ends with the batch calls"
     return None
+
+
+# -- granite reasoning (parsers/granite_reasoning.py) ------------------------------------------------
+
+GRANITE_THOUGHT = (
+    "granite reasoning: vLLM's stream reads reasoning only from a thought-process marker at the very start, "
+    "never ends reasoning (so the tool parser never runs) and drops the character before the response "
+    "marker; its batch finds both markers anywhere. Ours streams reasoning from a thought marker at the "
+    "start to the first response marker, then hands the rest to the tool parser (content from the start "
+    "when there is no thought marker), holding only a possible marker prefix"
+)
+# Rule 2: whether batch has reasoning depends on a response marker that may come last, and
+# holding would delay the whole reasoning: without one, ours keeps the reasoning (vLLM: content).
+GRANITE_THOUGHT_BATCH = (
+    "granite reasoning: a thought marker at the start with no response marker is reasoning in batch too (vLLM: "
+    "all content); markers not at the start are content (vLLM: reasoning between them)"
+)
+E2E_CASES.update(
+    {
+        f"p_granite_{case}": GRANITE_THOUGHT
+        for case in (
+            *("named_json_stream1", "named_json_streamr", "named_native_stream1", "parallel_false_stream1"),
+            *("reasoning_heres_streamr", "reasoning_split_streamr", "reasoning_streamr"),
+            *("reasoning_tool_stream1", "reasoning_tool_streamr"),
+            *("reasoning_unfinished_stream1", "reasoning_unfinished_streamr"),
+            *("required_json_stream1", "required_json_streamr", "required_native_stream1"),
+            *("tool_length_stream1", "tool_length_streamr", "tool_malformed_stream1", "tool_malformed_streamr"),
+            *("tool_string_stream1", "tool_string_streamr", "tool_then_content_stream1", "tool_then_content_streamr"),
+            *("tool_token_stream1", "tool_token_streamr"),
+        )
+    }
+)
+E2E_BATCH_CASES["p_granite_reasoning_unfinished_batch"] = GRANITE_THOUGHT_BATCH
+
+# The granite tool parser (an engine over a JSON array) still streams as vLLM's does
+# (stream_vs_batch.NOT_ACCUMULATING): where the reasoning parser now hands it the content, only
+# the reasoning side of these goldens is ours to check.
+E2E_TOOLS_STILL_OPEN.update(
+    {
+        f"p_granite_{case}": (
+            "granite tool parser (engine): batch strips the content and drops the text after the calls, the stream "
+            "sends them (stream_vs_batch GRANITE)"
+        )
+        for case in (
+            "parallel_false_stream1",
+            *("tool_string_stream1", "tool_string_streamr", "tool_then_content_stream1", "tool_then_content_streamr"),
+        )
+    }
+)

@@ -35,23 +35,11 @@ from tests.parsers.families.llama import build_family
 # table when the family's stream is changed to accumulate (then listed in
 # `tests/parsers/deliberate.py` where it differs from vLLM's stream).
 # Why, by cause (each a whole-output decision of vLLM's batch parser, or a stream rule of its own):
-ENGINE_REASONING = (
-    "engine reasoning parsers (engine.py): trailing reasoning whitespace stripped per delta in streaming, once in "
-    "batch; reasoning markers spelled as text or repeated matched in batch only"
-)
-THINK_TEXT = "reasoning markers spelled as text or repeated: batch matches them anywhere, the stream by token id once"
-GLM_THINK_AGAIN = (
-    "GLM 4.5 reasoning + tools: batch's reasoning engine re-opens reasoning at a later <think> (also inside a "
-    "call's markup); the stream hands the text after </think> to the tool engine"
-)
 GEMMA4 = "Gemma 4: batch reads the thought channel and call syntax on the whole output"
-KIMI = "Kimi K2: empty arguments '{}' only in batch; calls after a malformed one kept only in batch"
-LLAMA_JSON = "llama JSON: text before the first '{' is dropped and a ';'-joined list must parse whole in batch"
-GRANITE = "Granite: streaming needs the thought marker at the very start; batch converts argument types"
-NEMOTRON = "Nemotron V3: the final flush is not whitespace-stripped; a stray </think> is content in streaming"
-SEED = "Seed-OSS: a stray </seed:think> is dropped in batch only"
-NAMED_BLANK = "tool_choice named (forced.py): a blank output streams the named call, batch has none"
-
+GRANITE = (
+    "Granite tool parser (engine over a JSON array): batch converts argument types and drops the text after the "
+    "calls; with the granite reasoning parser in front, batch returns the raw content when no call is accepted"
+)
 K3_LATE_CHANNEL = (
     "Kimi K3: a channel marker after text already streamed (a response opener after reasoning or content "
     "text, or no think close at all): batch re-reads the whole output from that marker"
@@ -63,18 +51,10 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("gemma4", "gemma4+gemma4"): GEMMA4,
     ("gemma4", "gemma4+hermes"): GEMMA4,
     ("granite", "None+granite"): GRANITE,
-    ("granite", "granite+None"): GRANITE,
     ("granite", "granite+granite"): GRANITE,
-    ("granite", "granite+granite4"): GRANITE,
     ("kimi_k3", "None+kimi_k3"): K3_LATE_CHANNEL,
     ("kimi_k3", "kimi_k3+None"): K3_LATE_CHANNEL,
     ("kimi_k3", "kimi_k3+kimi_k3"): K3_LATE_CHANNEL,
-    ("llama3_json", "None+llama3_json"): LLAMA_JSON,
-    ("llama4_json", "None+llama4_json"): LLAMA_JSON,
-    ("pythonic", "None+pythonic"): NAMED_BLANK,
-    ("qwen3", "qwen3+None"): THINK_TEXT + "; special tokens in content (ignore_eos) dropped in batch only",
-    ("qwen3", "qwen3+hermes"): THINK_TEXT,
-    ("qwen3", "qwen3+qwen3_json"): THINK_TEXT,
 }
 
 

@@ -118,3 +118,71 @@ def test_deepseek_r1_batch_without_prompt_keeps_vllm_rule(tok: Any) -> None:
     assert parser.parse_batch("Answer", RequestOptions()) == ("Answer", None, [])
     closed = encode(tok, PROMPTS["nothink"])
     assert parser.parse_batch("Answer", RequestOptions(), None, (), closed) == (None, "Answer", [])
+
+
+# -- qwen3: markers matched by text, as batch's engine matches them --------------------------------
+
+QWEN3_SPELLED = [
+    "@<think>",
+    "plan ",
+    ("chars", "<think>"),  # dropped from reasoning, as batch drops it
+    "more",
+    "@</think>",
+    "ans",
+    ("chars", "</think>"),  # dropped from content
+    "wer ",
+    "@<|im_end|>",  # ignore_eos: a special token inside the output, dropped from content
+    " end",
+]
+
+
+@pytest.mark.parametrize("how", ["one", "all", [3, 1, 2]])
+@pytest.mark.parametrize("tool", [None, "hermes"])
+def test_qwen3_markers_spelled_as_text_split_across_chunks(tok: Any, how: Any, tool: str | None) -> None:
+    streamed, batch = _both(tok, "qwen3", tool, QWEN3_SPELLED, how)
+    assert batch["reasoning"] == "plan more"
+    assert batch["content"] == "answer  end"
+    _same(streamed, batch)
+
+
+@pytest.mark.parametrize("prompt", ["open", "closed"])
+def test_qwen3_random_chunkings_accumulate(tok: Any, prompt: str) -> None:
+    rng = random.Random(11)
+    segments = ["a<b ", ("chars", "<tool_call>"), " x", "@</think>", "c ", ("chars", "</think>"), "<d", "@<|im_end|>"]
+    for _ in range(30):
+
+        def cut(ids: list[int]) -> list[list[int]]:
+            out, i = [], 0
+            while i < len(ids):
+                n = rng.randint(1, 4)
+                out.append(ids[i : i + n])
+                i += n
+            return out
+
+        streamed, batch = _both(tok, "qwen3", "hermes", segments, cut, prompt)
+        _same(streamed, batch)
+
+
+def test_qwen3_resumes_mid_hold_after_reasoning(tok: Any) -> None:
+    """After reasoning, a possible `</think>` prefix at a chunk end is held in the state: a
+    stream resumed from its JSON between `</th` and `ink>` still drops the marker."""
+    from render_service.parsers import RequestOptions, advance, load_parsed_stream, new_parsed_stream, tool_ids
+
+    parser = get_parser(tok, "qwen3", None, enable_auto_tools=True)
+    assert parser is not None
+    opts = RequestOptions.from_request(REQ["auto"])
+    state = new_parsed_stream(parser, encode(tok, PROMPTS["closed"]))
+    first = encode(tok, ["why", ("chars", "</th")])
+    delta, _ = advance(parser, state, first, first, None, opts, tool_ids("r"))
+    assert delta is not None and delta.content == "why" and not delta.reasoning
+    obj = json.loads(json.dumps(state.to_obj()))
+    assert "</th" in json.dumps(obj)
+    state = load_parsed_stream(parser, obj)
+    rest = encode(tok, [("chars", "ink>"), "done"])
+    delta, _ = advance(parser, state, rest, rest, "stop", opts, tool_ids("r"))
+    assert delta is not None and delta.content == "done"
+
+
+def test_qwen3_held_prefix_flushed_at_the_end(tok: Any) -> None:
+    streamed, batch = _both(tok, "qwen3", None, ["@</think>", "answer ", ("chars", "</thi")], "one")
+    assert streamed["content"] == "answer </thi" == batch["content"]

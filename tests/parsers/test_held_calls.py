@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from render_service.parsers import granite4, hermes, pythonic
+from render_service.parsers import granite4, hermes, llama3_json, pythonic
 from render_service.parsers.base import RequestOptions
 from render_service.parsers.held import HeldText, decode_hook, encode_hook, load_with
 
@@ -42,6 +42,17 @@ GRANITE4 = [
     "a <tool_call></tool_call>",
 ]
 PYTHONIC = ["[f(a='x', n=1), g(b=[1, 2])]", "[f(a='x')] tail", "plain [f()]", "", "[f(a=1"]
+LLAMA_JSON = [
+    "<|python_tag|>" + CALL + "; " + LOOSE,
+    CALL + "; " + CALL + " done",  # text after the list: dropped with calls
+    CALL + "; {bad",  # one malformed object: all content
+    "<|python_tag|>" + CALL[:-3],  # cut: content
+    "Sure: " + CALL,  # content first: content (batch follows the stream, ACC.md rule 2)
+    "<|python_ta",  # a split tag at the end is content
+    "<|python_tag|> no objects",
+    "\n" + CALL,
+    "",
+]
 
 
 def _batch(parser: Any, text: str, opts: RequestOptions) -> dict[str, Any]:
@@ -87,6 +98,7 @@ def _stream(parser: Any, text: str, sizes: list[int], opts: RequestOptions) -> d
         (granite4.Granite4ToolParser.__new__(granite4.Granite4ToolParser), GRANITE4),
         (pythonic.PythonicToolParser.__new__(pythonic.PythonicToolParser), PYTHONIC),
         (pythonic.Llama4PythonicToolParser.__new__(pythonic.Llama4PythonicToolParser), PYTHONIC),
+        (llama3_json.Llama3JsonToolParser.__new__(llama3_json.Llama3JsonToolParser), LLAMA_JSON),
     ],
 )
 @pytest.mark.parametrize("opts", [AUTO, REQUIRED])
@@ -161,4 +173,38 @@ def test_resume_from_a_snapshot_mid_hold() -> None:
         content = "".join(d.content or "" for d in (head, tail, end) if d is not None)
         calls = [[tc.name, tc.arguments] for tc in end.tool_calls] if end else []  # type: ignore[union-attr]
         assert content == whole["content"]
+        assert [[calls[j][0], calls[j + 1][1]] for j in range(0, len(calls), 2)] == whole["calls"]
+
+
+def test_llama_json_content_first_is_content_in_batch_too() -> None:
+    # vLLM's batch would drop "Sure: " and make a call; its stream sends all of it as content:
+    # ours answers content in both (tests/parsers/deliberate.py LLAMA_JSON_CONTENT_FIRST)
+    parser = llama3_json.Llama3JsonToolParser.__new__(llama3_json.Llama3JsonToolParser)
+    assert parser.extract_tool_calls("Sure: " + CALL) == (False, [], "Sure: " + CALL)
+    assert parser.extract_tool_calls(CALL)[0]
+    st = parser.new_state()
+    assert parser.feed(st, "<|py", str) is None  # may still be the bot token spelled as text
+    assert parser.feed(st, "x", str).content == "<|pyx"  # type: ignore[union-attr]
+
+
+def test_llama_json_resume_from_a_snapshot_mid_hold() -> None:
+    parser = llama3_json.Llama3JsonToolParser.__new__(llama3_json.Llama3JsonToolParser)
+    text = "<|python_tag|>" + CALL + "; " + LOOSE
+    whole = _stream(parser, text, [4], AUTO)
+    assert whole["calls"] == [["f", '{"a": "x é 😀", "n": 1}'], ["g", '{"a": "é"}']]
+    for cut in (3, 20, len(text) - 2):
+        st = parser.new_state()
+        head = parser.feed(st, text[:cut], str)
+        sink = _Sink()
+        obj = json.loads(msgspec.json.encode(st, enc_hook=encode_hook(sink)))
+        if cut > 14:
+            assert sink.stored and isinstance(obj[3], int)  # the held text is not in the state
+        segments = [_Segment(t) for t in sink.stored]
+        resumed = load_with(
+            segments, lambda obj=obj: msgspec.convert(obj, llama3_json.Llama3JsonState, dec_hook=decode_hook)
+        )
+        tail = parser.feed(resumed, text[cut:], str)
+        end = parser.finish_for_request(resumed, lambda j: f"id{j}", AUTO)
+        assert head is None and tail is None and end is not None
+        calls = [[tc.name, tc.arguments] for tc in end.tool_calls]
         assert [[calls[j][0], calls[j + 1][1]] for j in range(0, len(calls), 2)] == whole["calls"]

@@ -156,9 +156,9 @@ def test_states_carry_their_family_tags(family_dirs: dict[str, Path]) -> None:
         parser_state = json.loads(result["state"])[2]
         tags[name] = [s[0] for s in parser_state[6:8] if s is not None]
     assert tags == {
-        "llama3_json": ["llama3_json/1"],
+        "llama3_json": ["llama3_json/2"],
         "pythonic": ["pythonic/2"],
-        "granite": ["granite_reasoning/1", "granite/1"],
+        "granite": ["granite_reasoning/2", "granite/1"],
         "granite4": ["granite4/3"],
         "nemotron_v3": ["nemotron_v3/2", "hermes/3"],
     }

@@ -224,12 +224,13 @@ def test_partial_tags_split_across_chunks(tok) -> None:
 
 
 def test_think_tags_split_in_reasoning(tok) -> None:
-    # a "<" ending a chunk is held until the next chunk shows it is not a terminal
+    # a "<" ending a chunk is held until the next chunk shows it is not a terminal; a <think>
+    # spelled by ordinary tokens is dropped from reasoning, as batch drops it
     p = _parser(tok, "qwen3", None)
     ids = encode(tok, ["@<think>", "a <", "b <thi", "nk>c", "@</think>", "done", "@<|im_end|>"])
     steps = run_stream(tok, p, REQ["auto"], encode(tok, PROMPTS["open"]), chunk(ids, "one"), "stop")
     got = concat(steps)
-    assert got["reasoning"] == "a <b <think>c"
+    assert got["reasoning"] == "a <b c"
     assert got["content"] == "done"
     for delta, _ in steps:
         assert delta is None or not (delta.reasoning or "").endswith(("<", "<thi"))

@@ -111,10 +111,12 @@ def _ends_with(text: str, tokens: list[str]) -> str:
     return max((token for token in tokens if text.endswith(token)), key=len, default="")
 
 
-def test_marks_that_are_not_the_prompts_fail_closed(qwen3_model_dir: Path) -> None:
+def test_marks_that_are_not_the_prompts_fail_closed(
+    qwen3_model_dir: Path, loaded_models: Callable[[Path], Any]
+) -> None:
     """Marks whose last entry is not the head (a record they do not belong to) copy nothing: the
     later prompt is encoded whole."""
-    model = _load(qwen3_model_dir)
+    model = loaded_models(qwen3_model_dir)
     encoder, _, why_not = segments.build(model.hf_tokenizer, model.encode, 1 << 20)
     assert encoder is not None, why_not
     text = "<|im_start|>system\nA<|im_end|>\n<|im_start|>user\nB<|im_end|>\n<|im_start|>assistant\n"
