@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from render_service.derender.detokenize import TokenizerInfo
+from render_service.parsers import held
 from render_service.parsers.base import (
     Delta,
     FunctionCall,
@@ -84,19 +85,6 @@ def _marker_prefix_len(text: str) -> int:
         if any(m.startswith(tail) for m in _HOLD_FROM):
             return n
     return 0
-
-
-def _before_calls(st: DeepSeekToolState, text: str) -> str:
-    """Content before the calls: content that is only whitespace so far is held (batch drops it
-    when calls follow), the rest goes out."""
-    if st.released or not text:
-        return text
-    if text.isspace():
-        st.ws += text
-        return ""
-    st.released = True
-    out, st.ws = st.ws + text, ""
-    return out
 
 
 @register_tool_parser("deepseek_v3")
@@ -180,11 +168,11 @@ class DeepSeekV3ToolParser(ToolParser):
         at = min((i for i in (buf.find(m) for m in _HOLD_FROM) if i >= 0), default=-1)
         if at >= 0:
             st.look, st.holding, st.held = "", True, HeldText(buf[at:])
-            out = _before_calls(st, buf[:at])
+            out = held.content_before_calls(st, buf[:at])
         else:
             keep = _marker_prefix_len(buf)
             st.look = buf[len(buf) - keep :]
-            out = _before_calls(st, buf[: len(buf) - keep])
+            out = held.content_before_calls(st, buf[: len(buf) - keep])
         return Delta(content=out) if out else None
 
     def finish_for_request(self, st: DeepSeekToolState, tool_id: ToolIdFn, opts: RequestOptions) -> Delta | None:

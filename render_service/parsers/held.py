@@ -148,3 +148,23 @@ def decode_hook(type_: type, obj: Any) -> Any:
                 return HeldText(stored=stored[obj])
             raise ValueError("held text names a stored segment the snapshot does not carry")
     raise TypeError(f"cannot decode {type_!r} from {type(obj).__name__}")
+
+
+class HoldsBlankContent(Protocol):
+    """A state with the blank-content hold of `content_before_calls`."""
+
+    released: bool  # content other than whitespace went out
+    ws: str  # whitespace-only content so far
+
+
+def content_before_calls(st: HoldsBlankContent, text: str) -> str:
+    """Content before the calls: whitespace-only content is held (batch drops it when calls
+    follow) until other text releases it with the rest."""
+    if st.released or not text:
+        return text
+    if text.isspace():
+        st.ws += text
+        return ""
+    st.released = True
+    out, st.ws = st.ws + text, ""
+    return out

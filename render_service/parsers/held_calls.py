@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from render_service.parsers import held
 from render_service.parsers.base import Delta, FunctionCall, RequestOptions, Tag, ToolCallDelta, ToolIdFn
 from render_service.parsers.held import HeldText
 from render_service.parsers.protocols import ParserState
@@ -72,24 +73,11 @@ class CallsHolder:
                 out = st.ws + released + self._tag.text[: len(self._tag.text) if found else st.k] + text[used:]
                 st.ws, st.k, st.released = "", 0, True
                 return Delta(content=out) if out else None
-        out = self._content(st, released)
+        out = held.content_before_calls(st, released)
         if found:
             st.holding = True
             st.held = HeldText(self._tag.text + text[used:])
         return Delta(content=out) if out else None
-
-    @staticmethod
-    def _content(st: HeldCallsState, text: str) -> str:
-        """Content before the calls: whitespace-only content is held (batch drops it when calls
-        follow), the rest goes out."""
-        if st.released or not text:
-            return text
-        if text.isspace():
-            st.ws += text
-            return ""
-        st.released = True
-        out, st.ws = st.ws + text, ""
-        return out
 
     def finish(self, st: HeldCallsState, tool_id: ToolIdFn, opts: RequestOptions) -> Delta | None:
         """The end of the stream: the batch decision on what was held."""

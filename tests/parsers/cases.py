@@ -166,6 +166,33 @@ def stream_sizes(parser: Any, prompt: list[int], ids: list[int], opts: Any) -> t
     return sizes, args
 
 
+def stream_through_snapshots(
+    parser: Any, prompt: list[int], ids: list[int], opts: Any
+) -> tuple[list[Any], list[int], list[int]]:
+    """Stream `ids` one token per chunk, storing the state after every chunk as compact mode does
+    (held text in a segment beside the snapshot, `parsers/held.py`) and loading it back from there:
+    the deltas, each snapshot's JSON size, and the bytes each chunk wrote to its segment."""
+    from render_service.derender.snapshots import LocalStore, SnapshotCodec, SnapshotStore
+    from render_service.server.metrics import Metrics
+
+    store = SnapshotStore(SnapshotCodec(b"k" * 32), Metrics(), local=LocalStore())
+    assert store.local is not None
+    state = new_parsed_stream(parser, prompt)
+    deltas, sizes, writes = [], [], []
+    for i, t in enumerate(ids):
+        last = i == len(ids) - 1
+        delta, _ = advance(parser, state, [] if last else [t], [t], "stop" if last else None, opts, tool_ids("r"))
+        deltas.append(delta)
+        writer = store.segment_writer("f" * 16, "s", i + 1)
+        obj = json.loads(json.dumps(state.to_obj(writer)))
+        sizes.append(len(json.dumps(obj, ensure_ascii=False)))
+        writes.append(sum(len(w.data) for w in writer.writes))
+        stored = [store.local.segments.text(*ref) for ref in writer.refs]
+        assert all(text is not None for text in stored)
+        state = load_parsed_stream(parser, obj, stored)  # type: ignore[arg-type]
+    return deltas, sizes, writes
+
+
 def shown_id(tool_call_id: str) -> str:
     """Random-style ids (`chatcmpl-tool-...`) differ by design; a family's native ids must match."""
     return "ID" if tool_call_id.startswith("chatcmpl-tool-") else tool_call_id

@@ -130,10 +130,6 @@ def test_engine_snapshot_stays_bounded_while_a_long_argument_is_held(tokenizers:
     converts it) beside the snapshot: each snapshot stays a few hundred bytes and writes only
     the new text to its segment, a stream resumed from every snapshot answers the same, and the
     call adds up to the batch answer."""
-    from render_service.derender.snapshots import LocalStore, SnapshotCodec, SnapshotStore
-    from render_service.parsers.chat import advance, load_parsed_stream, new_parsed_stream
-    from render_service.server.metrics import Metrics
-
     tok = tokenizers["qwen3"]
     words = ["alpha", " beta", " é", " 😀", " x < y", ' "q"', " \\", "\n", " </para", " {}"]
     value = "".join(words[i % len(words)] for i in range(3000))
@@ -144,21 +140,8 @@ def test_engine_snapshot_stays_bounded_while_a_long_argument_is_held(tokenizers:
     parser = parsers.get_parser(tok, "qwen3", "qwen3_coder", enable_auto_tools=True)
     assert parser is not None
     opts = parsers.RequestOptions.from_request(cases.REQ["auto"])
-    store = SnapshotStore(SnapshotCodec(b"k" * 32), Metrics(), local=LocalStore())
-    assert store.local is not None
-    state = new_parsed_stream(parser, prompt)
-    sizes, writes, calls = [], [], []
-    for i, t in enumerate(ids):
-        last = i == len(ids) - 1
-        delta, _ = advance(parser, state, [] if last else [t], [t], "stop" if last else None, opts, cases.tool_ids("r"))
-        calls += [(c.name, c.arguments) for c in (delta.tool_calls if delta is not None else [])]
-        writer = store.segment_writer("f" * 16, "s", i + 1)
-        obj = json.loads(json.dumps(state.to_obj(writer)))
-        sizes.append(len(json.dumps(obj, ensure_ascii=False)))
-        writes.append(sum(len(w.data) for w in writer.writes))
-        stored = [store.local.segments.text(*ref) for ref in writer.refs]
-        assert all(text is not None for text in stored)
-        state = load_parsed_stream(parser, obj, stored)  # type: ignore[arg-type]
+    deltas, sizes, writes = cases.stream_through_snapshots(parser, prompt, ids, opts)
+    calls = [(c.name, c.arguments) for d in deltas if d is not None for c in d.tool_calls]
     assert len(ids) > 3000
     assert max(sizes) < 1000, max(sizes)
     assert max(writes[-2000:]) < 100, max(writes[-2000:])  # each snapshot appends its own text only

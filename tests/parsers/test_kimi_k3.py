@@ -124,10 +124,6 @@ def test_a_held_call_resumes_from_every_snapshot_with_small_states(tok: Any) -> 
     """A 3,000-token string argument is held until its call closes: the held text lives beside
     the snapshot (each snapshot writes only its own new text), and a stream resumed from every
     snapshot sends the call whole, as batch reads it."""
-    from render_service.derender.snapshots import LocalStore, SnapshotCodec, SnapshotStore
-    from render_service.parsers.chat import advance, load_parsed_stream, new_parsed_stream
-    from render_service.server.metrics import Metrics
-
     words = ["alpha", " beta", " é", " 😀", " x < y", ' "q"', " \\", "\n", " <|clo", " {}"]
     value = "".join(words[i % len(words)] for i in range(3000))
     segments = [*k3._marker(OPEN, "response"), "ok", *k3._marker(CLOSE, "response"), *k3._marker(OPEN, "tools")]
@@ -143,23 +139,9 @@ def test_a_held_call_resumes_from_every_snapshot_with_small_states(tok: Any) -> 
     parser = parsers.get_parser(tok, "kimi_k3", "kimi_k3", enable_auto_tools=True, thinking_enabled=False)
     assert parser is not None
     opts = parsers.RequestOptions.from_request({"tools": cases.TOOLS})
-    store = SnapshotStore(SnapshotCodec(b"k" * 32), Metrics(), local=LocalStore())
-    assert store.local is not None
-    state = new_parsed_stream(parser, prompt)
-    sizes, writes, calls, content = [], [], [], ""
-    for i, t in enumerate(ids):
-        last = i == len(ids) - 1
-        delta, _ = advance(parser, state, [] if last else [t], [t], "stop" if last else None, opts, cases.tool_ids("r"))
-        if delta is not None:
-            calls += [(c.name, c.arguments) for c in delta.tool_calls]
-            content += delta.content or ""
-        writer = store.segment_writer("f" * 16, "s", i + 1)
-        obj = json.loads(json.dumps(state.to_obj(writer)))
-        sizes.append(len(json.dumps(obj, ensure_ascii=False)))
-        writes.append(sum(len(w.data) for w in writer.writes))
-        stored = [store.local.segments.text(*ref) for ref in writer.refs]
-        assert all(text is not None for text in stored)
-        state = load_parsed_stream(parser, obj, stored)  # type: ignore[arg-type]
+    deltas, sizes, writes = cases.stream_through_snapshots(parser, prompt, ids, opts)
+    calls = [(c.name, c.arguments) for d in deltas if d is not None for c in d.tool_calls]
+    content = "".join(d.content or "" for d in deltas if d is not None)
     assert len(ids) > 3000
     assert max(sizes) < 1000, max(sizes)
     assert max(writes[-2000:]) < 100, max(writes[-2000:])
