@@ -207,6 +207,12 @@ def test_derender_parity(golden: dict[str, Any], derender_client: ClientFactory)
             held, ours, [c["response"] for c in golden["calls"]], _batch_twin(golden["case"])
         )
         failures = [] if problem is None else [(-1, [problem])]
+    elif failures and golden["kind"] == "stream" and golden["case"] in deliberate.E2E_CASES:
+        # a listed deliberate stream difference: vLLM's stream does not add up to its batch twin, ours does
+        problem = deliberate.check_e2e_stream(
+            golden["case"], ours, [c["response"] for c in golden["calls"]], _batch_twin(golden["case"])
+        )
+        failures = [] if problem is None else [(-1, [problem])]
     assert not failures, _report(golden["case"], golden["config"], failures, len(golden["calls"]), "vLLM 0.33")
 
 
