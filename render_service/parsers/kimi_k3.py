@@ -50,7 +50,7 @@ import regex  # type: ignore[import-untyped]
 
 from render_service.derender.detokenize import TokenizerInfo
 from render_service.parsers import held
-from render_service.parsers.base import Delta, FunctionCall, RequestOptions, ToolCallDelta, ToolIdFn
+from render_service.parsers.base import Delta, FunctionCall, RequestOptions, ToolCallDelta, ToolIdFn, json_schema_format
 from render_service.parsers.protocols import ParserState, ReasoningParser, RequestAdjustment, ToolParser
 from render_service.parsers.registry import register_reasoning_parser, register_tool_parser
 
@@ -581,7 +581,7 @@ def _argument_tag(key: str, schema: Any, root_defs: dict[str, Any]) -> dict[str,
             embedded = dict(prop)
             for defs_key, defs_value in root_defs.items():
                 embedded.setdefault(defs_key, defs_value)
-        content = {"type": "json_schema", "json_schema": embedded}
+        content = json_schema_format(embedded)
     return {"type": "tag", "begin": begin, "content": content, "end": f"{CLOSE}argument{SEP}"}
 
 
