@@ -414,7 +414,8 @@ class ChatParser:
         """
         if self.reasoning is not None:
             reasoning, content = self.reasoning.extract(model_output, prompt_token_ids)
-            if self.reasoning.unwraps_content:
+            # A tool parser that owns the content unwraps it itself (once, as the stream does).
+            if self.reasoning.unwraps_content and not (self.tool is not None and self.tool.owns_content):
                 content = self.reasoning.unwrap_content(content, opts)
         else:
             reasoning, content = None, model_output

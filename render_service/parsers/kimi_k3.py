@@ -14,24 +14,29 @@ K3 writes its turn as XTML elements built from three special tokens (`<|open|>`,
 
 Batch answers are vLLM's (`KimiK3ReasoningParser.extract_reasoning`, `KimiK3ToolParser.
 extract_tool_calls`, `KimiK3Parser._extract_tool_calls`), with vLLM's regexes (whitespace
-tolerated inside a marker). The streams accumulate to those answers: they walk the text once,
-hold only a possible marker at a chunk end (and leading whitespace, which a later channel marker
-would drop), and send each call whole once its block closes, as vLLM's stream does. vLLM's own
-stream re-reads the whole text each chunk and does not always add up to its batch answer (a
-`<|close|>response<|sep|>` without an opening one ends its content; without a tool parser it
-strips the response wrapper that batch keeps when the request has tools); ours follows batch.
+tolerated inside a marker), except where vLLM's batch re-reads the output from a response opener
+that comes after text a stream has already sent: there our batch is the stream's rule (both batch
+extractors run the stream over the whole output as one chunk; docs/parsers.md#kimi-k3). The
+streams walk the text once, hold only a possible marker at a chunk end (and leading whitespace,
+which a later channel marker would drop), and send each call whole once its block closes, as
+vLLM's stream does. vLLM's own stream re-reads the whole text each chunk and does not always add
+up to its batch answer (a `<|close|>response<|sep|>` without an opening one ends its content;
+without a tool parser it strips the response wrapper that batch keeps when the request has
+tools); ours follows batch.
 
 Rules kept from vLLM:
 - `thinking` (else `enable_thinking`, default on) in the chat template kwargs; without thinking
   the whole output is content. With thinking, the prompt ends reasoning only when its newest
   think marker (by token ids) is a close.
 - Reasoning runs up to the first `<|close|>think<|sep|>`; a leading `<|open|>think<|sep|>` is
-  skipped.
+  skipped; an output that starts with `<|open|>response<|sep|>` has no reasoning (vLLM's batch:
+  one with no think marker and that opener anywhere; ours: reasoning text after other text).
 - Content: the body of a `<|open|>response<|sep|>` that starts it (up to `<|close|>response<|sep|>`
   or the tools channel), else the text with `<|close|>response<|sep|>` markers removed; `<|close|>
-  message<|sep|>` markers are always removed. With a tool parser and a request that has tools
-  (tool_choice not "none"), the reasoning parser hands the raw text on and the tool parser unwraps
-  it; without one it unwraps it itself (`unwraps_content`).
+  message<|sep|>` markers are always removed. A later opener starts the body with the text before
+  it kept (vLLM's batch drops that text). A tool parser unwraps the content (once: vLLM's batch
+  unwraps twice when the request has no tools); without one the reasoning parser does, unless
+  the request has tools and tool_choice is not "none" (`unwraps_content`).
 - Calls: each `call` block of the tools channel (up to the first `<|close|>tools<|sep|>`); a block
   without a `tool` attribute gives no call; `type="string"` arguments are the raw text, the others
   JSON-decoded (the raw text when that fails); arguments are `json.dumps(..., ensure_ascii=False)`.
@@ -72,13 +77,6 @@ TOOLS_CLOSE = _marker(_C, "tools")
 CALL_OPEN = _O + r"\s*call\s+"
 CALL_CLOSE = _marker(_C, "call")
 
-_THINK_OPEN_RE = regex.compile(THINK_OPEN)
-_THINK_CLOSE_RE = regex.compile(THINK_CLOSE)
-_RESPONSE_OPEN_RE = regex.compile(RESPONSE_OPEN)
-_RESPONSE_CLOSE_RE = regex.compile(RESPONSE_CLOSE)
-_MESSAGE_CLOSE_RE = regex.compile(MESSAGE_CLOSE)
-_TOOLS_OPEN_RE = regex.compile(TOOLS_OPEN)
-_TOOLS_CLOSE_RE = regex.compile(TOOLS_CLOSE)
 _TEXT_UNTIL_SEP = r"(?:(?!" + _S + r").)*?"
 _CALL_RE = regex.compile(
     _O + r"\s*call\s+(?P<attrs>" + _TEXT_UNTIL_SEP + r")" + _S + r"(?P<body>.*?)" + CALL_CLOSE, regex.DOTALL
@@ -88,7 +86,6 @@ _ARG_RE = regex.compile(
     regex.DOTALL,
 )
 _ATTR_RE = regex.compile(r'(?P<k>\w+)="(?P<v>[^"]*)"')
-_RESPONSE_BLOCK_RE = regex.compile(RESPONSE_OPEN + r"(?P<c>.*?)" + RESPONSE_CLOSE, regex.DOTALL)
 
 # One pattern per scanning mode: the markers that matter there, as named alternatives. A
 # `search(..., partial=True)` gives the leftmost complete marker, or a partial one at the end of
@@ -118,31 +115,6 @@ def _lead(pattern: Any, text: str, finished: bool) -> tuple[bool | None, int]:
     if m.partial:
         return None, 0
     return True, m.end()
-
-
-def _strip_response(text: str) -> str:
-    """vLLM's `_strip_response_content` minus the `or None`."""
-    m_open = _RESPONSE_OPEN_RE.search(text)
-    if m_open is not None:
-        m_close = _RESPONSE_CLOSE_RE.search(text, m_open.end())
-        text = text[m_open.end() : m_close.start()] if m_close is not None else text[m_open.end() :]
-    else:
-        text = _RESPONSE_CLOSE_RE.sub("", text)
-    return _MESSAGE_CLOSE_RE.sub("", text)
-
-
-def unwrap(text: str) -> str:
-    """`KimiK3ReasoningParser._strip_content_wrapper`."""
-    m_ro = _RESPONSE_OPEN_RE.search(text)
-    m_rc = _RESPONSE_CLOSE_RE.search(text, m_ro.end() if m_ro else 0)
-    if m_ro is not None and m_rc is not None:
-        text = text[m_ro.end() : m_rc.start()]
-    elif m_ro is not None:
-        text = text[m_ro.end() :]
-    else:
-        text = _RESPONSE_OPEN_RE.sub("", text)
-        text = _RESPONSE_CLOSE_RE.sub("", text)
-    return _MESSAGE_CLOSE_RE.sub("", text)
 
 
 def _attrs(text: str) -> dict[str, str]:
@@ -192,6 +164,11 @@ def _newest_is(ids: Sequence[int], close: Sequence[int], open_: Sequence[int]) -
     return False
 
 
+def _no_id(index: int) -> str:
+    """A batch answer's calls carry no wire id."""
+    return ""
+
+
 # -- content unwrapping, shared by both parsers --------------------------------------------------------
 
 
@@ -236,9 +213,8 @@ def unwrap_feed(mode: int, pend: str, text: str, *, tools: bool, finished: bool)
         pos = m.end()
         if m.lastgroup == "ro":
             if mode == PLAIN:
-                # Batch keeps only what follows the first response opener: drop what this chunk
-                # had before it (what earlier chunks sent cannot be taken back).
-                out.clear()
+                # A late opener: the text before it was content and stays so (vLLM's batch keeps
+                # only what follows it, which a stream cannot take back); the body follows it.
                 mode = RESPONSE
             else:  # a second opener inside the response body is text
                 out.append(m.group())
@@ -339,17 +315,16 @@ class KimiK3ReasoningParser(ReasoningParser):
         self, model_output: str, prompt_token_ids: Sequence[int] | None = None
     ) -> tuple[str | None, str | None]:
         """`extract_reasoning` with the content left raw (`unwrap_content` finishes it: it
-        depends on the request)."""
+        depends on the request), read as the stream reads it (the whole output as one chunk):
+        vLLM's answer except where it depends on a marker after text a stream has already sent
+        (its think opener and response opener are looked for anywhere, ours only at the start)."""
         if not self.thinking_enabled:
             return None, model_output
-        m_open = _THINK_OPEN_RE.search(model_output)
-        start = m_open.end() if m_open is not None else 0
-        m_close = _THINK_CLOSE_RE.search(model_output, start)
-        if m_open is None and m_close is None and _RESPONSE_OPEN_RE.search(model_output) is not None:
-            return None, model_output
-        if m_close is not None:
-            return model_output[start : m_close.start()] or None, model_output[m_close.end() :]
-        return model_output[start:] or None, None
+        delta, ended = self._stream(self.new_state(), model_output, finished=True)
+        reasoning = (delta.reasoning if delta is not None else None) or None
+        if not ended:
+            return reasoning, None
+        return reasoning, (delta.content if delta is not None else None) or ""
 
     @staticmethod
     def keeps_raw(opts: RequestOptions) -> bool:
@@ -362,7 +337,7 @@ class KimiK3ReasoningParser(ReasoningParser):
             return None
         if self.keeps_raw(opts):
             return content or None
-        return unwrap(content) or None
+        return unwrap_feed(START, "", content, tools=False, finished=True)[2] or None
 
     def unwrap_stream(self, st: Any, text: str, opts: RequestOptions, *, finished: bool) -> str:
         """The content of a chunk after reasoning, when no tool parser runs."""
@@ -499,22 +474,15 @@ class KimiK3ToolParser(ToolParser):
         return ""  # calls go out whole
 
     def extract_tool_calls(self, model_output: str) -> tuple[bool, list[FunctionCall], str | None]:
-        """`KimiK3ToolParser.extract_tool_calls`: (tools_called, calls, content)."""
-        m_open = _TOOLS_OPEN_RE.search(model_output)
-        if m_open is None:
-            return False, [], self._content(model_output, model_output)
-        before = model_output[: m_open.start()]
-        m_close = _TOOLS_CLOSE_RE.search(model_output, m_open.end())
-        section = model_output[m_open.end() : m_close.start() if m_close is not None else None]
-        calls = [c for m in _CALL_RE.finditer(section) if (c := decode_call(m["attrs"], m["body"])) is not None]
-        return bool(calls), calls, self._content(model_output, before)
-
-    @staticmethod
-    def _content(model_output: str, before: str) -> str | None:
-        m = _RESPONSE_BLOCK_RE.search(model_output)
-        if m is not None:
-            return m["c"] or None
-        return _strip_response(before) or None
+        """`KimiK3ToolParser.extract_tool_calls` (tools_called, calls, content), read as the
+        stream reads it (the whole output as one chunk): vLLM's answer except where it depends
+        on a response channel after text a stream has already sent (vLLM's batch takes the first
+        response block anywhere, even after the tools channel, and drops the text before it)."""
+        delta = self._feed(KimiK3ToolState(), model_output, _no_id, finished=True)
+        if delta is None:
+            return False, [], None
+        calls = [FunctionCall(c.name or "", c.arguments or "") for c in delta.tool_calls]
+        return bool(calls), calls, delta.content or None
 
     @classmethod
     def structural_tag(cls, tools: list[dict[str, Any]], strict: list[bool], choice: str) -> dict[str, Any] | None:

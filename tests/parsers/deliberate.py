@@ -80,6 +80,36 @@ K3_CHANNELS = (
     "that batch removes, and without a tool parser strips the response wrapper that batch keeps when the "
     "request has tools: ours holds leading whitespace and a possible marker, and sends what batch keeps"
 )
+# Rule 2 (batch follows the stream): vLLM's batch looks for K3's channel markers anywhere in the
+# output and re-reads it from there; a stream has sent the text before such a marker already.
+K3_LATE_CHANNEL_BATCH = (
+    "Kimi K3: a channel marker after text already streamed is read where the stream meets it: a response "
+    "opener after content keeps the content before it (vLLM's batch keeps only the response body; with the "
+    "reasoning parser in front it unwraps twice, so a second opener inside the body restarts it); inside "
+    "reasoning that never closes it is reasoning text (vLLM's batch: all of the output content); a think "
+    "opener after other text, or a think close after a leading response opener, is text (vLLM's batch "
+    "starts or ends the reasoning there)"
+)
+_K3_THINK_OPEN = re.compile(r"<\|open\|>\s*think\s*<\|sep\|>")
+_K3_THINK_CLOSE = re.compile(r"<\|close\|>\s*think\s*<\|sep\|>")
+_K3_RESPONSE_OPEN = re.compile(r"<\|open\|>\s*response\s*<\|sep\|>")
+
+
+def k3_late_channel(text: str, reads_reasoning: bool) -> bool:
+    """Whether a K3 output has a channel marker after text (markers included, not whitespace)
+    that vLLM's batch re-reads it from: where `K3_LATE_CHANNEL_BATCH` lets our batch answer
+    differ. `reads_reasoning`: a reasoning parser runs with thinking on (its content starts after
+    the first think close)."""
+    think_open, close = _K3_THINK_OPEN.search(text), _K3_THINK_CLOSE.search(text)
+    if reads_reasoning:
+        if think_open is not None and text[: think_open.start()].strip():
+            return True
+        if close is not None and _K3_RESPONSE_OPEN.match(text.lstrip()):
+            return True
+    region = text[close.end() :] if reads_reasoning and close is not None else text
+    openers = list(_K3_RESPONSE_OPEN.finditer(region))
+    return bool(openers) and region[: openers[-1].start()].strip() != ""
+
 
 LLAMA_JSON_WHOLE_LIST = (
     "llama3_json/llama4_json: batch rejects every call when one '{' does not start a valid call object, and "
@@ -201,6 +231,9 @@ BATCH_CONFIGS: dict[tuple[str, str], str] = {
     ("deepseek_v4", "deepseek_r1+deepseek_v4"): PROMPT_END_BATCH,
     ("deepseek_v41", "deepseek_r1+deepseek_v41"): PROMPT_END_BATCH,
     ("qwen3_coder", "deepseek_r1+qwen3_coder"): PROMPT_END_BATCH,
+    ("kimi_k3", "None+kimi_k3"): K3_LATE_CHANNEL_BATCH,
+    ("kimi_k3", "kimi_k3+None"): K3_LATE_CHANNEL_BATCH,
+    ("kimi_k3", "kimi_k3+kimi_k3"): K3_LATE_CHANNEL_BATCH,
 }
 
 

@@ -40,10 +40,6 @@ GRANITE = (
     "Granite tool parser (engine over a JSON array): batch converts argument types and drops the text after the "
     "calls; with the granite reasoning parser in front, batch returns the raw content when no call is accepted"
 )
-K3_LATE_CHANNEL = (
-    "Kimi K3: a channel marker after text already streamed (a response opener after reasoning or content "
-    "text, or no think close at all): batch re-reads the whole output from that marker"
-)
 
 NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("gemma4", "None+gemma4"): GEMMA4,
@@ -52,9 +48,6 @@ NOT_ACCUMULATING: dict[tuple[str, str], str] = {
     ("gemma4", "gemma4+hermes"): GEMMA4,
     ("granite", "None+granite"): GRANITE,
     ("granite", "granite+granite"): GRANITE,
-    ("kimi_k3", "None+kimi_k3"): K3_LATE_CHANNEL,
-    ("kimi_k3", "kimi_k3+None"): K3_LATE_CHANNEL,
-    ("kimi_k3", "kimi_k3+kimi_k3"): K3_LATE_CHANNEL,
 }
 
 

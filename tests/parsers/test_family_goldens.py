@@ -96,6 +96,12 @@ def test_family_matches_vllm(tokenizers: dict[str, Any], family: str) -> None:
         problem = deliberate.check_batch_tool(batch, record["batch"], deliberate.BATCH_TOOLS.get(tool or ""))
         if problem is not None and batch_cause is not None:
             problem = deliberate.check_batch(batch, record["batch"], stream, batch_cause, still_open)
+        if problem is None and batch_cause is deliberate.K3_LATE_CHANNEL_BATCH and batch != record["batch"]:
+            reads_reasoning = reasoning is not None and parsers.thinking_enabled(
+                reasoning, req.get("chat_template_kwargs")
+            )
+            if not deliberate.k3_late_channel(batch["text"], reads_reasoning):
+                problem = f"{batch_cause}: our batch answer differs from vLLM's without a late channel marker"
         # A deliberate batch answer is the one our stream must accumulate to.
         whole = batch if batch_cause is not None and problem is None else record["batch"]
         if problem is None and tool in deliberate.WHOLE_CALLS and stream != record["stream"]:

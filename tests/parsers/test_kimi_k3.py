@@ -47,6 +47,8 @@ TURN = [
     "@<|end_of_msg|>",
 ]
 
+TOOLS_CHANNEL = TURN[TURN.index("tools") - 1 :]
+
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory: pytest.TempPathFactory) -> Any:
@@ -109,6 +111,89 @@ def test_thinking_off_reads_everything_as_content(tok: Any) -> None:
         assert out["reasoning"] == "" and out["content"] == "Hi there"
     assert parsers.thinking_enabled("kimi_k3", {"thinking": None, "enable_thinking": False}) is False
     assert parsers.thinking_enabled("kimi_k3", {"thinking": True, "enable_thinking": False}) is True
+
+
+def _batch(tok: Any, config: tuple[str | None, str | None], req: dict[str, Any], ids: list[int]) -> dict:
+    parser = parsers.get_parser(
+        tok,
+        config[0],
+        config[1],
+        enable_auto_tools=True,
+        thinking_enabled=parsers.thinking_enabled(config[0], req.get("chat_template_kwargs")),
+    )
+    assert parser is not None
+    prompt = cases.encode(tok, k3.PROMPTS["thinking"])
+    batch = cases.run_batch(tok, parser, req, prompt, ids, "stop", eos=(k3.EOS, k3.MODEL_EOS))
+    calls = [(c[0], c[1]) for c in batch["tool_calls"]]
+    return {
+        "reasoning": batch["reasoning"] or "",
+        "content": batch["content"] or "",
+        "calls": calls,
+        "finish": batch["finish_reason"],
+    }
+
+
+# A channel marker after text already streamed (deliberate.K3_LATE_CHANNEL_BATCH): vLLM's batch
+# re-reads the output from it (the answer it gives in the comment); ours, stream and batch alike,
+# reads it where the stream meets it.
+LATE_CHANNEL = [
+    # thinking off: content before the opener stays (vLLM: "there")
+    (
+        ("kimi_k3", "kimi_k3"),
+        {"tools": cases.TOOLS, "chat_template_kwargs": {"thinking": False}},
+        ["Hi ", *k3._marker(OPEN, "response"), "there", *k3._marker(CLOSE, "response")],
+        {"reasoning": "", "content": "Hi there", "calls": [], "finish": "stop"},
+    ),
+    # reasoning that never closes stays reasoning (vLLM: no reasoning, content "x")
+    (
+        ("kimi_k3", "kimi_k3"),
+        {"tools": cases.TOOLS},
+        ["plan ", *k3._marker(OPEN, "response"), "x"],
+        {"reasoning": "plan <|open|>response<|sep|>x", "content": "", "calls": [], "finish": "stop"},
+    ),
+    # a second opener inside the body is text, unwrapped once (vLLM unwraps twice: "y")
+    (
+        ("kimi_k3", "kimi_k3"),
+        {},
+        ["r", *k3._marker(CLOSE, "think"), *k3._marker(OPEN, "response"), "x", *k3._marker(OPEN, "response"), "y"],
+        {"reasoning": "r", "content": "x<|open|>response<|sep|>y", "calls": [], "finish": "stop"},
+    ),
+    # a think opener after reasoning text is text (vLLM: reasoning "b")
+    (
+        ("kimi_k3", None),
+        {},
+        ["a", *k3._marker(OPEN, "think"), "b", *k3._marker(CLOSE, "think"), "c"],
+        {"reasoning": "a<|open|>think<|sep|>b", "content": "c", "calls": [], "finish": "stop"},
+    ),
+    # a think close after a leading response opener is content text (vLLM: reasoning up to it)
+    (
+        ("kimi_k3", None),
+        {},
+        [*k3._marker(OPEN, "response"), "x", *k3._marker(CLOSE, "think"), "y"],
+        {"reasoning": "", "content": "x<|close|>think<|sep|>y", "calls": [], "finish": "stop"},
+    ),
+    # no reasoning parser: the calls after a late opener are read as usual (vLLM: content "b")
+    (
+        (None, "kimi_k3"),
+        {"tools": cases.TOOLS},
+        ["a ", *k3._marker(OPEN, "response"), "b", *k3._marker(CLOSE, "response"), *TOOLS_CHANNEL],
+        {
+            "reasoning": "",
+            "content": "a b",
+            "calls": [("get_weather", json.dumps({"city": "Paris <b>", "days": 3})), ("get_time", "{}")],
+            "finish": "tool_calls",
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize("n", range(len(LATE_CHANNEL)))
+def test_a_late_channel_marker_is_read_where_the_stream_meets_it(tok: Any, n: int) -> None:
+    config, req, segments, expected = LATE_CHANNEL[n]
+    ids = cases.encode(tok, segments)
+    assert _batch(tok, config, req, ids) == expected
+    for size in (1, 2, 3, 5, len(ids)):
+        assert _stream(tok, config, req, [ids[i : i + size] for i in range(0, len(ids), size)]) == expected, size
 
 
 def test_the_prompt_ends_reasoning_only_when_its_newest_think_marker_closes(tok: Any) -> None:
