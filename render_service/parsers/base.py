@@ -76,6 +76,15 @@ class FunctionCall:
     name: str
     arguments: str
     id: str | None = None  # an id the family's own format carries (Kimi's `functions.NAME:N`)
+    # A family's id shape around the generated id's hex (Hunyuan A13B's `call_` / `call_{i}_`).
+    id_prefix: str | None = None
+
+    def call_id(self, tool_id: ToolIdFn, index: int) -> str:
+        """The call's id: its own, else `tool_id(index)` (its hex behind `id_prefix` if set)."""
+        if self.id:
+            return self.id
+        generated = tool_id(index)
+        return generated if self.id_prefix is None else self.id_prefix + generated.rsplit("-", 1)[-1]
 
 
 # -- request options -------------------------------------------------------------------------------

@@ -500,7 +500,7 @@ class ChatParser:
         calls = list(tool_calls or [])
         if opts.parallel_tool_calls is False:
             calls = calls[:1]
-        return reasoning, content, [(call.id or tool_id(i), call) for i, call in enumerate(calls)]
+        return reasoning, content, [(call.call_id(tool_id, i), call) for i, call in enumerate(calls)]
 
 
 def _cached_parser(

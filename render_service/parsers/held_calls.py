@@ -79,8 +79,10 @@ class CallsHolder:
             st.held = HeldText(self._tag.text + text[used:])
         return Delta(content=out) if out else None
 
-    def finish(self, st: HeldCallsState, tool_id: ToolIdFn, opts: RequestOptions) -> Delta | None:
-        """The end of the stream: the batch decision on what was held."""
+    def finish(self, st: HeldCallsState, tool_id: ToolIdFn, opts: RequestOptions, lead: str = "") -> Delta | None:
+        """The end of the stream: the batch decision on what was held. `lead`: streamed text the
+        batch extractor must see before the held text (Hunyuan A13B: an open `<think>`), kept
+        out of the content."""
         if not st.holding:
             # No calls block: a split marker at the end and held whitespace are content (batch
             # returns the text unchanged when there is no call), except where required/named
@@ -93,7 +95,9 @@ class CallsHolder:
         held = st.held.text()
         st.held = HeldText()
         st.holding = False
-        called, calls, content = self.extract(held)
+        called, calls, content = self.extract(lead + held)
+        if content is not None and lead:
+            content = content[len(lead) :]
         if not called:
             # Batch returns the whole text as content (blank content is dropped under
             # required/named, as ChatParser's batch does).
@@ -106,7 +110,7 @@ class CallsHolder:
             tail = ""  # batch content that is only whitespace becomes None when calls were made
         deltas: list[ToolCallDelta] = []
         for i, call in enumerate(calls):
-            deltas.append(ToolCallDelta(index=i, id=call.id or tool_id(i), type="function", name=call.name))
+            deltas.append(ToolCallDelta(index=i, id=call.call_id(tool_id, i), type="function", name=call.name))
             deltas.append(ToolCallDelta(index=i, arguments=call.arguments))
         return Delta(content=tail or None, tool_calls=deltas)
 
@@ -169,6 +173,6 @@ class LeadingCallsHolder:
         tail = content if content and content.strip() else None
         deltas: list[ToolCallDelta] = []
         for i, call in enumerate(calls):
-            deltas.append(ToolCallDelta(index=i, id=call.id or tool_id(i), type="function", name=call.name))
+            deltas.append(ToolCallDelta(index=i, id=call.call_id(tool_id, i), type="function", name=call.name))
             deltas.append(ToolCallDelta(index=i, arguments=call.arguments))
         return Delta(content=tail, tool_calls=deltas)

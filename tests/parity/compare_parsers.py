@@ -60,6 +60,7 @@ class Family:
     requests: dict[str, dict[str, Any]]
     eos: tuple[int, frozenset[int]]  # (eos id, the model's eos ids) for `_drop_stop_token`
     builder: Callable[[Path], Path] | None = None  # builds `model` (default: render_service.model.example)
+    one_token_chunks: bool = False  # vLLM's stream takes one token per chunk only (hunyuan_a13b)
 
 
 _QWEN_WORDS = ["the", " quick", " é", " 😀", " 中文", " <", " >", " {", " }", "\n", " data", " a<b", "  ", "\n\n"]
@@ -407,6 +408,11 @@ from tests.parsers.families import kimi_k3 as _kimi_k3  # noqa: E402
 
 FAMILIES["kimi_k3"] = Family(**_kimi_k3.FAMILY)
 
+# Hunyuan A13B and Hunyuan V3/V4 (their fixture folders, tests/parsers/families/hunyuan.py).
+from tests.parsers.families import hunyuan as _hunyuan  # noqa: E402
+
+FAMILIES.update({name: Family(**spec) for name, spec in _hunyuan.FAMILIES.items()})
+
 # -- vLLM's side -------------------------------------------------------------------------------------
 
 
@@ -625,6 +631,7 @@ def fuzz(family_name: str, family: Family, model_dir: Path, n: int, seed: int) -
             continue
         prompt = cases.encode(tok, family.prompts[prompt_name])
         chunks = random_chunks(rng, ids)
+        chunks = cases.chunk(ids, "one") if family.one_token_chunks else chunks
         finish = rng.choice(["stop", "stop", "length"])
         snap = rng.randrange(0, 4)
         theirs_stream = oracle.stream(reasoning, tool, req, prompt, chunks, finish)
@@ -677,6 +684,7 @@ def record_family_goldens(family_name: str, family: Family, model_dir: Path, n: 
             continue
         prompt = cases.encode(tok, family.prompts[rng.choice(sorted(family.prompts))])
         chunks = random_chunks(rng, ids)
+        chunks = cases.chunk(ids, "one") if family.one_token_chunks else chunks
         finish = rng.choice(["stop", "stop", "length"])
         stream = oracle.stream(reasoning, tool, req, prompt, chunks, finish)
         batch = oracle.batch(reasoning, tool, req, prompt, ids, finish)
@@ -827,7 +835,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.record_families:
             for name in args.family or sorted(FAMILIES):
                 family = FAMILIES[name]
-                record_family_goldens(name, family, model_dir(family.model), args.record_families, args.seed)
+                record_family_goldens(
+                    name, family, model_dir(family.model, family.builder), args.record_families, args.seed
+                )
             return 0
         failures = 0
         for name in args.family or sorted(FAMILIES):

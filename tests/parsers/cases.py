@@ -9,6 +9,7 @@ No pytest here: the comparison script runs in the vLLM oracle's environment.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from render_service.derender import detokenize as dt
@@ -193,13 +194,20 @@ def stream_through_snapshots(
     return deltas, sizes, writes
 
 
+# Hunyuan A13B's random ids keep a shape of their own: `call_HEX` (batch), `call_{i}_HEX` (streamed).
+_CALL_HEX_ID = re.compile(r"(call_(?:\d+_)?)[0-9a-f]{16}")
+
+
 def shown_id(tool_call_id: str) -> str:
-    """Random-style ids (`chatcmpl-tool-...`) differ by design; a family's native ids must match."""
-    return "ID" if tool_call_id.startswith("chatcmpl-tool-") else tool_call_id
+    """Random-style ids (`chatcmpl-tool-...`) differ by design; a family's native ids must match
+    (random `call_HEX` ids by their shape)."""
+    if tool_call_id.startswith("chatcmpl-tool-"):
+        return "ID"
+    return _CALL_HEX_ID.sub(r"\1ID", tool_call_id) if _CALL_HEX_ID.fullmatch(tool_call_id) else tool_call_id
 
 
 def batch_call(name: str, arguments: str, tool_call_id: str) -> list[str]:
-    return [name, arguments] if tool_call_id.startswith("chatcmpl-tool-") else [name, arguments, tool_call_id]
+    return [name, arguments] if tool_call_id.startswith("chatcmpl-tool-") else [name, arguments, shown_id(tool_call_id)]
 
 
 def wire(delta: Any) -> dict | None:

@@ -116,7 +116,20 @@ LLAMA_JSON_WHOLE_LIST = (
     "dumps the arguments with json.dumps: a tool phase that starts a call list is held to the end of the "
     "stream, its calls arrive whole"
 )
+HUNYUAN_CALLS_HELD = (
+    "hunyuan_a13b tools: batch takes the first <tool_calls> region outside a <think> span whose text loads as "
+    "JSON and makes the whole text content unless it is a list with a valid call (vLLM's stream re-reads the "
+    "text with regexes, keyed on a '[' right after the marker): calls are held to the end of the stream and "
+    "arrive whole"
+)
+HY_V3_CALLS_HELD = (
+    "hy_v3 tools: batch types each value once its region closes and keeps the last of two equal keys, vLLM's "
+    "stream keeps the first and escapes partial strings its own way: everything from the <tool_calls> marker is "
+    "held to the end of the stream, calls arrive whole"
+)
 HELD_CALLS: dict[str, str] = {
+    "hunyuan_a13b": HUNYUAN_CALLS_HELD,
+    "hy_v3": HY_V3_CALLS_HELD,
     "hermes": HERMES_ALL_OR_NOTHING,
     "qwen3_json": HERMES_ALL_OR_NOTHING,
     "granite4": GRANITE4_ALL_OR_NOTHING,
@@ -196,8 +209,23 @@ BATCH_CASES: dict[str, str] = {
     "ds_prompt_closed/one": PROMPT_END_BATCH,
 }
 
+HUNYUAN_MARKERS_TEXT = (
+    "hunyuan_a13b reasoning: vLLM's stream walks Hunyuan's own token ids for '<think>\\n', "
+    "'\\n</think>\\n<answer>\\n' and '\\n</answer>' (one token per chunk), its batch the marker text: ours "
+    "matches the text in both, holding back only a possible marker prefix"
+)
+# Rule 2: whether vLLM's batch reads reasoning depends on an answer marker that may come last.
+HUNYUAN_REASONING_BATCH = (
+    "hunyuan_a13b reasoning: an output that opens with '<think>\\n' is reasoning up to the first answer marker "
+    "even when no answer marker (or no '\\n</answer>' after it) follows (vLLM: content, up to a '\\n</answer>'), "
+    "and a '<think>\\n' later in the output opens nothing (vLLM, without '\\n</answer>': drops the text before it)"
+)
+
 # (family golden file, "reasoning+tool") -> cause, for golden_families/*.jsonl
 CONFIGS: dict[tuple[str, str], str] = {
+    ("hunyuan_a13b", "hunyuan_a13b+hunyuan_a13b"): HUNYUAN_MARKERS_TEXT,
+    ("hunyuan_a13b", "hunyuan_a13b+None"): HUNYUAN_MARKERS_TEXT,
+    **{("hy", f"{r}+{t}"): DEEPSEEK_R1_THINK_TEXT for r in ("hy_v3", "hy_v4") for t in ("hy_v3", "None")},
     ("kimi_k3", "kimi_k3+None"): K3_CHANNELS,
     ("deepseek_v32", "deepseek_r1+deepseek_v32"): DEEPSEEK_R1_THINK_TEXT,
     ("deepseek_v32", "deepseek_v3+deepseek_v32"): DEEPSEEK_R1_THINK_TEXT,
@@ -226,6 +254,9 @@ CONFIGS: dict[tuple[str, str], str] = {
 
 # (family golden file, "reasoning+tool") -> cause, where a record's batch answer may not be vLLM's
 BATCH_CONFIGS: dict[tuple[str, str], str] = {
+    ("hunyuan_a13b", "hunyuan_a13b+hunyuan_a13b"): HUNYUAN_REASONING_BATCH,
+    ("hunyuan_a13b", "hunyuan_a13b+None"): HUNYUAN_REASONING_BATCH,
+    **{("hy", f"{r}+{t}"): PROMPT_END_BATCH for r in ("hy_v3", "hy_v4") for t in ("hy_v3", "None")},
     ("deepseek_v32", "deepseek_r1+deepseek_v32"): PROMPT_END_BATCH,
     ("deepseek_v32", "deepseek_v3+deepseek_v32"): PROMPT_END_BATCH,
     ("deepseek_v4", "deepseek_r1+deepseek_v4"): PROMPT_END_BATCH,

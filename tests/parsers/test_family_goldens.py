@@ -24,7 +24,7 @@ import pytest
 from render_service import parsers
 from render_service.model.example import build_example_model
 from tests.parsers import cases, deliberate, stream_vs_batch
-from tests.parsers.families import deepseek, gemma4, kimi_k3
+from tests.parsers.families import deepseek, gemma4, hunyuan, kimi_k3
 
 GOLDEN_DIR = Path(__file__).with_name("golden_families")
 MODELS = {
@@ -38,12 +38,16 @@ MODELS = {
     "deepseek_v41": "deepseek",
     "step3": "qwen3",
     "kimi_k3": "kimi_k3",
+    "hunyuan_a13b": "hunyuan_a13b",
+    "hy": "hy",
 }
 # Fixture folders built by tests/parsers/families/ (the others by render_service.model.example).
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "gemma4": gemma4.build,
     "deepseek": deepseek.build,
     "kimi_k3": kimi_k3.build,
+    "hunyuan_a13b": hunyuan.build_a13b,
+    "hy": hunyuan.build_hy,
 }
 
 
