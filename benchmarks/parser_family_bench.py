@@ -42,6 +42,7 @@ from render_service.derender.snapshots import LocalStore, SnapshotCodec, Snapsho
 from render_service.server.metrics import Metrics
 from tests.parsers.families import deepseek as ds_fixture
 from tests.parsers.families import gemma4 as gemma4_fixture
+from tests.parsers.families import hunyuan as hunyuan_fixture
 from tests.parsers.families import kimi as kimi_fixture
 from tests.parsers.families import kimi_k3 as kimi_k3_fixture
 
@@ -74,6 +75,27 @@ TOOLS = [
 FAMILIES["gemma4"]["tools"] = [json.loads(json.dumps(TOOLS[0]))]
 FAMILIES["gemma4"]["tools"][0]["function"]["parameters"]["properties"]["description"] = {"type": "string"}
 FAMILIES["deepseek_v32"]["tools"] = FAMILIES["gemma4"]["tools"]
+
+# Hunyuan: A13B with reasoning and tools on a whole turn (vLLM's reasoning stream keys on Hunyuan's own
+# token ids, which the fixture does not have: it streams all of it as content and its tool parser never
+# runs, so the outputs differ); V3 with reasoning on (`reasoning_effort`) and the description typed as a
+# string.
+FAMILIES["hunyuan_a13b"] = {
+    "builder": hunyuan_fixture.build_a13b,
+    "reasoning": "hunyuan_a13b",
+    "tool": "hunyuan_a13b",
+    "folder": "hunyuan_a13b",
+    "eos": "<|eos|>",
+}
+FAMILIES["hy_v3"] = {
+    "builder": hunyuan_fixture.build_hy,
+    "reasoning": "hy_v3",
+    "tool": "hy_v3",
+    "folder": "hy",
+    "eos": "<|hy_end|>",
+    "tools": FAMILIES["gemma4"]["tools"],
+    "kwargs": {"reasoning_effort": "high"},
+}
 
 
 def prose(tok: Any, n: int, seed: int) -> list[int]:
@@ -132,6 +154,35 @@ def output(family: str, tok: Any, n: int) -> list[int]:
         mid = [*marker(closing, "response"), *marker(opening, "tools")]
         desc = prose(tok, n - len(reasoning) - len(content) - len(head3) - len(mid) - len(call) - len(end), 3)
         return [*reasoning, *head3, *content, *mid, *call, *desc, *end]
+    if family == "hunyuan_a13b":
+        call = '[{"name": "create_ticket", "arguments": {"title": "Retry storm", "description": "'
+        think, end_think, answer, end_answer = (vocab[m] for m in ("<think>", "</think>", "<answer>", "</answer>"))
+        nl = tok.encode("\n", add_special_tokens=False)
+        head3 = [*nl, end_think, *nl, answer, *nl]
+        head, tail = tok.encode(call, add_special_tokens=False), tok.encode('"}}]', add_special_tokens=False)
+        fixed = len(head3) + len(head) + len(tail) + 2 * len(nl) + 6
+        desc = prose(tok, n - len(reasoning) - len(content) - fixed, 3)
+        calls = [vocab["<tool_calls>"], *head, *desc, *tail, vocab["</tool_calls>"]]
+        return [think, *nl, *reasoning, *head3, *content, *calls, *nl, end_answer, vocab["<|eos|>"]]
+    if family == "hy_v3":
+        suffix = hunyuan_fixture.SUFFIX
+
+        def m(name: str) -> int:
+            return vocab[f"<{name}{suffix}>"]
+
+        def arg(key: str) -> list[int]:
+            return [m("arg_key"), *tok.encode(key, add_special_tokens=False), m("/arg_key"), m("arg_value")]
+
+        call = [m("tool_calls"), m("tool_call"), *tok.encode("create_ticket", add_special_tokens=False), m("tool_sep")]
+        call += [
+            *arg("title"),
+            *tok.encode("Retry storm", add_special_tokens=False),
+            m("/arg_value"),
+            *arg("description"),
+        ]
+        end = [m("/arg_value"), m("/tool_call"), m("/tool_calls"), vocab["<|hy_end|>"]]
+        desc = prose(tok, n - len(reasoning) - len(content) - len(call) - len(end) - 1, 3)
+        return [*reasoning, m("/think"), *content, *call, *desc, *end]
     if family == "kimi":
         marks = ["<think>", "</think>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>"]
         think, end_think, sec, call = (vocab[m] for m in marks)
@@ -312,13 +363,15 @@ def main() -> int:
             if not (model_dir / "tokenizer.json").exists():
                 cfg["builder"](model_dir)
             tok = AutoTokenizer.from_pretrained(str(model_dir))
-            eos_token = {"kimi": "<|im_end|>", "gemma4": "<turn|>", "kimi_k3": "[EOS]"}.get(family, ds_fixture.EOS)
+            eos_token = cfg.get("eos") or {"kimi": "<|im_end|>", "gemma4": "<turn|>", "kimi_k3": "[EOS]"}.get(
+                family, ds_fixture.EOS
+            )
             eos = tok.convert_tokens_to_ids(eos_token)
             req = {
                 "model": "m",
                 "messages": [{"role": "user", "content": "file a ticket"}],
                 "tools": cfg.get("tools", TOOLS),
-                "chat_template_kwargs": {"thinking": True, "enable_thinking": True},
+                "chat_template_kwargs": cfg.get("kwargs", {"thinking": True, "enable_thinking": True}),
             }
             prompt = tok.encode("file a ticket", add_special_tokens=False)
             for n in [int(s) for s in args.sizes.split(",")]:
