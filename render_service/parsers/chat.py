@@ -434,7 +434,8 @@ class ChatParser:
         `batch_follows_prompt_end` and `stream_prompt_token_ids` (the prompt a stream of the same
         request checks: the request's `prompt_token_ids`, else the generate response's) closes
         reasoning, the whole output is content, as the stream sends it (vLLM's batch would still
-        read reasoning out of it: a deliberate difference, docs/parsers.md)."""
+        read reasoning out of it: a deliberate difference, docs/parsers.md). Where it sets
+        `batch_reads_stream_prompt`, its `extract` reads `stream_prompt_token_ids`."""
         rp = self.reasoning
         if (
             rp is not None
@@ -444,6 +445,8 @@ class ChatParser:
         ):
             tool_calls, content = self._extract_tool_calls(model_output, opts)
             return None, content, tool_calls
+        if rp is not None and rp.batch_reads_stream_prompt:
+            prompt_token_ids = stream_prompt_token_ids
         return self.parse(model_output, opts, prompt_token_ids, output_token_ids)
 
     def _extract_tool_calls(

@@ -4,24 +4,29 @@
     ...reasoning...<channel|>
     <|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3}<tool_call|>
 
-One engine config for both adapters: `<|channel>`/`<channel|>` and `<|tool_call>`/`<tool_call|>`
-by token id, `call:` (or a bare `:`) then the name up to `{` or `(`, arguments in Gemma's own
-`key:value` syntax (strings between `<|"|>` delimiters, bare numbers/booleans, nested `{}` and
-`[]`) converted to a JSON object of strings and coerced to the tool schema. On top of the engine,
-as vLLM's subclass does:
+One engine config for both adapters: `<|channel>`/`<channel|>` and `<|tool_call>`/`<tool_call|>`,
+`call:` (or a bare `:`) then the name up to `{` or `(`, arguments in Gemma's own `key:value`
+syntax (strings between `<|"|>` delimiters, bare numbers/booleans, nested `{}` and `[]`) converted
+to a JSON object of strings and coerced to the tool schema. On top of the engine, as vLLM's
+subclass does: `<|channel>` is put in front of the text when it opens the thought channel
+(`_preprocess_feed`), `thought\\n` at the head of the reasoning is dropped, a prompt ending inside
+an open `<|channel>` block starts in reasoning, `enable_thinking` (default off) only decides
+whether a silent tail waits for reasoning; no structural tag: `tool_choice` required/named are
+parsed like auto, and every request gets `skip_special_tokens=False`.
 
-- the first chunk gets `<|channel>` put in front when it holds `<channel|>` or starts with
-  `thought\\n` (the template opened the channel in the prompt); `thought\\n` at the head of the
-  reasoning is dropped (a chunk that is still only a prefix of it is withheld whole, content and
-  tool calls included, as vLLM does);
-- a prompt ending inside an open `<|channel>` block starts the stream in reasoning;
-- `enable_thinking` (default off) only decides whether a silent tail waits for reasoning;
-- no structural tag: `tool_choice` required/named are parsed like auto, and every request gets
-  `skip_special_tokens=False`.
+The streams accumulate to the batch answer (docs/parsers.md):
 
-The open string value streams through an extender that holds back what the converter would
-drop (a trailing `}` or unbalanced `)`, trailing whitespace, a partial `<|"|>`); the number of
-unbalanced `)` is the one counter it needs (`ValueExt.count`).
+- the reasoning parser streams batch's engine pass over the whole output, markers matched by text
+  (`streams_whole_output`); the output's start is held while it may still become `thought\\n` (at
+  most 7 characters, `take_lead`), as is the reasoning's head (`thought\\n` is dropped from it, a
+  lone `thought` at the end too) and its trailing whitespace;
+- the tool parser sends each call whole once decided (`calls_whole`: the call's text is held in a
+  `HeldText` beside the snapshot), matches the markers by text, and holds the start of its text
+  as the reasoning parser does (a content that opens the channel is reasoning to it, dropped);
+- where vLLM's batch opens the channel on a `<channel|>` anywhere in the output (unless there is a
+  `<|channel>`) and ignores the prompt, our batch follows the stream's rule (with the prompt for
+  the reasoning parser; always for the tool parser, the only one whose text may hold the marker):
+  a deliberate difference.
 """
 
 from __future__ import annotations
@@ -31,12 +36,13 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from render_service.parsers.base import Delta, json_string_body
+from render_service.parsers.base import Delta, FunctionCall, RequestOptions, ToolIdFn, json_string_body
 from render_service.parsers.engine import (
     CONTENT,
-    ELIDED,
+    EV_REASONING,
     EV_REASONING_END,
     EV_REASONING_START,
+    EV_TEXT,
     EV_TOOL_END,
     EV_TOOL_START,
     REASONING,
@@ -48,9 +54,9 @@ from render_service.parsers.engine import (
     EngineReasoningParser,
     EngineState,
     EngineToolParser,
-    Event,
     Transition,
     ValueExt,
+    WholeCallsState,
 )
 from render_service.parsers.registry import register_reasoning_parser, register_tool_parser
 
@@ -284,60 +290,62 @@ def gemma4_config(thinking: bool = False) -> EngineConfig:
 # -- the engine with Gemma4Parser's hooks --------------------------------------------------------------
 
 
-class Gemma4State(EngineState):
-    """`EngineState` plus `Gemma4Parser`'s three fields (all bounded by `thought\\n`)."""
-
-    fed: bool = False  # the first chunk went through `_preprocess_feed`
-    thought_head: str = ""  # reasoning seen while it is still a prefix of "thought\n"
-    thought_done: bool = False  # the prefix was stripped (or ruled out)
-
-
 class Gemma4Engine(Engine):
-    def feed(self, st: Any, text: str, ids: Sequence[int]) -> list[Event]:
-        if not st.fed:
-            st.fed = True
-            if (
-                text
-                and st.state == CONTENT
-                and self.start_id is not None
-                and self.end_id is not None
-                and CHANNEL_START not in text
-                and (CHANNEL_END in text or text.startswith(THOUGHT_PREFIX) or text == THOUGHT_PREFIX[:-1])
-            ):
-                text = CHANNEL_START + text
-                if ids:
-                    ids = [self.start_id, *ids]
-        return super().feed(st, text, ids)
+    def opens_channel(self, st: EngineState) -> bool:
+        """Whether `_preprocess_feed` may put `<|channel>` in front of the first text."""
+        return st.state == CONTENT and self.start_id is not None and self.end_id is not None
 
-    def to_delta(self, st: Any, events: list[Event], *, finished: bool, **kwargs: Any) -> Delta | None:
-        delta = super().to_delta(st, events, finished=finished, **kwargs)
-        if delta is None or delta.reasoning is None or st.thought_done:
-            return delta
-        seen = len(st.thought_head)
-        head = st.thought_head + delta.reasoning
-        if head.startswith(THOUGHT_PREFIX):
-            st.thought_done = True
-            st.thought_head = ""
-            rest = delta.reasoning[len(THOUGHT_PREFIX) - seen :]
-            delta.reasoning = rest or None
-            if rest or delta.content is not None or delta.tool_calls:
-                return delta
-            return None
-        if THOUGHT_PREFIX.startswith(head):
-            st.thought_head = head
-            if finished:
-                st.thought_done = True
-            return None  # vLLM drops the whole delta while undecided
-        st.thought_done = True
-        st.thought_head = ""
-        delta.reasoning = head
-        return delta
 
-    def elision_marker(self, elided: str) -> str:
-        # The converter compares ")" and "(" counts over the whole arguments: keep the
-        # difference of the elided text (before the marker, so the text never ends in ")").
-        excess = elided.count(")") - elided.count("(")
-        return (")" * excess if excess > 0 else "(" * -excess) + ELIDED
+def vllm_first_feed(engine: Gemma4Engine, st: EngineState, text: str) -> str:
+    """vLLM's `_preprocess_feed` on a batch pass's only feed (the whole text): `<|channel>` in
+    front when there is none and the text holds `<channel|>` anywhere, or starts with
+    `thought\\n`, or is `thought`."""
+    if (
+        text
+        and engine.opens_channel(st)
+        and CHANNEL_START not in text
+        and (CHANNEL_END in text or text.startswith(THOUGHT_PREFIX) or text == THOUGHT_PREFIX[:-1])
+    ):
+        return CHANNEL_START + text
+    return text
+
+
+def stream_first_feed(engine: Gemma4Engine, st: EngineState, text: str) -> str:
+    """The stream's rule for the same (`take_lead`, on the whole text): only the start of the
+    text decides, so a stream holds at most `thought` before it knows."""
+    if engine.opens_channel(st) and (text.startswith(THOUGHT_PREFIX) or text == THOUGHT_PREFIX[:-1]):
+        return CHANNEL_START + text
+    return text
+
+
+def take_lead(engine: Gemma4Engine, st: Any, text: str, *, finished: bool) -> str | None:
+    """The stream's `_preprocess_feed` (`stream_first_feed`): the output's start is held while it
+    may still become `thought\\n` (at most 7 characters, `st.lead`); then it goes on, with
+    `<|channel>` in front when it opens the thought channel. None: nothing to feed yet."""
+    if st.lead_done:
+        return text
+    lead = st.lead + text
+    if (
+        not finished
+        and engine.opens_channel(st)
+        and len(lead) < len(THOUGHT_PREFIX)
+        and THOUGHT_PREFIX.startswith(lead)
+    ):
+        st.lead = lead
+        return None
+    st.lead, st.lead_done = "", True
+    return stream_first_feed(engine, st, lead)
+
+
+def strip_thought(reasoning: str | None) -> str | None:
+    """`Gemma4Parser.extract_reasoning`: `thought\\n` off the head of the (stripped) reasoning,
+    and a reasoning that is only `thought` is none."""
+    if reasoning:
+        if reasoning.startswith(THOUGHT_PREFIX):
+            reasoning = reasoning[len(THOUGHT_PREFIX) :]
+        elif reasoning == THOUGHT_PREFIX.rstrip():
+            reasoning = None
+    return reasoning or None
 
 
 def _prompt_opens_channel(engine: Engine, prompt_token_ids: Sequence[int]) -> bool:
@@ -358,15 +366,23 @@ def _enable_thinking(template_kwargs: Mapping[str, Any]) -> bool:
     return bool(template_kwargs.get("enable_thinking", False))
 
 
-class Gemma4ReasoningState(Gemma4State, tag="gemma4.reasoning/1"):
-    pass
+class Gemma4ReasoningState(EngineState, tag="gemma4.reasoning/3"):
+    """`EngineState` plus the two holds of the stream's start, each at most `thought\\n` long."""
+
+    lead: str = ""  # the output so far, while it may still become "thought\n" (`take_lead`)
+    lead_done: bool = False
+    thought_head: str = ""  # the reasoning so far, while it may still become "thought\n"
+    thought_done: bool = False  # the head was stripped, or ruled out
 
 
 @register_reasoning_parser("gemma4")
 class Gemma4ReasoningParser(EngineReasoningParser):
-    version = 2  # streams accumulate to the batch answer
+    version = 3  # the stream is batch's engine pass over the whole output (accumulates to it)
     state_type = Gemma4ReasoningState
     engine_type = Gemma4Engine
+    streams_whole_output = True
+    batch_reads_stream_prompt = True  # the prompt the stream checks decides the channel (`extract`)
+    engine: Gemma4Engine
 
     @classmethod
     def thinking_enabled_for(cls, template_kwargs: Mapping[str, Any]) -> bool:
@@ -376,30 +392,85 @@ class Gemma4ReasoningParser(EngineReasoningParser):
     def config_for(thinking: bool) -> EngineConfig:
         return gemma4_config(thinking)
 
-    def adjust_state_from_prompt(self, st: Any, prompt_token_ids: Sequence[int]) -> None:
+    def stream_prompt_ends_reasoning(self, st: Any, prompt_token_ids: Sequence[int]) -> bool:
+        # `adjust_initial_state_from_prompt`: a prompt ending inside an open `<|channel>` starts
+        # the pass in reasoning; the pass itself runs from the first chunk either way.
         if _prompt_opens_channel(self.engine, prompt_token_ids):
             st.state = REASONING
+        return True
+
+    def after_end(self, st: Any, text: str, ids: Sequence[int], *, finished: bool) -> Delta | None:
+        fed = take_lead(self.engine, st, text, finished=finished)
+        if fed is None:
+            return None
+        delta = super().after_end(st, fed, (), finished=finished)
+        if st.thought_done or (not finished and (delta is None or delta.reasoning is None)):
+            return delta
+        reasoning = self._strip_thought_head(st, (delta.reasoning if delta else None) or "", finished=finished)
+        if delta is None:
+            return Delta(reasoning=reasoning) if reasoning else None
+        delta.reasoning = reasoning or None
+        return delta if delta.reasoning is not None or delta.content is not None else None
+
+    @staticmethod
+    def _strip_thought_head(st: Any, reasoning: str, *, finished: bool) -> str:
+        """`strip_thought` as the reasoning streams (after its trailing whitespace was held): the
+        head waits while it may still become `thought\\n`; at the end a lone `thought` is dropped."""
+        head = st.thought_head + reasoning
+        if not head.startswith(THOUGHT_PREFIX) and THOUGHT_PREFIX.startswith(head):
+            if not finished:
+                st.thought_head = head
+                return ""
+            st.thought_head, st.thought_done = "", True
+            return "" if head == THOUGHT_PREFIX.rstrip() else head
+        st.thought_head, st.thought_done = "", True
+        return head[len(THOUGHT_PREFIX) :] if head.startswith(THOUGHT_PREFIX) else head
 
     def extract(
         self, model_output: str, prompt_token_ids: Sequence[int] | None = None
     ) -> tuple[str | None, str | None]:
-        reasoning, content = super().extract(model_output, prompt_token_ids)
-        if reasoning is not None:
-            if reasoning.startswith(THOUGHT_PREFIX):
-                reasoning = reasoning[len(THOUGHT_PREFIX) :] or None
-            elif reasoning == THOUGHT_PREFIX.rstrip():
-                reasoning = None
-        return reasoning, content
+        """vLLM's batch pass. With the prompt, the thought channel opens as the stream opens it
+        (the prompt, then the output's start); vLLM's batch ignores the prompt and opens it on a
+        `<channel|>` anywhere in the output, which a stream could only match by holding it all
+        (a deliberate difference, docs/parsers.md)."""
+        engine = self.engine
+        st = engine.new_state(self.state_type, CONTENT)
+        if prompt_token_ids is None:
+            text = vllm_first_feed(engine, st, model_output)
+        else:
+            if _prompt_opens_channel(engine, prompt_token_ids):
+                st.state = REASONING
+            text = stream_first_feed(engine, st, model_output)
+        events = engine.feed(st, text, ())
+        events.extend(engine.finish(st))
+        reasoning = "".join(v for k, v, _ in events if k == EV_REASONING).rstrip()
+        content = "".join(v for k, v, _ in events if k == EV_TEXT)
+        return strip_thought(reasoning), content or None
 
 
-class Gemma4ToolState(Gemma4State, tag="gemma4.tool/1"):
-    pass
+class Gemma4ToolState(WholeCallsState, tag="gemma4.tool/2"):
+    """`WholeCallsState` plus the hold of the text's start (`take_lead`, at most `thought`)."""
+
+    lead: str = ""
+    lead_done: bool = False
+
+
+def _without_reasoning(delta: Delta | None) -> Delta | None:
+    """Batch's tool pass keeps only content and calls: reasoning its engine finds (a content
+    that starts with `thought\\n` opens the channel there too) is dropped."""
+    if delta is None or delta.reasoning is None:
+        return delta
+    delta.reasoning = None
+    return delta if delta.content is not None or delta.tool_calls else None
 
 
 @register_tool_parser("gemma4")
 class Gemma4ToolParser(EngineToolParser):
+    version = 2  # each call sent whole, markers by text: the stream accumulates to the batch answer
     state_type = Gemma4ToolState
     engine_type = Gemma4Engine
+    calls_whole = True
+    matches_by_text = True
     # No structural tag model, yet vLLM's `Gemma4EngineToolParser` opts out of the JSON paths:
     # required/named are parsed like auto and leave the request unconstrained.
     supports_required_and_named = False
@@ -412,3 +483,38 @@ class Gemma4ToolParser(EngineToolParser):
     @classmethod
     def tool_thinking_enabled_for(cls, template_kwargs: Mapping[str, Any]) -> bool:
         return _enable_thinking(template_kwargs)
+
+    def _engine(self) -> Gemma4Engine:
+        engine = self.engine()
+        assert isinstance(engine, Gemma4Engine)
+        return engine
+
+    def feed_for_request(
+        self, st: Any, text: str, token_ids: Sequence[int], tool_id: ToolIdFn, opts: RequestOptions
+    ) -> Delta | None:
+        fed = take_lead(self._engine(), st, text, finished=False)
+        if fed is None:
+            return None
+        return _without_reasoning(super().feed_for_request(st, fed, (), tool_id, opts))
+
+    def finish_for_request(self, st: Any, tool_id: ToolIdFn, opts: RequestOptions) -> Delta | None:
+        first = None
+        if not st.lead_done:
+            fed = take_lead(self._engine(), st, "", finished=True) or ""
+            first = _without_reasoning(super().feed_for_request(st, fed, (), tool_id, opts))
+        last = _without_reasoning(super().finish_for_request(st, tool_id, opts))
+        if first is None or last is None:
+            return first or last
+        first.content = (first.content or "") + (last.content or "") or None
+        first.tool_calls = first.tool_calls + last.tool_calls
+        return first
+
+    def extract_for_request(
+        self, model_output: str, opts: RequestOptions
+    ) -> tuple[bool, list[FunctionCall], str | None]:
+        # The stream's `_preprocess_feed` rule (`stream_first_feed`): vLLM's also opens the
+        # channel on a `<channel|>` anywhere, which only the tool parser alone can meet (behind
+        # the reasoning parser the content holds no channel marker): a deliberate difference.
+        engine = self._engine()
+        text = stream_first_feed(engine, engine.new_state(self.state_type, CONTENT), model_output)
+        return super().extract_for_request(text, opts)

@@ -127,6 +127,10 @@ class ReasoningParser(ABC):
     # option, so with this flag `ChatParser.parse` returns the whole output as content there
     # instead (a deliberate batch difference from vLLM, docs/parsers.md).
     batch_follows_prompt_end: ClassVar[bool] = False
+    # Whether batch `extract` reads the prompt a stream of the same request checks
+    # (`ChatParser.parse_batch`'s `stream_prompt_token_ids`) instead of the generate response's:
+    # set by a family whose batch follows the stream's prompt rule (Gemma 4's thought channel).
+    batch_reads_stream_prompt: ClassVar[bool] = False
 
     # Whether batch `extract` still transforms the text after reasoning has ended (e.g. an engine
     # that drops a stray `</think>` in content): then `after_end` filters that text in streaming

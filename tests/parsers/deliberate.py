@@ -177,12 +177,21 @@ KIMI_CALLS_WHOLE = (
     "each call whole once decided, with Kimi's native id, and matches the markers by text too"
 )
 WHOLE_CALLS["kimi_k2"] = KIMI_CALLS_WHOLE
+GEMMA4_CALLS_WHOLE = (
+    "gemma4 tools: batch converts each call's whole argument text once, matches the markers by text, strips "
+    "the content's whitespace when a call is accepted, drops the text after the first tool event once a call "
+    "is named, and opens the thought channel on a content that starts with thought\\n: the stream sends each "
+    "call whole once decided, matches the markers by text and holds the content's start while it may still "
+    "become thought\\n"
+)
+WHOLE_CALLS["gemma4"] = GEMMA4_CALLS_WHOLE
 
 # tool parser -> cause: our batch answer differs from vLLM's (only as `check_batch` allows). The
 # DSML parsers do not strip content whitespace (their batch is vLLM's).
 BATCH_TOOLS: dict[str, str] = {
     name: ENGINE_LEADING_WS for name in ("qwen3_coder", "qwen3_xml", "glm45", "glm47", "minimax_m2", "seed_oss")
 }
+BATCH_TOOLS["gemma4"] = ENGINE_LEADING_WS
 
 MINIMAX_APPEND_THINK = (
     "minimax_m2_append_think: batch prepends <think> to the output and hands all of it to the tool parser "
@@ -252,6 +261,15 @@ CONFIGS: dict[tuple[str, str], str] = {
 }
 
 
+# Rule 2 (batch follows the stream): vLLM's batch opens Gemma 4's thought channel on a <channel|>
+# anywhere in the output (and ignores the prompt), which a stream could only meet by holding it all.
+GEMMA4_CHANNEL_BATCH = (
+    "gemma4: batch opens the thought channel as the stream does (with the prompt: the prompt ends inside an open "
+    "<|channel>, or the output starts with thought\\n or is thought; the tool parser alone, which never sees the "
+    "prompt: the output's start, always); vLLM's batch opens it on a <channel|> anywhere in the output unless a "
+    "<|channel> is, and ignores the prompt"
+)
+
 # (family golden file, "reasoning+tool") -> cause, where a record's batch answer may not be vLLM's
 BATCH_CONFIGS: dict[tuple[str, str], str] = {
     ("hunyuan_a13b", "hunyuan_a13b+hunyuan_a13b"): HUNYUAN_REASONING_BATCH,
@@ -265,6 +283,10 @@ BATCH_CONFIGS: dict[tuple[str, str], str] = {
     ("kimi_k3", "None+kimi_k3"): K3_LATE_CHANNEL_BATCH,
     ("kimi_k3", "kimi_k3+None"): K3_LATE_CHANNEL_BATCH,
     ("kimi_k3", "kimi_k3+kimi_k3"): K3_LATE_CHANNEL_BATCH,
+    ("gemma4", "gemma4+None"): GEMMA4_CHANNEL_BATCH,
+    ("gemma4", "gemma4+gemma4"): GEMMA4_CHANNEL_BATCH,
+    ("gemma4", "gemma4+hermes"): GEMMA4_CHANNEL_BATCH,
+    ("gemma4", "None+gemma4"): GEMMA4_CHANNEL_BATCH,
 }
 
 

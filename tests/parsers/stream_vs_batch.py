@@ -35,17 +35,12 @@ from tests.parsers.families.llama import build_family
 # table when the family's stream is changed to accumulate (then listed in
 # `tests/parsers/deliberate.py` where it differs from vLLM's stream).
 # Why, by cause (each a whole-output decision of vLLM's batch parser, or a stream rule of its own):
-GEMMA4 = "Gemma 4: batch reads the thought channel and call syntax on the whole output"
 GRANITE = (
     "Granite tool parser (engine over a JSON array): batch converts argument types and drops the text after the "
     "calls; with the granite reasoning parser in front, batch returns the raw content when no call is accepted"
 )
 
 NOT_ACCUMULATING: dict[tuple[str, str], str] = {
-    ("gemma4", "None+gemma4"): GEMMA4,
-    ("gemma4", "gemma4+None"): GEMMA4,
-    ("gemma4", "gemma4+gemma4"): GEMMA4,
-    ("gemma4", "gemma4+hermes"): GEMMA4,
     ("granite", "None+granite"): GRANITE,
     ("granite", "granite+granite"): GRANITE,
 }
