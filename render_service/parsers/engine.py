@@ -1054,7 +1054,16 @@ class Engine:
         # Batch drops the text after the first tool event once any call's name is emitted
         # (`to_delta`'s calls), and strips the content once `build_result` keeps a call.
         name = slot.name.strip() if self.config.strip_tool_names else slot.name
-        if self._accept_name(name or _name_from_args(slot.args) or "", tools):
+        if not name:
+            # No name markup: batch's `to_delta` names the call from its arguments' "name"
+            # (`_emit_name`), so `build_result` converts the arguments as they stand instead of
+            # re-reading the element as JSON (which needs it whole and decodes its escapes).
+            from_args = _name_from_args(slot.args) or ""
+            if self.config.strip_tool_names:
+                from_args = from_args.strip()
+            if self._accept_name(from_args, tools):
+                slot.name = name = from_args
+        if self._accept_name(name, tools):
             st.dropping = True
         _, built = self.build_result([slot], tools, _batch_ids)
         if not built:
