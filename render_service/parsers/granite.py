@@ -4,10 +4,18 @@ adapter over `GraniteParser` (`parser/granite.py`).
 Format: `<|tool_call|>` (one special token, Granite 3.0) or the text `<tool_call>` (3.1), then a
 JSON array `[{"name": ..., "arguments": {...}}, ...]` with no closing marker; prose around it is
 content. The engine (`engine.py`, `tool_call_body_array`) splits the array into one call per
-element, takes each name from the element's text and streams the verbatim `arguments` object
-(`arguments_span`) by prefix. There is no structural tag model, so tool_choice required/named take
-vLLM's JSON paths (`forced.py`). Granite has no reasoning here (the `granite` reasoning parser is
-a separate, text-based family).
+element, names each call from the element's `"name"` and converts the verbatim `arguments` object
+(`arguments_span`). There is no structural tag model, so tool_choice required/named take vLLM's
+JSON paths (`forced.py`). Granite has no reasoning here (the `granite` reasoning parser is a
+separate, text-based family).
+
+vLLM's stream sends the arguments by prefix as they arrive and the text after the array; its batch
+fixes argument types against the tool schema, strips the content and drops the text after the
+calls, and behind the granite reasoning parser returns the raw content when no call is accepted.
+Ours accumulates to the batch answer (issue 16): each call goes out whole once its element closes
+or the output ends (`calls_whole`, the engine's `WholeCallsState`: held text beside the snapshot),
+the text after the array is held until a call drops it, and behind the granite reasoning parser
+the raw-content shadow (`raw_content.py`) keeps the raw text until a call is accepted.
 """
 
 from __future__ import annotations
@@ -17,9 +25,9 @@ from render_service.parsers.engine import (
     JSON_TOKENS,
     TOOL_ARGS,
     EngineConfig,
-    EngineState,
     EngineToolParser,
     Transition,
+    WholeCallsState,
 )
 from render_service.parsers.registry import register_tool_parser
 
@@ -97,12 +105,13 @@ GRANITE_CONFIG = EngineConfig(
 )
 
 
-class GraniteState(EngineState, tag="granite/1"):
-    pass
+class GraniteState(WholeCallsState, tag="granite/2"):
+    """The engine's stream, each call held until batch's decision about it is known."""
 
 
 @register_tool_parser("granite")
 class GraniteToolParser(EngineToolParser):
-    version = 1
+    version = 2  # 2: each call sent whole, the stream accumulates to the batch answer
+    calls_whole = True
     state_type = GraniteState
     config = GRANITE_CONFIG

@@ -157,7 +157,7 @@ ENGINE_CALLS_WHOLE = (
 # Rule 2 (batch follows the stream): whether batch strips the content's leading whitespace depends
 # on a call that may come last, and holding it would delay the whole content.
 ENGINE_LEADING_WS = (
-    "engine tool parsers (Qwen3-Coder/XML, GLM 4.5/4.7, MiniMax M2, Seed-OSS): with a call, batch keeps the "
+    "engine tool parsers (Qwen3-Coder/XML, GLM 4.5/4.7, MiniMax M2, Seed-OSS, Granite): with a call, batch keeps the "
     "content's leading whitespace (vLLM strips it), as the stream sends it before any call is known"
 )
 
@@ -171,6 +171,15 @@ WHOLE_CALLS: dict[str, str] = {
         *("deepseek_v32", "deepseek_v4", "deepseek_v41"),
     )
 }
+GRANITE_CALLS_WHOLE = (
+    "granite tools (engine over a JSON array): batch converts each element's whole arguments once (argument types "
+    "fixed, escapes decoded where a type changes), strips the content when a call is accepted, drops the text "
+    "after the array and, behind the granite reasoning parser, returns the raw content when no call is accepted: "
+    "the stream sends each call whole once its element closes (or the output ends), holds the content's trailing "
+    "whitespace and the text after the array, and keeps the raw content until a call is accepted; with a call, "
+    "batch keeps the content's leading whitespace (vLLM strips it), as the stream sends it before any call is known"
+)
+WHOLE_CALLS["granite"] = GRANITE_CALLS_WHOLE
 KIMI_CALLS_WHOLE = (
     "kimi_k2 tools: batch reads each call whole (its header as Kimi's id and name, '{}' for a call without "
     "argument text, a call after a malformed header kept) and matches the markers by text: the stream sends "
@@ -192,6 +201,7 @@ BATCH_TOOLS: dict[str, str] = {
     name: ENGINE_LEADING_WS for name in ("qwen3_coder", "qwen3_xml", "glm45", "glm47", "minimax_m2", "seed_oss")
 }
 BATCH_TOOLS["gemma4"] = ENGINE_LEADING_WS
+BATCH_TOOLS["granite"] = ENGINE_LEADING_WS
 
 MINIMAX_APPEND_THINK = (
     "minimax_m2_append_think: batch prepends <think> to the output and hands all of it to the tool parser "
@@ -724,19 +734,3 @@ E2E_CASES.update(
     }
 )
 E2E_BATCH_CASES["p_granite_reasoning_unfinished_batch"] = GRANITE_THOUGHT_BATCH
-
-# The granite tool parser (an engine over a JSON array) still streams as vLLM's does
-# (stream_vs_batch.NOT_ACCUMULATING): where the reasoning parser now hands it the content, only
-# the reasoning side of these goldens is ours to check.
-E2E_TOOLS_STILL_OPEN.update(
-    {
-        f"p_granite_{case}": (
-            "granite tool parser (engine): batch strips the content and drops the text after the calls, the stream "
-            "sends them (stream_vs_batch GRANITE)"
-        )
-        for case in (
-            "parallel_false_stream1",
-            *("tool_string_stream1", "tool_string_streamr", "tool_then_content_stream1", "tool_then_content_streamr"),
-        )
-    }
-)

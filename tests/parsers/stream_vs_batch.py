@@ -34,16 +34,8 @@ from tests.parsers.families.llama import build_family
 # there: vLLM's own stream/batch disagreements that we still reproduce. An entry leaves this
 # table when the family's stream is changed to accumulate (then listed in
 # `tests/parsers/deliberate.py` where it differs from vLLM's stream).
-# Why, by cause (each a whole-output decision of vLLM's batch parser, or a stream rule of its own):
-GRANITE = (
-    "Granite tool parser (engine over a JSON array): batch converts argument types and drops the text after the "
-    "calls; with the granite reasoning parser in front, batch returns the raw content when no call is accepted"
-)
-
-NOT_ACCUMULATING: dict[tuple[str, str], str] = {
-    ("granite", "None+granite"): GRANITE,
-    ("granite", "granite+granite"): GRANITE,
-}
+# Empty since every native family's stream accumulates (2026-12-07).
+NOT_ACCUMULATING: dict[tuple[str, str], str] = {}
 
 
 def _batch_view(batch: dict[str, Any]) -> dict[str, Any]:

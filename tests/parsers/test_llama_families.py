@@ -158,7 +158,73 @@ def test_states_carry_their_family_tags(family_dirs: dict[str, Path]) -> None:
     assert tags == {
         "llama3_json": ["llama3_json/2"],
         "pythonic": ["pythonic/2"],
-        "granite": ["granite_reasoning/2", "granite/1"],
+        "granite": ["granite_reasoning/2", "granite/2"],
         "granite4": ["granite4/3"],
         "nemotron_v3": ["nemotron_v3/2", "hermes/3"],
     }
+
+
+# -- the granite tool parser sends each call whole (issue 16: its stream adds up to its batch answer)
+
+GRANITE_CHUNKINGS: list[str | list[int]] = ["one", [2, 1, 3], "all"]
+GRANITE_PROMPT = ["@<|start_of_role|>", "assistant", "@<|end_of_role|>"]
+
+
+def _granite_both(
+    model_dir: str, reasoning: str | None, segments: list[Any], how: str | list[int], finish: str
+) -> tuple:
+    from transformers import AutoTokenizer
+
+    from tests.parsers.stream_vs_batch import _batch_view, _stream_view
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    end = tok.convert_tokens_to_ids("<|end_of_text|>")
+    eos = (end, frozenset({end}))
+    parser = parsers.get_parser(tok, reasoning, "granite", enable_auto_tools=True)
+    assert parser is not None
+    req = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": cases.TOOLS}
+    ids, prompt = cases.encode(tok, segments), cases.encode(tok, GRANITE_PROMPT)
+    steps = cases.run_stream(tok, parser, req, prompt, cases.chunk(ids, how), finish, roundtrip_every=1, eos=eos)
+    batch = cases.run_batch(tok, parser, req, prompt, ids, finish, eos=eos)
+    return _stream_view(steps), _batch_view(batch), steps
+
+
+@pytest.mark.parametrize("how", GRANITE_CHUNKINGS)
+@pytest.mark.parametrize("reasoning", [None, "granite"])
+def test_granite_calls_arrive_as_batch_converts_them(
+    family_dirs: dict[str, Path], reasoning: str | None, how: Any
+) -> None:
+    # vLLM streams `"n": "5"` and `\u00fc` verbatim, then ` tail`; batch fixes the integer (which
+    # re-dumps the object, decoding the escape), strips the content and drops the text after the array.
+    array = (
+        ' [{"name": "get_weather", "arguments": {"n": "5", "city": "\\u00fc"}}, {"name": "search", "arguments": {}}]'
+    )
+    segments = ["ok \n", "@<|tool_call|>", array, " tail"]
+    streamed, whole, steps = _granite_both(str(family_dirs["granite"]), reasoning, segments, how, "stop")
+    assert streamed == whole
+    assert whole["names"] == ["get_weather", "search"] and whole["content"] == "ok"
+    assert json.loads(whole["args"][0]) == {"n": 5, "city": "ü"} and whole["args"][1] == "{}"
+    call_deltas = [tc for d, _ in steps if d is not None for tc in d.tool_calls]
+    assert all(tc.name and tc.arguments is not None for tc in call_deltas)  # each call in one delta
+
+
+@pytest.mark.parametrize("how", GRANITE_CHUNKINGS)
+def test_granite_unterminated_last_element_is_kept_verbatim(family_dirs: dict[str, Path], how: Any) -> None:
+    # Batch names the call from its arguments' "name" and keeps the open `arguments` text as it
+    # stands (escapes included); re-reading the element as JSON would have dropped the call.
+    segments = ["@<tool_call>", ' [{"name": "search", "arguments": {"q": "\\u00fc tail']
+    streamed, whole, _ = _granite_both(str(family_dirs["granite"]), None, segments, how, "length")
+    assert streamed == whole
+    assert whole["names"] == ["search"] and whole["args"] == ['{"q": "\\u00fc tail']
+
+
+@pytest.mark.parametrize("how", GRANITE_CHUNKINGS)
+def test_granite_behind_reasoning_without_a_call_is_raw_content(family_dirs: dict[str, Path], how: Any) -> None:
+    # Not a JSON array after the marker: no call is accepted, and behind the granite reasoning
+    # parser vLLM's batch returns the content raw (the marker kept), where its stream drops it.
+    segments = ["Here is my response: see ", "@<tool_call>", '{"name": "search", "arguments": {}}', "@</tool_call>"]
+    streamed, whole, _ = _granite_both(str(family_dirs["granite"]), "granite", segments, how, "stop")
+    assert streamed == whole
+    assert whole["names"] == [] and whole["content"].endswith(
+        'see <tool_call>{"name": "search", "arguments": {}}</tool_call>'
+    )
