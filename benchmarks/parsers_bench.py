@@ -149,7 +149,7 @@ out_state_bytes: list[int] = []
 
 
 # Tool parsers whose stream sends each call whole (tests/parsers/deliberate.py).
-WHOLE_CALLS = frozenset(("deepseek_v32", "deepseek_v4", "deepseek_v41"))
+WHOLE_CALLS = frozenset(("deepseek_v32", "deepseek_v4", "deepseek_v41", "granite"))
 
 
 def run_ours(
