@@ -395,6 +395,16 @@ FAMILIES: dict[str, Family] = {
     ),
 }
 
+# Step 3.5: Qwen3's grammar, thinking always on (Qwen3 folder: the same markers and ChatML turns).
+FAMILIES["step3p5"] = Family(
+    model="qwen3",
+    configs=(("step3p5", "step3p5"), (None, "step3p5"), ("step3p5", None), ("step3p5", "hermes")),
+    segments=_qwen3_xml_output,
+    prompts=cases.PROMPTS,
+    requests=cases.REQ,  # "nothink" too: ignored
+    eos=(cases.EOS, cases.MODEL_EOS),
+)
+
 # The DeepSeek, Kimi K2 and Gemma 4 families (their outputs, prompts, requests and model builders).
 from tests.parsers.families.outputs import FAMILIES as _MORE_FAMILIES  # noqa: E402
 

@@ -194,6 +194,7 @@ GEMMA4_CALLS_WHOLE = (
     "become thought\\n"
 )
 WHOLE_CALLS["gemma4"] = GEMMA4_CALLS_WHOLE
+WHOLE_CALLS["step3p5"] = ENGINE_CALLS_WHOLE  # Qwen3-Coder's engine
 
 # tool parser -> cause: our batch answer differs from vLLM's (only as `check_batch` allows). The
 # DSML parsers do not strip content whitespace (their batch is vLLM's).
@@ -202,6 +203,7 @@ BATCH_TOOLS: dict[str, str] = {
 }
 BATCH_TOOLS["gemma4"] = ENGINE_LEADING_WS
 BATCH_TOOLS["granite"] = ENGINE_LEADING_WS
+BATCH_TOOLS["step3p5"] = ENGINE_LEADING_WS
 
 MINIMAX_APPEND_THINK = (
     "minimax_m2_append_think: batch prepends <think> to the output and hands all of it to the tool parser "
@@ -268,6 +270,8 @@ CONFIGS: dict[tuple[str, str], str] = {
     ("step3", "step3+None"): STEP3_PROMPT_IGNORED,
     ("step3", "step3+hermes"): STEP3_PROMPT_IGNORED,
     ("step3", "step3+qwen3_coder"): STEP3_PROMPT_IGNORED,
+    ("step3p5", "step3p5+None"): ENGINE_REASONING_WHOLE_OUTPUT,
+    ("step3p5", "step3p5+hermes"): ENGINE_REASONING_WHOLE_OUTPUT,
 }
 
 

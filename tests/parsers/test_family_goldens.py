@@ -40,6 +40,7 @@ MODELS = {
     "kimi_k3": "kimi_k3",
     "hunyuan_a13b": "hunyuan_a13b",
     "hy": "hy",
+    "step3p5": "qwen3",
 }
 # Fixture folders built by tests/parsers/families/ (the others by render_service.model.example).
 BUILDERS: dict[str, Callable[[Path], Path]] = {
