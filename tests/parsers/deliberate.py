@@ -141,6 +141,13 @@ HELD_CALLS: dict[str, str] = {
     "llama3_json": LLAMA_JSON_WHOLE_LIST,
     "llama4_json": LLAMA_JSON_WHOLE_LIST,
 }
+STEP3_TOOL_HELD = (
+    "step3 tools: batch needs the calls block closed by <｜tool_calls_end｜> and one part that is a function call, "
+    "else it is all content, and strips the content around the block: everything from <｜tool_calls_begin｜> is "
+    "held to the end of the stream (and the content's trailing whitespace while it may precede calls), calls "
+    "arrive whole"
+)
+HELD_CALLS["step3"] = STEP3_TOOL_HELD
 
 
 def held(tool: str | None) -> str | None:
@@ -284,11 +291,19 @@ GEMMA4_CHANNEL_BATCH = (
     "<|channel> is, and ignores the prompt"
 )
 
+# Rule 2: with calls, vLLM's step3 batch strips the content's leading whitespace; the stream sent it
+# before any call was known (holding it would delay the whole content), so our batch keeps it.
+STEP3_TOOL_LEADING_WS = (
+    "step3 tools: with calls, batch keeps the leading whitespace of content that has other text before the "
+    "calls block (vLLM strips it), as the stream sends it before any call is known"
+)
 # (family golden file, "reasoning+tool") -> cause, where a record's batch answer may not be vLLM's
 BATCH_CONFIGS: dict[tuple[str, str], str] = {
     ("hunyuan_a13b", "hunyuan_a13b+hunyuan_a13b"): HUNYUAN_REASONING_BATCH,
     ("hunyuan_a13b", "hunyuan_a13b+None"): HUNYUAN_REASONING_BATCH,
     **{("hy", f"{r}+{t}"): PROMPT_END_BATCH for r in ("hy_v3", "hy_v4") for t in ("hy_v3", "None")},
+    ("step3_tool", "step3+step3"): STEP3_TOOL_LEADING_WS,
+    ("step3_tool", "None+step3"): STEP3_TOOL_LEADING_WS,
     ("deepseek_v32", "deepseek_r1+deepseek_v32"): PROMPT_END_BATCH,
     ("deepseek_v32", "deepseek_v3+deepseek_v32"): PROMPT_END_BATCH,
     ("deepseek_v4", "deepseek_r1+deepseek_v4"): PROMPT_END_BATCH,

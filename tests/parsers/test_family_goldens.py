@@ -24,7 +24,7 @@ import pytest
 from render_service import parsers
 from render_service.model.example import build_example_model
 from tests.parsers import cases, deliberate, stream_vs_batch
-from tests.parsers.families import deepseek, gemma4, hunyuan, kimi_k3
+from tests.parsers.families import deepseek, gemma4, hunyuan, kimi_k3, olmo3step
 
 GOLDEN_DIR = Path(__file__).with_name("golden_families")
 MODELS = {
@@ -41,6 +41,7 @@ MODELS = {
     "hunyuan_a13b": "hunyuan_a13b",
     "hy": "hy",
     "step3p5": "qwen3",
+    "step3_tool": "step3",
 }
 # Fixture folders built by tests/parsers/families/ (the others by render_service.model.example).
 BUILDERS: dict[str, Callable[[Path], Path]] = {
@@ -49,6 +50,7 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "kimi_k3": kimi_k3.build,
     "hunyuan_a13b": hunyuan.build_a13b,
     "hy": hunyuan.build_hy,
+    "step3": olmo3step.build_step3,
 }
 
 

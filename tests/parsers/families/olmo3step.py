@@ -1,0 +1,192 @@
+"""The Step3 and Olmo 3 fixture folders and their random outputs (`compare_parsers` `Family`
+fields). No registry package ships either tokenizer, so each folder is the Qwen vocabulary with the
+family's markers added (`vocab.py`) and a chat template written here:
+
+- `step3`: `<｜begin▁of▁sentence｜>`, `<|BOT|>`, `<|EOT|>` and the tool markers
+  `<｜tool_calls_begin｜>`, `<｜tool_calls_end｜>`, `<｜tool_call_begin｜>`, `<｜tool_call_end｜>`,
+  `<｜tool_sep｜>` (special: vLLM's `adjust_request` keeps them with `skip_special_tokens=False`),
+  `<think>` / `</think>` (added, not special); the `<steptml:...>` markup is ordinary text.
+- `olmo3`: ChatML's `<|im_start|>`, `<|im_end|>`, `<|endoftext|>`, `<|pad|>` (special) only:
+  Olmo 3 writes `<think>`, `</think>` and `<function_calls>` with ordinary vocabulary tokens.
+
+    python -m tests.parsers.families.olmo3step DIR {step3,olmo3}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from tests.parsers.cases import REQ
+from tests.parsers.families.outputs import WORDS
+from tests.parsers.families.vocab import (
+    QWEN_VOCAB,
+    added_tokens_decoder,
+    qwen_tokenizer_with,
+    template,
+    tiny_config,
+    write_json,
+)
+
+STEP3_ADDED = [
+    ("<｜begin▁of▁sentence｜>", True),
+    ("<|BOT|>", True),
+    ("<|EOT|>", True),
+    ("<think>", False),
+    ("</think>", False),
+    ("<｜tool_calls_begin｜>", True),
+    ("<｜tool_calls_end｜>", True),
+    ("<｜tool_call_begin｜>", True),
+    ("<｜tool_call_end｜>", True),
+    ("<｜tool_sep｜>", True),
+]
+STEP3_IDS = {content: QWEN_VOCAB + i for i, (content, _) in enumerate(STEP3_ADDED)}
+OLMO3_ADDED = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True), ("<|pad|>", True)]
+OLMO3_IDS = {content: QWEN_VOCAB + i for i, (content, _) in enumerate(OLMO3_ADDED)}
+
+
+def _write(path: Path, added: list[tuple[str, bool]], chat_template: str, eos: str, **config: Any) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    parsed = qwen_tokenizer_with(added)
+    (path / "tokenizer.json").write_text(json.dumps(parsed, ensure_ascii=False), encoding="utf-8")
+    ids = {content: QWEN_VOCAB + i for i, (content, _) in enumerate(added)}
+    write_json(
+        path / "tokenizer_config.json",
+        {
+            "added_tokens_decoder": added_tokens_decoder(parsed),
+            "chat_template": template(chat_template),
+            "clean_up_tokenization_spaces": False,
+            "eos_token": eos,
+            "model_max_length": 131072,
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "unk_token": None,
+            **config,
+        },
+    )
+    write_json(path / "config.json", tiny_config(QWEN_VOCAB + len(added), eos=ids[eos]))
+    write_json(path / "generation_config.json", {"eos_token_id": ids[eos], "temperature": 0.7})
+    return path
+
+
+def build_step3(target: str | Path) -> Path:
+    return _write(Path(target), STEP3_ADDED, "step3.jinja", "<|EOT|>", bos_token="<｜begin▁of▁sentence｜>")
+
+
+def build_olmo3(target: str | Path) -> Path:
+    return _write(Path(target), OLMO3_ADDED, "olmo3.jinja", "<|im_end|>", pad_token="<|pad|>")
+
+
+# -- Step3 tool calls ---------------------------------------------------------------------------------
+
+STEP3_EOS = (STEP3_IDS["<|EOT|>"], frozenset({STEP3_IDS["<|EOT|>"]}))
+_S = {name: "@" + name for name in ("<｜tool_calls_begin｜>", "<｜tool_calls_end｜>", "<｜tool_call_begin｜>")}
+_S.update({name: "@" + name for name in ("<｜tool_call_end｜>", "<｜tool_sep｜>")})
+# get_weather types every parameter (vLLM's `_cast_arguments`: string, integer, number, boolean),
+# search's q as null; unknown_tool's stay strings
+STEP3_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "n": {"type": "integer"},
+                    "q": {"type": "number"},
+                    "deep": {"type": "boolean"},
+                },
+            },
+        },
+    },
+    {"type": "function", "function": {"name": "search", "parameters": {"properties": {"q": {"type": "null"}}}}},
+]
+STEP3_REQUESTS = {name: {**body, "tools": STEP3_TOOLS} if "tools" in body else body for name, body in REQ.items()}
+STEP3_VALUES = [
+    "Paris",
+    " 3 ",
+    "3",
+    "x",
+    "\nLyon\n",
+    "é 😀 <b>",
+    "true",
+    "False",
+    "null",
+    "1e999",
+    "-0.5",
+    "",
+    "٣",
+    "3.5",
+    "nan",
+]
+STEP3_TEXT = ["<｜tool_calls_begin｜>", "<｜tool_calls_end｜>", "<steptml:invoke", "</steptml:parameter>"]
+
+
+def _step3_call(rng: random.Random) -> list[Any]:
+    name = rng.choice(["get_weather", "search", "unknown_tool"])
+    kind = rng.choice(["function"] * 8 + [" function ", "other"])
+    parts: list[Any] = [_S["<｜tool_call_begin｜>"], kind, _S["<｜tool_sep｜>"]]
+    if rng.random() < 0.95:
+        parts.append(f'<steptml:invoke name="{name}">')
+    for _ in range(rng.randrange(0, 4)):
+        key = rng.choice(["city", "n", "q", "deep"])
+        opener = f'<steptml:parameter name="{key}">'
+        parts.append(("chars", opener) if rng.random() < 0.15 else opener)
+        parts.append(rng.choice(STEP3_VALUES))
+        if rng.random() < 0.9:
+            parts.append("</steptml:parameter>")
+    parts.append("</steptml:invoke>")
+    if rng.random() < 0.9:
+        parts.append(_S["<｜tool_call_end｜>"])
+    return parts
+
+
+def step3_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    if rng.random() < 0.7:
+        segs.extend(rng.choice(WORDS) for _ in range(rng.randrange(0, 6)))
+        segs.append("@</think>")
+    segs.extend(rng.choice(WORDS) for _ in range(rng.randrange(0, 4)))
+    for _ in range(rng.randrange(0, 3)):
+        roll = rng.random()
+        if roll < 0.6:
+            segs.append(_S["<｜tool_calls_begin｜>"])
+            for _ in range(rng.randrange(1, 4)):
+                segs.extend(_step3_call(rng))
+                if rng.random() < 0.15:
+                    segs.append(rng.choice(["\n", " ", "x"]))
+            if rng.random() < 0.85:
+                segs.append(_S["<｜tool_calls_end｜>"])
+        elif roll < 0.7:
+            segs.append(rng.choice(STEP3_TEXT))
+        else:
+            segs.extend(rng.choice(WORDS) for _ in range(rng.randrange(1, 5)))
+    if rng.random() < 0.6:
+        segs.append("@<|EOT|>")
+    return segs
+
+
+STEP3_PROMPTS = {
+    "open": ["@<|BOT|>", "user\nWhat is the weather?", "@<|EOT|>", "@<|BOT|>", "assistant\n", "@<think>", "\n"],
+    "closed": ["@<|BOT|>", "assistant\n", "@<think>", "x", "@</think>", "\n"],
+}
+STEP3_FAMILY: dict[str, Any] = {
+    "model": "step3",
+    "configs": (("step3", "step3"), (None, "step3")),
+    "segments": step3_output,
+    "prompts": STEP3_PROMPTS,
+    "requests": STEP3_REQUESTS,
+    "eos": STEP3_EOS,
+    "builder": build_step3,
+}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0] or None)
+    parser.add_argument("dir")
+    parser.add_argument("family", choices=("step3", "olmo3"))
+    options = parser.parse_args()
+    print((build_step3 if options.family == "step3" else build_olmo3)(options.dir))
