@@ -4,7 +4,7 @@
 A benchmark script, not a timed test. Run it with the Python of an environment that has vLLM
 0.33 installed (the `render-service[vllm]` extra), from the repository root:
 
-    VLLM_PYTHON -m benchmarks.adapter_bench [--tokens 2000] [--reasoning-parser olmo3]
+    VLLM_PYTHON -m benchmarks.adapter_bench [--tokens 2000] [--reasoning-parser minicpmv]
         [--tool-call-parser NAME] [--model DIR] [--streams vllm,sticky,misses]
 
 Both servers run as child processes of this script (same Python, same model folder, same parser
@@ -130,7 +130,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--model", help="model folder (default: the tiny Qwen3 example model)")
-    parser.add_argument("--reasoning-parser", default="olmo3", help="a vLLM parser name with no native code")
+    parser.add_argument("--reasoning-parser", default="minicpmv", help="a vLLM parser name with no native code")
     parser.add_argument("--tool-call-parser", default=None)
     parser.add_argument(
         "--streams",

@@ -39,12 +39,14 @@ import msgspec
 from render_service import parsers
 from render_service.derender import detokenize as dt
 from render_service.derender.snapshots import LocalStore, SnapshotCodec, SnapshotStore
+from render_service.model.example import build_example_model
 from render_service.server.metrics import Metrics
 from tests.parsers.families import deepseek as ds_fixture
 from tests.parsers.families import gemma4 as gemma4_fixture
 from tests.parsers.families import hunyuan as hunyuan_fixture
 from tests.parsers.families import kimi as kimi_fixture
 from tests.parsers.families import kimi_k3 as kimi_k3_fixture
+from tests.parsers.families import olmo3step as olmo3step_fixture
 
 WORDS = (
     "the retry storm began after the deploy and every worker kept hammering the settlement "
@@ -96,6 +98,18 @@ FAMILIES["hy_v3"] = {
     "tools": FAMILIES["gemma4"]["tools"],
     "kwargs": {"reasoning_effort": "high"},
 }
+# Step3 / Step 3.5 / Olmo 3 (tests/parsers/families/olmo3step.py; Step 3.5 on the Qwen3 folder).
+FAMILIES["step3"] = {"builder": olmo3step_fixture.build_step3, "reasoning": "step3", "tool": "step3", "folder": "step3"}
+FAMILIES["step3p5"] = {
+    "builder": lambda path: build_example_model(path, "qwen3"),
+    "reasoning": "step3p5",
+    "tool": "step3p5",
+    "folder": "qwen3",
+    "tools": FAMILIES["gemma4"]["tools"],
+}
+FAMILIES["olmo3"] = {"builder": olmo3step_fixture.build_olmo3, "reasoning": "olmo3", "tool": "olmo3", "folder": "olmo3"}
+for _name, _eos in {"step3": "<|EOT|>", "step3p5": "<|im_end|>", "olmo3": "<|im_end|>"}.items():
+    FAMILIES[_name]["eos"] = _eos
 
 
 def prose(tok: Any, n: int, seed: int) -> list[int]:
@@ -121,6 +135,8 @@ def output(family: str, tok: Any, n: int) -> list[int]:
         desc = prose(tok, n - len(reasoning) - len(content) - fixed, 3)
         args = [*name, q, *title, q, *mid, q, *desc, q, *tok.encode("}", add_special_tokens=False)]
         return [channel, *thought, *reasoning, end_channel, *content, call, *args, end_call, eos]
+    if family in ("step3", "step3p5", "olmo3"):
+        return _step_olmo_output(family, tok, n, reasoning, content)
     if family == "deepseek_v32":
         head = tok.encode(
             '\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="create_ticket">\n'
@@ -220,6 +236,37 @@ def output(family: str, tok: Any, n: int) -> list[int]:
     desc = prose(tok, n - len(reasoning) - len(content) - fixed, 3)
     ids = [think, *reasoning, end_think, *content, cb, b, *pre, *head, *desc, *tail, *post, e, ce]
     return [*ids, vocab[ds_fixture.EOS]]
+
+
+def _step_olmo_output(family: str, tok: Any, n: int, reasoning: list[int], content: list[int]) -> list[int]:
+    vocab = tok.get_vocab()
+
+    def enc(text: str) -> list[int]:
+        return tok.encode(text, add_special_tokens=False)
+
+    if family == "step3":
+        begin, end = vocab["<｜tool_calls_begin｜>"], vocab["<｜tool_calls_end｜>"]
+        call, call_end, sep = vocab["<｜tool_call_begin｜>"], vocab["<｜tool_call_end｜>"], vocab["<｜tool_sep｜>"]
+        head = [begin, call, *enc("function"), sep, *enc('<steptml:invoke name="create_ticket">')]
+        head += enc(
+            '<steptml:parameter name="title">Retry storm</steptml:parameter><steptml:parameter name="description">'
+        )
+        tail = [*enc("</steptml:parameter></steptml:invoke>"), call_end, end, vocab["<|EOT|>"]]
+        prefix = [*reasoning, vocab["</think>"], *content]
+    elif family == "step3p5":
+        head = [
+            vocab["<tool_call>"],
+            *enc("\n<function=create_ticket>\n<parameter=title>\nRetry storm\n</parameter>\n"),
+        ]
+        head += enc("<parameter=description>\n")
+        tail = [*enc("\n</parameter>\n</function>\n"), vocab["</tool_call>"], vocab["<|im_end|>"]]
+        prefix = [*reasoning, *enc("\n"), vocab["</think>"], *enc("\n\n"), *content]
+    else:  # olmo3: markers are text; the calls open the tool phase (else they would be content)
+        head = enc("</think><function_calls>create_ticket(title='Retry storm', description='")
+        tail = [*enc("')</function_calls>"), vocab["<|im_end|>"]]
+        prefix = reasoning
+    desc = prose(tok, n - len(prefix) - len(head) - len(tail), 3)
+    return [*prefix, *head, *desc, *tail]
 
 
 def summary(deltas: list[Any]) -> dict[str, Any]:

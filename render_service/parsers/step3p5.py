@@ -15,9 +15,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import cache
-from typing import ClassVar
+from typing import Any
 
-from render_service.parsers.engine import EngineConfig, EngineReasoningParser, EngineState, WholeCallsState
+from render_service.parsers.engine import (
+    EngineConfig,
+    EngineReasoningParser,
+    EngineState,
+    EngineToolParser,
+    WholeCallsState,
+)
 from render_service.parsers.qwen3_coder import CHATML_TURN_BOUNDARIES, Qwen3CoderToolParser, qwen3_config
 from render_service.parsers.registry import register_reasoning_parser, register_tool_parser
 
@@ -50,10 +56,15 @@ class Step3p5ToolState(WholeCallsState, tag="step3p5.tool/1"):
 
 
 @register_tool_parser("step3p5")
-class Step3p5ToolParser(Qwen3CoderToolParser):
+class Step3p5ToolParser(EngineToolParser):
     """Qwen3-Coder's engine and structural tag with Step 3.5's config; calls sent whole."""
 
-    name: ClassVar[str] = "step3p5"  # not the inherited qwen3_coder
     version = 1
+    calls_whole = True  # as qwen3_coder: the stream accumulates to the batch answer
     state_type = Step3p5ToolState
+    structural_tag_model = "qwen_3_coder"
     config = step3p5_config()
+
+    @classmethod
+    def structural_tag(cls, tools: list[dict[str, Any]], strict: list[bool], choice: str) -> dict[str, Any] | None:
+        return Qwen3CoderToolParser.structural_tag(tools, strict, choice)

@@ -102,7 +102,7 @@ def test_a_vllm_name_without_the_extra_fails_at_start_naming_it(
         Settings(model=str(qwen3_model_dir), tool_call_parser="muse_glimmer").validate()
     assert "--tool-call-parser 'muse_glimmer' is not supported natively" in str(info.value)
     with pytest.raises(SettingsError, match=r"render-service\[vllm\]"):
-        Settings(model=str(qwen3_model_dir), reasoning_parser="olmo3").validate()
+        Settings(model=str(qwen3_model_dir), reasoning_parser="minicpmv").validate()
     with pytest.raises(SettingsError, match=r"--tool-parser-plugin .*render-service\[vllm\]"):
         Settings(model=str(qwen3_model_dir), tool_parser_plugin="/plugins/mine.py").validate()
 
@@ -129,7 +129,7 @@ from render_service.adapter import derender, streams, names
 from render_service.settings import Settings, SettingsError
 Settings(model={str(qwen3_model_dir)!r}, reasoning_parser="qwen3").validate()
 adapter.vllm_installed()
-adapter.fingerprint_parts(Settings(model="m", reasoning_parser="olmo3"))
+adapter.fingerprint_parts(Settings(model="m", reasoning_parser="minicpmv"))
 bad = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "vllm"))
 assert not bad, bad
 print("clean")
@@ -154,7 +154,7 @@ def test_compact_stream_state_is_refused_with_a_400_in_vllms_error_shape() -> No
         _UnusableParsers(),  # type: ignore[arg-type]
         LiveStreamCache(4, 1 << 20),
         "0.33.0",
-        {"--reasoning-parser": "olmo3"},
+        {"--reasoning-parser": "minicpmv"},
     )
     ctx = SimpleNamespace(compact=True)
     chunk = {"choices": [{"index": 0, "token_ids": [1], "finish_reason": None}]}
@@ -165,7 +165,7 @@ def test_compact_stream_state_is_refused_with_a_400_in_vllms_error_shape() -> No
     assert error.status_code == 400
     body = error.body()["error"]
     assert body["type"] == "BadRequestError" and body["param"] == "stream_state" and body["code"] == 400
-    assert "--reasoning-parser olmo3" in body["message"] and "--stream-state-mode full" in body["message"]
+    assert "--reasoning-parser minicpmv" in body["message"] and "--stream-state-mode full" in body["message"]
 
 
 # -- fingerprint ------------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ def test_fingerprint_names_vllm_components_and_leaves_native_ones_as_they_were(q
     parts = components(native.validate(), load_model(native))
     assert "implementations" not in parts["parsers"] and parts["parsers"]["parser_versions"]
 
-    foreign = Settings(model=str(qwen3_model_dir), reasoning_parser="olmo3", tool_call_parser="hermes")
+    foreign = Settings(model=str(qwen3_model_dir), reasoning_parser="minicpmv", tool_call_parser="hermes")
     extra = adapter.fingerprint_parts(foreign)
     assert extra["implementations"] == {
         "reasoning_parser": "vllm",

@@ -341,7 +341,7 @@ def test_adapter_parser_matches_vllms_render_tier(
 
 def test_compact_stream_state_is_refused(models: dict[str, Path]) -> None:
     settings = Settings(
-        model=str(models["qwen3"]), served_model_name=[SERVED], reasoning_parser="olmo3", stream_state_mode="compact"
+        model=str(models["qwen3"]), served_model_name=[SERVED], reasoning_parser="minicpmv", stream_state_mode="compact"
     ).validate()
     with TestClient(create_app(settings)) as ours:
         request = {"model": SERVED, **REQUESTS["no_tools"]}

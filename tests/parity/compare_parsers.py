@@ -405,10 +405,11 @@ FAMILIES["step3p5"] = Family(
     eos=(cases.EOS, cases.MODEL_EOS),
 )
 
-# Step3's tool calls (the step3 fixture folder, tests/parsers/families/olmo3step.py).
+# Step3's tool calls and Olmo 3 (their fixture folders, tests/parsers/families/olmo3step.py).
 from tests.parsers.families import olmo3step as _olmo3step  # noqa: E402
 
 FAMILIES["step3_tool"] = Family(**_olmo3step.STEP3_FAMILY)
+FAMILIES["olmo3"] = Family(**_olmo3step.OLMO3_FAMILY)
 
 # The DeepSeek, Kimi K2 and Gemma 4 families (their outputs, prompts, requests and model builders).
 from tests.parsers.families.outputs import FAMILIES as _MORE_FAMILIES  # noqa: E402

@@ -34,6 +34,20 @@ STEP3_PROMPT_IGNORED = (
     "that closes reasoning too (vLLM's stream sends the whole output as content there)"
 )
 
+# olmo3 tools hold calls too (`held_calls.LeadingCallsHolder`), but are listed by configuration
+# (`CONFIGS`), not in `HELD_CALLS`: behind the olmo3 reasoning parser our stream sends reasoning
+# before vLLM's buffered stream does, so it does not only hold back vLLM's stream (`lags_behind`).
+OLMO3_TOOL_HELD = (
+    "olmo3 tools: batch needs the whole tool phase (or its first <function_calls> block) to be one call list, "
+    "else it is all content (vLLM's stream re-parses the text each chunk and streams calls batch may reject): "
+    "a tool phase that opens with <function_calls> is held to the end of the stream, its calls arrive whole"
+)
+OLMO3_REASONING_TEXT = (
+    "olmo3 reasoning: vLLM's stream buffers text around partial markers with chunk-dependent quirks (a <think> or "
+    "</think> not at the start switches its mode, text after the last </think> of a chunk is content) and sends the "
+    "whole output as content after a prompt spelling </think>; its batch splits at the first </think> (a leading "
+    "<think> removed) whatever the prompt: ours streams the batch rule, holding back only a possible marker prefix"
+)
 DEEPSEEK_R1_THINK_TEXT = (
     "deepseek_r1 / deepseek_v3 (thinking on): vLLM's stream splits at the marker token ids with chunk-dependent "
     "quirks (a multi-token chunk holding <think> but not </think> streams its whole text, marker included), its "
@@ -277,6 +291,9 @@ CONFIGS: dict[tuple[str, str], str] = {
     ("step3", "step3+None"): STEP3_PROMPT_IGNORED,
     ("step3", "step3+hermes"): STEP3_PROMPT_IGNORED,
     ("step3", "step3+qwen3_coder"): STEP3_PROMPT_IGNORED,
+    ("olmo3", "olmo3+None"): OLMO3_REASONING_TEXT,
+    ("olmo3", "olmo3+olmo3"): OLMO3_REASONING_TEXT + "; " + OLMO3_TOOL_HELD,
+    ("olmo3", "None+olmo3"): OLMO3_TOOL_HELD,
     ("step3p5", "step3p5+None"): ENGINE_REASONING_WHOLE_OUTPUT,
     ("step3p5", "step3p5+hermes"): ENGINE_REASONING_WHOLE_OUTPUT,
 }
@@ -297,6 +314,16 @@ STEP3_TOOL_LEADING_WS = (
     "step3 tools: with calls, batch keeps the leading whitespace of content that has other text before the "
     "calls block (vLLM strips it), as the stream sends it before any call is known"
 )
+# Rule 2 (Olmo 3): whether vLLM's batch has reasoning, or calls, depends on text that may come last.
+OLMO3_NO_THINK_END = (
+    "olmo3 reasoning: without </think> batch is all reasoning, as the stream sends it (vLLM's batch: all content)"
+)
+OLMO3_CALLS_FIRST = (
+    "olmo3 tools: a tool phase that does not open with <function_calls> (after whitespace) is content in batch too, "
+    "as the stream sends it (vLLM's batch also reads bare call lines, or a tag pair later in the text, dropping "
+    "the text around it)"
+)
+OLMO3_BATCH = OLMO3_NO_THINK_END + "; " + OLMO3_CALLS_FIRST
 # (family golden file, "reasoning+tool") -> cause, where a record's batch answer may not be vLLM's
 BATCH_CONFIGS: dict[tuple[str, str], str] = {
     ("hunyuan_a13b", "hunyuan_a13b+hunyuan_a13b"): HUNYUAN_REASONING_BATCH,
@@ -304,6 +331,9 @@ BATCH_CONFIGS: dict[tuple[str, str], str] = {
     **{("hy", f"{r}+{t}"): PROMPT_END_BATCH for r in ("hy_v3", "hy_v4") for t in ("hy_v3", "None")},
     ("step3_tool", "step3+step3"): STEP3_TOOL_LEADING_WS,
     ("step3_tool", "None+step3"): STEP3_TOOL_LEADING_WS,
+    ("olmo3", "olmo3+None"): OLMO3_NO_THINK_END,
+    ("olmo3", "olmo3+olmo3"): OLMO3_BATCH,
+    ("olmo3", "None+olmo3"): OLMO3_CALLS_FIRST,
     ("deepseek_v32", "deepseek_r1+deepseek_v32"): PROMPT_END_BATCH,
     ("deepseek_v32", "deepseek_v3+deepseek_v32"): PROMPT_END_BATCH,
     ("deepseek_v4", "deepseek_r1+deepseek_v4"): PROMPT_END_BATCH,

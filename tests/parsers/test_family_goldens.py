@@ -42,6 +42,7 @@ MODELS = {
     "hy": "hy",
     "step3p5": "qwen3",
     "step3_tool": "step3",
+    "olmo3": "olmo3",
 }
 # Fixture folders built by tests/parsers/families/ (the others by render_service.model.example).
 BUILDERS: dict[str, Callable[[Path], Path]] = {
@@ -51,6 +52,7 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "hunyuan_a13b": hunyuan.build_a13b,
     "hy": hunyuan.build_hy,
     "step3": olmo3step.build_step3,
+    "olmo3": olmo3step.build_olmo3,
 }
 
 

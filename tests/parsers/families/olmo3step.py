@@ -190,3 +190,70 @@ if __name__ == "__main__":
     parser.add_argument("family", choices=("step3", "olmo3"))
     options = parser.parse_args()
     print((build_step3 if options.family == "step3" else build_olmo3)(options.dir))
+
+
+# -- Olmo 3 -------------------------------------------------------------------------------------------
+
+OLMO3_EOS = (OLMO3_IDS["<|im_end|>"], frozenset({OLMO3_IDS["<|im_end|>"], OLMO3_IDS["<|endoftext|>"]}))
+OLMO3_VALUES = ["'Paris'", '"Lyon"', "3", "-0.5", "null", "true", "False", "None", "[1, 2]", "{'a': 1}", "f'x'"]
+OLMO3_VALUES += ["x + 1", "'a, b'", "'(x)'", "'\\n'", '"é 😀"', "1e999", "'unclosed"]
+OLMO3_TEXT = ["<think>", "</think>", "<function_calls>", "</function_calls>", "<", "</", "</think", "<fun"]
+
+
+def _olmo3_call(rng: random.Random) -> str:
+    name = rng.choice(["get_weather", "search", "a.b", "_x", "bad name", "9z"])
+    args = [f"{rng.choice(['city', 'n', 'q', 'deep'])}={rng.choice(OLMO3_VALUES)}" for _ in range(rng.randrange(0, 3))]
+    if rng.random() < 0.05:
+        args.append("positional")
+    call = f"{name}({', '.join(args)})"
+    return call[: rng.randrange(1, len(call) + 1)] if rng.random() < 0.08 else call
+
+
+def olmo3_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    if rng.random() < 0.7:
+        if rng.random() < 0.3:
+            segs.append("<think>")
+        segs.extend(rng.choice(WORDS) for _ in range(rng.randrange(0, 6)))
+        if rng.random() < 0.8:
+            segs.append(("chars", "</think>") if rng.random() < 0.2 else "</think>")
+    if rng.random() < 0.3:
+        segs.append(rng.choice(["\n", "\n\n", " "]))
+    roll = rng.random()
+    if roll < 0.6:
+        segs.append(("chars", FUNCTION_CALLS) if rng.random() < 0.15 else FUNCTION_CALLS)
+        for i in range(rng.randrange(1, 4)):
+            segs.append(rng.choice(["\n", "\n", "", "\n\n", " "]) if i else rng.choice(["", "\n"]))
+            segs.append(_olmo3_call(rng))
+        if rng.random() < 0.85:
+            segs.append(rng.choice(["", "\n"]) + "</function_calls>")
+        if rng.random() < 0.15:
+            segs.extend(rng.choice(WORDS) for _ in range(rng.randrange(1, 3)))
+    elif roll < 0.7:
+        segs.append(_olmo3_call(rng))  # a bare call line
+    for _ in range(rng.randrange(0, 3)):
+        if rng.random() < 0.3:
+            segs.append(rng.choice(OLMO3_TEXT))
+        else:
+            segs.extend(rng.choice(WORDS) for _ in range(rng.randrange(1, 4)))
+    if rng.random() < 0.6:
+        segs.append("@<|im_end|>")
+    return segs
+
+
+FUNCTION_CALLS = "<function_calls>"
+OLMO3_PROMPTS = {
+    "open": ["@<|im_start|>", "user\nWhat is the weather?", "@<|im_end|>", "\n", "@<|im_start|>", "assistant\n<think>"],
+    "bare": ["@<|im_start|>", "user\nhi", "@<|im_end|>", "\n", "@<|im_start|>", "assistant\n"],
+    # an earlier turn's </think> (vLLM's is_reasoning_end finds it anywhere in the prompt)
+    "history": ["@<|im_start|>", "assistant\n<think>x</think>ok", "@<|im_end|>", "\n", "@<|im_start|>", "assistant\n"],
+}
+OLMO3_FAMILY: dict[str, Any] = {
+    "model": "olmo3",
+    "configs": (("olmo3", "olmo3"), (None, "olmo3"), ("olmo3", None)),
+    "segments": olmo3_output,
+    "prompts": OLMO3_PROMPTS,
+    "requests": REQ,
+    "eos": OLMO3_EOS,
+    "builder": build_olmo3,
+}
