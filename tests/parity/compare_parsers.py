@@ -428,6 +428,10 @@ FAMILIES["kimi_k3"] = Family(**_kimi_k3.FAMILY)
 from tests.parsers.families import hunyuan as _hunyuan  # noqa: E402
 
 FAMILIES.update({name: Family(**spec) for name, spec in _hunyuan.FAMILIES.items()})
+# ERNIE 4.5 (the Qwen vocabulary with ERNIE's markers, tests/parsers/families/ernie45.py).
+from tests.parsers.families import ernie45 as _ernie45  # noqa: E402
+
+FAMILIES["ernie45"] = Family(**_ernie45.FAMILY)
 
 # -- vLLM's side -------------------------------------------------------------------------------------
 

@@ -141,9 +141,29 @@ HY_V3_CALLS_HELD = (
     "stream keeps the first and escapes partial strings its own way: everything from the <tool_calls> marker is "
     "held to the end of the stream, calls arrive whole"
 )
+ERNIE45_ALL_OR_NOTHING = (
+    "ernie45 tools: batch rejects every call when one closed <tool_call> region does not load, and dumps the "
+    "arguments with json.dumps (vLLM's stream sends each call when it closes, and strips newlines and the response "
+    "wrapper chunk by chunk): calls are held to the end of the stream and arrive whole"
+)
+ERNIE45_BY_TEXT = (
+    "ernie45 reasoning: vLLM's stream splits at the marker ids, drops single <response>/</response> tokens and strips "
+    "newlines chunk by chunk, and without a tool parser never removes the response wrapper that batch removes: ours "
+    "streams batch's pass over the whole output by text, holding back only a possible marker prefix, leading "
+    "whitespace while <response> may open the content and the text after a </response> another may close"
+)
+# Rule 2: batch's <think> (looked for anywhere, the text before it dropped) and <response> ... </response>
+# (a pair anywhere in the content; an unclosed <response> kept) decisions depend on text that may come last.
+ERNIE45_BATCH = (
+    "ernie45 reasoning: batch drops the text before the first <think> looked for anywhere, unwraps a "
+    "<response>...</response> pair anywhere in the content and keeps an unclosed one, all known only at the end: ours "
+    "removes a <think> only before </think> (keeping the text before it), and unwraps only content that opens "
+    "with <response> (after whitespace), up to the last </response> (all of it when none comes)"
+)
 HELD_CALLS: dict[str, str] = {
     "hunyuan_a13b": HUNYUAN_CALLS_HELD,
     "hy_v3": HY_V3_CALLS_HELD,
+    "ernie45": ERNIE45_ALL_OR_NOTHING,
     "hermes": HERMES_ALL_OR_NOTHING,
     "qwen3_json": HERMES_ALL_OR_NOTHING,
     "granite4": GRANITE4_ALL_OR_NOTHING,
@@ -296,6 +316,9 @@ CONFIGS: dict[tuple[str, str], str] = {
     ("olmo3", "None+olmo3"): OLMO3_TOOL_HELD,
     ("step3p5", "step3p5+None"): ENGINE_REASONING_WHOLE_OUTPUT,
     ("step3p5", "step3p5+hermes"): ENGINE_REASONING_WHOLE_OUTPUT,
+    ("ernie45", "ernie45+None"): ERNIE45_BY_TEXT,
+    ("ernie45", "ernie45+ernie45"): ERNIE45_BY_TEXT,
+    ("ernie45", "None+ernie45"): ERNIE45_ALL_OR_NOTHING,
 }
 
 
@@ -346,6 +369,8 @@ BATCH_CONFIGS: dict[tuple[str, str], str] = {
     ("gemma4", "gemma4+gemma4"): GEMMA4_CHANNEL_BATCH,
     ("gemma4", "gemma4+hermes"): GEMMA4_CHANNEL_BATCH,
     ("gemma4", "None+gemma4"): GEMMA4_CHANNEL_BATCH,
+    ("ernie45", "ernie45+None"): ERNIE45_BATCH,
+    ("ernie45", "ernie45+ernie45"): ERNIE45_BATCH,
 }
 
 
