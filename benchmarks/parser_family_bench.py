@@ -42,6 +42,7 @@ from render_service.derender.snapshots import LocalStore, SnapshotCodec, Snapsho
 from render_service.model.example import build_example_model
 from render_service.server.metrics import Metrics
 from tests.parsers.families import deepseek as ds_fixture
+from tests.parsers.families import ernie45 as ernie45_fixture
 from tests.parsers.families import gemma4 as gemma4_fixture
 from tests.parsers.families import hunyuan as hunyuan_fixture
 from tests.parsers.families import kimi as kimi_fixture
@@ -60,6 +61,13 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "deepseek_v32": {"builder": ds_fixture.build, "reasoning": "deepseek_v3", "tool": "deepseek_v32"},
     "gemma4": {"builder": gemma4_fixture.build, "reasoning": "gemma4", "tool": "gemma4", "folder": "gemma4"},
     "kimi_k3": {"builder": kimi_k3_fixture.build, "reasoning": "kimi_k3", "tool": "kimi_k3", "folder": "kimi_k3"},
+    "ernie45": {
+        "builder": ernie45_fixture.build,
+        "reasoning": "ernie45",
+        "tool": "ernie45",
+        "folder": "ernie45",
+        "eos": "<|end_of_sentence|>",
+    },
 }
 TOOLS = [
     {
@@ -199,6 +207,16 @@ def output(family: str, tok: Any, n: int) -> list[int]:
         end = [m("/arg_value"), m("/tool_call"), m("/tool_calls"), vocab["<|hy_end|>"]]
         desc = prose(tok, n - len(reasoning) - len(content) - len(call) - len(end) - 1, 3)
         return [*reasoning, m("/think"), *content, *call, *desc, *end]
+    if family == "ernie45":
+        # reasoning</think>content\n<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
+        end_think, call, end_call = (vocab[m] for m in ("</think>", "<tool_call>", "</tool_call>"))
+        nl = tok.encode("\n", add_special_tokens=False)
+        call_head = tok.encode('\n{"name": "create_ticket", "arguments": ', add_special_tokens=False)
+        call_tail = tok.encode("}\n", add_special_tokens=False)
+        fixed = 4 + len(nl) + len(call_head) + len(head) + len(tail) + len(call_tail)
+        desc = prose(tok, n - len(reasoning) - len(content) - fixed, 3)
+        args = [*call_head, *head, *desc, *tail, *call_tail]
+        return [*reasoning, end_think, *content, *nl, call, *args, end_call, vocab["<|end_of_sentence|>"]]
     if family == "kimi":
         marks = ["<think>", "</think>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>"]
         think, end_think, sec, call = (vocab[m] for m in marks)
