@@ -48,6 +48,7 @@ from tests.parsers.families import hunyuan as hunyuan_fixture
 from tests.parsers.families import kimi as kimi_fixture
 from tests.parsers.families import kimi_k3 as kimi_k3_fixture
 from tests.parsers.families import olmo3step as olmo3step_fixture
+from tests.parsers.families import minimax_m3 as mm3_fixture
 
 WORDS = (
     "the retry storm began after the deploy and every worker kept hammering the settlement "
@@ -67,6 +68,13 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "tool": "ernie45",
         "folder": "ernie45",
         "eos": "<|end_of_sentence|>",
+    },
+    "minimax_m3": {
+        "builder": mm3_fixture.build,
+        "reasoning": "minimax_m3",
+        "tool": "minimax_m3",
+        "folder": "minimax_m3",
+        "eos": "[e~[",
     },
 }
 TOOLS = [
@@ -208,15 +216,26 @@ def output(family: str, tok: Any, n: int) -> list[int]:
         desc = prose(tok, n - len(reasoning) - len(content) - len(call) - len(end) - 1, 3)
         return [*reasoning, m("/think"), *content, *call, *desc, *end]
     if family == "ernie45":
-        # reasoning</think>content\n<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
+        # reasoning</think>content<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
         end_think, call, end_call = (vocab[m] for m in ("</think>", "<tool_call>", "</tool_call>"))
-        nl = tok.encode("\n", add_special_tokens=False)
         call_head = tok.encode('\n{"name": "create_ticket", "arguments": ', add_special_tokens=False)
         call_tail = tok.encode("}\n", add_special_tokens=False)
-        fixed = 4 + len(nl) + len(call_head) + len(head) + len(tail) + len(call_tail)
+        fixed = 4 + len(call_head) + len(head) + len(tail) + len(call_tail)
         desc = prose(tok, n - len(reasoning) - len(content) - fixed, 3)
         args = [*call_head, *head, *desc, *tail, *call_tail]
-        return [*reasoning, end_think, *content, *nl, call, *args, end_call, vocab["<|end_of_sentence|>"]]
+        return [*reasoning, end_think, *content, call, *args, end_call, vocab["<|end_of_sentence|>"]]
+    if family == "minimax_m3":
+        # <mm:think>reasoning</mm:think>content, then the namespaced call block
+        ns = mm3_fixture.NS
+        think, end_think = vocab["<mm:think>"], vocab["</mm:think>"]
+        call_head = tok.encode(
+            f'{ns}<tool_call>\n{ns}<invoke name="create_ticket">\n{ns}<title>Retry storm{ns}</title>\n{ns}<description>',
+            add_special_tokens=False,
+        )
+        call_tail = tok.encode(f"{ns}</description>\n{ns}</invoke>\n{ns}</tool_call>", add_special_tokens=False)
+        fixed = 3 + len(call_head) + len(call_tail)
+        desc = prose(tok, n - len(reasoning) - len(content) - fixed, 3)
+        return [think, *reasoning, end_think, *content, *call_head, *desc, *call_tail, vocab["[e~["]]
     if family == "kimi":
         marks = ["<think>", "</think>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>"]
         think, end_think, sec, call = (vocab[m] for m in marks)

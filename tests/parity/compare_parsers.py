@@ -433,6 +433,11 @@ from tests.parsers.families import ernie45 as _ernie45  # noqa: E402
 
 FAMILIES["ernie45"] = Family(**_ernie45.FAMILY)
 
+# MiniMax M3 (the Qwen vocabulary with M3's markers, tests/parsers/families/minimax_m3.py).
+from tests.parsers.families import minimax_m3 as _minimax_m3  # noqa: E402
+
+FAMILIES["minimax_m3"] = Family(**_minimax_m3.FAMILY)
+
 # -- vLLM's side -------------------------------------------------------------------------------------
 
 

@@ -160,6 +160,17 @@ ERNIE45_BATCH = (
     "removes a <think> only before </think> (keeping the text before it), and unwraps only content that opens "
     "with <response> (after whitespace), up to the last </response> (all of it when none comes)"
 )
+MINIMAX_M3_BY_TEXT = (
+    "minimax_m3 reasoning: vLLM's stream re-reads the whole text every chunk and decides the reasoning end by "
+    "token-id sequences: ours streams batch's pass over the output once, by text, holding back only a possible "
+    "marker prefix"
+)
+# Rule 2: with thinking_mode enabled, a <mm:think> anywhere makes batch re-read the output from it.
+MINIMAX_M3_BATCH = (
+    "minimax_m3 reasoning (thinking_mode enabled): batch makes the text before a <mm:think> that may come last "
+    "content (and a </mm:think> before it part of that content): ours is reasoning up to the first </mm:think>, "
+    "a <mm:think> before it removed, as the stream sends it"
+)
 HELD_CALLS: dict[str, str] = {
     "hunyuan_a13b": HUNYUAN_CALLS_HELD,
     "hy_v3": HY_V3_CALLS_HELD,
@@ -236,6 +247,12 @@ GEMMA4_CALLS_WHOLE = (
 )
 WHOLE_CALLS["gemma4"] = GEMMA4_CALLS_WHOLE
 WHOLE_CALLS["step3p5"] = ENGINE_CALLS_WHOLE  # Qwen3-Coder's engine
+MINIMAX_M3_CALLS_WHOLE = (
+    "minimax_m3 tools (engine): batch converts each invoke's nested elements once it closes: the stream sends "
+    "each call whole once decided (as vLLM's does) and holds the content's trailing whitespace and the text after "
+    "the first tool event until batch's decision is known"
+)
+WHOLE_CALLS["minimax_m3"] = MINIMAX_M3_CALLS_WHOLE
 
 # tool parser -> cause: our batch answer differs from vLLM's (only as `check_batch` allows). The
 # DSML parsers do not strip content whitespace (their batch is vLLM's).
@@ -319,6 +336,8 @@ CONFIGS: dict[tuple[str, str], str] = {
     ("ernie45", "ernie45+None"): ERNIE45_BY_TEXT,
     ("ernie45", "ernie45+ernie45"): ERNIE45_BY_TEXT,
     ("ernie45", "None+ernie45"): ERNIE45_ALL_OR_NOTHING,
+    ("minimax_m3", "minimax_m3+None"): MINIMAX_M3_BY_TEXT,
+    ("minimax_m3", "minimax_m3+minimax_m3"): MINIMAX_M3_BY_TEXT,
 }
 
 
@@ -371,6 +390,8 @@ BATCH_CONFIGS: dict[tuple[str, str], str] = {
     ("gemma4", "None+gemma4"): GEMMA4_CHANNEL_BATCH,
     ("ernie45", "ernie45+None"): ERNIE45_BATCH,
     ("ernie45", "ernie45+ernie45"): ERNIE45_BATCH,
+    ("minimax_m3", "minimax_m3+None"): MINIMAX_M3_BATCH,
+    ("minimax_m3", "minimax_m3+minimax_m3"): MINIMAX_M3_BATCH,
 }
 
 

@@ -24,7 +24,7 @@ import pytest
 from render_service import parsers
 from render_service.model.example import build_example_model
 from tests.parsers import cases, deliberate, stream_vs_batch
-from tests.parsers.families import deepseek, ernie45, gemma4, hunyuan, kimi_k3, olmo3step
+from tests.parsers.families import deepseek, ernie45, gemma4, hunyuan, kimi_k3, minimax_m3, olmo3step
 
 GOLDEN_DIR = Path(__file__).with_name("golden_families")
 MODELS = {
@@ -44,6 +44,7 @@ MODELS = {
     "step3_tool": "step3",
     "olmo3": "olmo3",
     "ernie45": "ernie45",
+    "minimax_m3": "minimax_m3",
 }
 # Fixture folders built by tests/parsers/families/ (the others by render_service.model.example).
 BUILDERS: dict[str, Callable[[Path], Path]] = {
@@ -55,6 +56,7 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "step3": olmo3step.build_step3,
     "olmo3": olmo3step.build_olmo3,
     "ernie45": ernie45.build,
+    "minimax_m3": minimax_m3.build,
 }
 
 
