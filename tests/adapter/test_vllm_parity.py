@@ -52,7 +52,6 @@ CANNOT_BUILD = {
     ("reasoning", "beam"): _NEEDS_RESPONSE_TEMPLATE,
     ("reasoning", "hf"): _NEEDS_RESPONSE_TEMPLATE,
     ("reasoning", "k2_horizon"): "needs K2 Horizon's reasoning tokens in the vocabulary",
-    ("reasoning", "minimax_m3"): "needs MiniMax M3's reasoning tokens in the vocabulary",
     ("reasoning", "mistral"): "needs Mistral's [TOOL_CALLS] control token in the vocabulary",
     ("reasoning", "poolside_v1"): "needs the '<assistant>' token in the vocabulary",
     ("tool", "beam"): _NEEDS_RESPONSE_TEMPLATE,
