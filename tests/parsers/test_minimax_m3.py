@@ -33,7 +33,7 @@ CALLS = [
     NS + "</invoke>\n",
     NS + "</tool_call>",
 ]
-TURN = ["@<mm:think>", "Need the weather é.", "@</mm:think>", "Checking.", *CALLS, "@[e~["]
+TURN = ["@<mm:think>", "Need the weather é.", "@</mm:think>", "Checking.", *CALLS, "[e~["]
 EXPECTED_CALLS = [
     ("get_weather", json.dumps({"city": "東京 😀", "n": 3}, ensure_ascii=False)),
     # the schema makes `items` an integer array; a repeated `q` collects into a list
@@ -99,7 +99,7 @@ def test_a_whole_turn_splits_into_reasoning_content_and_converted_calls(tok: Any
         assert _stream(tok, ("minimax_m3", "minimax_m3"), REQ, chunks) == expected, [len(c) for c in chunks]
     # the markers spelled one character per token answer the same (they are matched by text)
     spelled = cases.encode(tok, [("chars", "<mm:think>"), "Need the weather é.", ("chars", "</mm:think>")])
-    spelled += cases.encode(tok, ["Checking.", *CALLS, "@[e~["])
+    spelled += cases.encode(tok, ["Checking.", *CALLS, "[e~["])
     assert _stream(tok, ("minimax_m3", "minimax_m3"), REQ, [[t] for t in spelled]) == expected
 
 
@@ -142,7 +142,7 @@ def test_resumes_from_every_snapshot_with_small_states_while_a_long_call_is_held
     words = ["alpha", " beta", " é", " 😀", " x < y", ' "q"', " \\", "\n", " ]<]mini", " {}"]
     value = "".join(words[i % len(words)] for i in range(3000))
     segments = ["@<mm:think>", "plan", "@</mm:think>", "ok", NS + "<tool_call>", NS + '<invoke name="search">']
-    segments += [NS + "<q>", value, NS + "</q>", NS + "</invoke>", NS + "</tool_call>", "@[e~["]
+    segments += [NS + "<q>", value, NS + "</q>", NS + "</invoke>", NS + "</tool_call>", "[e~["]
     ids = cases.encode(tok, segments)
     parser = _parser(tok, ("minimax_m3", "minimax_m3"), REQ)
     prompt = cases.encode(tok, fam.PROMPTS["bare"])

@@ -129,11 +129,11 @@ def output(rng: random.Random) -> list[Any]:
         else:
             segs.append(rng.choice(WORDS))
     if rng.random() < 0.6:
-        segs.append("@[e~[")
+        segs.append("[e~[")  # (plain text: the tokenizer matches the added token)
     return segs
 
 
-_TURN = ["@]~b]", "user\nhi", "@[e~[", "\n", "@]~b]", "ai\n"]
+_TURN = ["]~b]", "user\nhi", "[e~[", "\n", "]~b]", "ai\n"]  # plain text: the tokenizer matches the added tokens
 PROMPTS: dict[str, list[Any]] = {
     "bare": _TURN,
     "open": [*_TURN, "@<mm:think>"],
