@@ -47,8 +47,8 @@ from tests.parsers.families import gemma4 as gemma4_fixture
 from tests.parsers.families import hunyuan as hunyuan_fixture
 from tests.parsers.families import kimi as kimi_fixture
 from tests.parsers.families import kimi_k3 as kimi_k3_fixture
-from tests.parsers.families import olmo3step as olmo3step_fixture
 from tests.parsers.families import minimax_m3 as mm3_fixture
+from tests.parsers.families import olmo3step as olmo3step_fixture
 
 WORDS = (
     "the retry storm began after the deploy and every worker kept hammering the settlement "
