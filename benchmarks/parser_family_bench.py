@@ -45,6 +45,7 @@ from tests.parsers.families import deepseek as ds_fixture
 from tests.parsers.families import ernie45 as ernie45_fixture
 from tests.parsers.families import gemma4 as gemma4_fixture
 from tests.parsers.families import hunyuan as hunyuan_fixture
+from tests.parsers.families import json_tools
 from tests.parsers.families import kimi as kimi_fixture
 from tests.parsers.families import kimi_k3 as kimi_k3_fixture
 from tests.parsers.families import minimax_m3 as mm3_fixture
@@ -77,6 +78,23 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "eos": "[e~[",
     },
 }
+# The JSON-shaped tool families (no reasoning parser): content, then one call in the family's wrapper.
+# (fixture folder, text before the call object, text after it, eos token; "@<tok>" is one token by id)
+JSON_WRAPPERS: dict[str, tuple[str, list[str], list[str], str]] = {
+    "phi4_mini_json": ("phi4_mini", ["functools["], ["]"], "<|end|>"),
+    "xlam": ("xlam", ["\n```json\n["], ["]\n```"], "<|im_end|>"),
+    "internlm": ("internlm", ["@<|action_start|>", "@<|plugin|>", "\n"], ["@<|action_end|>"], "<|im_end|>"),
+    "jamba": ("jamba", ["@<tool_calls>", "["], ["]", "@</tool_calls>"], "<|eom|>"),
+}
+for _name, (_folder, _, _, _eos) in JSON_WRAPPERS.items():
+    FAMILIES[_name] = {
+        "builder": json_tools.builder(_folder),
+        "reasoning": None,
+        "tool": _name,
+        "folder": _folder,
+        "eos": _eos,
+    }
+
 TOOLS = [
     {
         "type": "function",
@@ -133,7 +151,33 @@ def prose(tok: Any, n: int, seed: int) -> list[int]:
     return tok.encode(" ".join(words), add_special_tokens=False)[:n]
 
 
+def _segments(tok: Any, segments: list[str]) -> list[int]:
+    vocab = tok.get_vocab()
+    return [
+        t
+        for seg in segments
+        for t in ([vocab[seg[1:]]] if seg.startswith("@<") else tok.encode(seg, add_special_tokens=False))
+    ]
+
+
+def json_tool_output(family: str, tok: Any, n: int) -> list[int]:
+    """Content (~15%), then one call whose JSON arguments carry a long description."""
+    _, before, after, eos = JSON_WRAPPERS[family]
+    key = "parameters" if family == "internlm" else "arguments"
+    content = prose(tok, round(0.15 * n), 2)
+    head = [
+        *_segments(tok, before),
+        *tok.encode('{"name": "create_ticket", "' + key + '": {"title": "Retry storm", ', add_special_tokens=False),
+    ]
+    head += tok.encode('"description": "', add_special_tokens=False)
+    tail = [*tok.encode('", "priority": "P1"}}', add_special_tokens=False), *_segments(tok, after)]
+    desc = prose(tok, n - len(content) - len(head) - len(tail) - 1, 3)
+    return [*content, *head, *desc, *tail, tok.get_vocab()[eos]]
+
+
 def output(family: str, tok: Any, n: int) -> list[int]:
+    if family in JSON_WRAPPERS:
+        return json_tool_output(family, tok, n)
     vocab = tok.get_vocab()
     reasoning = prose(tok, round(0.35 * n), 1)
     content = prose(tok, round(0.15 * n), 2)

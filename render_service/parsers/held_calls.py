@@ -50,12 +50,21 @@ class CallsHolder:
     marker that, seen before `start`, makes batch return the whole text as content (granite4's
     end tag without a start): from there on the stream is content, held back no more."""
 
-    __slots__ = ("_poison", "_tag", "extract")
+    __slots__ = ("_poison", "_tag", "drops_blank", "extract")
 
-    def __init__(self, start: str, extract: Extract, poison: str | None = None) -> None:
+    def __init__(
+        self,
+        start: str,
+        extract: Extract,
+        poison: str | None = None,
+        drops_blank: Callable[[str], bool] = lambda text: not text.strip(),
+    ) -> None:
         self._tag = Tag(start)
         self._poison = Tag(poison) if poison else None
         self.extract = extract
+        # Whether batch drops this whitespace-only content before the calls when calls are made
+        # (most families: any blank text; internlm keeps it, jamba drops only "" and " ").
+        self.drops_blank = drops_blank
 
     def feed(self, st: HeldCallsState, text: str) -> Delta | None:
         """One chunk: the content that is decided, or None."""
@@ -106,7 +115,7 @@ class CallsHolder:
                 return None
             return Delta(content=out)
         tail = st.ws + (content or "")
-        if not st.released and not tail.strip():
+        if not st.released and self.drops_blank(tail):
             tail = ""  # batch content that is only whitespace becomes None when calls were made
         deltas: list[ToolCallDelta] = []
         for i, call in enumerate(calls):

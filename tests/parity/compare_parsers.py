@@ -437,6 +437,10 @@ FAMILIES["ernie45"] = Family(**_ernie45.FAMILY)
 from tests.parsers.families import minimax_m3 as _minimax_m3  # noqa: E402
 
 FAMILIES["minimax_m3"] = Family(**_minimax_m3.FAMILY)
+# The JSON-shaped tool families phi4_mini_json, xlam, internlm, jamba (tests/parsers/families/json_tools.py).
+from tests.parsers.families.json_tools import FAMILIES as _JSON_TOOL_FAMILIES  # noqa: E402
+
+FAMILIES.update({name: Family(**spec) for name, spec in _JSON_TOOL_FAMILIES.items()})
 
 # -- vLLM's side -------------------------------------------------------------------------------------
 
