@@ -20,7 +20,15 @@ from collections.abc import Callable
 import msgspec
 
 from render_service.parsers import held
-from render_service.parsers.base import Delta, FunctionCall, RequestOptions, Tag, ToolCallDelta, ToolIdFn
+from render_service.parsers.base import (
+    Delta,
+    FunctionCall,
+    RequestOptions,
+    Tag,
+    ToolCallDelta,
+    ToolIdFn,
+    partial_tag_overlap,
+)
 from render_service.parsers.held import HeldText
 from render_service.parsers.protocols import ParserState
 
@@ -50,21 +58,12 @@ class CallsHolder:
     marker that, seen before `start`, makes batch return the whole text as content (granite4's
     end tag without a start): from there on the stream is content, held back no more."""
 
-    __slots__ = ("_poison", "_tag", "drops_blank", "extract")
+    __slots__ = ("_poison", "_tag", "extract")
 
-    def __init__(
-        self,
-        start: str,
-        extract: Extract,
-        poison: str | None = None,
-        drops_blank: Callable[[str], bool] = lambda text: not text.strip(),
-    ) -> None:
+    def __init__(self, start: str, extract: Extract, poison: str | None = None) -> None:
         self._tag = Tag(start)
         self._poison = Tag(poison) if poison else None
         self.extract = extract
-        # Whether batch drops this whitespace-only content before the calls when calls are made
-        # (most families: any blank text; internlm keeps it, jamba drops only "" and " ").
-        self.drops_blank = drops_blank
 
     def feed(self, st: HeldCallsState, text: str) -> Delta | None:
         """One chunk: the content that is decided, or None."""
@@ -115,7 +114,7 @@ class CallsHolder:
                 return None
             return Delta(content=out)
         tail = st.ws + (content or "")
-        if not st.released and self.drops_blank(tail):
+        if not st.released and not tail.strip():
             tail = ""  # batch content that is only whitespace becomes None when calls were made
         deltas: list[ToolCallDelta] = []
         for i, call in enumerate(calls):
@@ -185,3 +184,127 @@ class LeadingCallsHolder:
             deltas.append(ToolCallDelta(index=i, id=call.call_id(tool_id, i), type="function", name=call.name))
             deltas.append(ToolCallDelta(index=i, arguments=call.arguments))
         return Delta(content=tail, tool_calls=deltas)
+
+
+class MarkedCallsState(ParserState):
+    """The fields of a `MarkedCallsHolder` family (subclasses add the tag): `pend` the text that
+    may still start a marker, `ws` whitespace not sent yet (before any other content, or at the
+    end of the content sent so far), `released` whether other content went out, `holding`
+    whether a marker (or a leading character) arrived (then `held` is the text from it on)."""
+
+    pend: str = ""
+    ws: str = ""
+    released: bool = False
+    holding: bool = False
+    held: HeldText = msgspec.field(default_factory=HeldText)
+
+
+STAND_IN = "x"  # opaque content before the first marker (see `MarkedCallsHolder`)
+
+
+class MarkedCallsHolder:
+    """The held-calls stream of a family whose batch extractor looks for any of several
+    `markers` anywhere (xlam: code fences, `[TOOL_CALLS]`, `<tool_call>`, `</think>`), or reads
+    the whole output as a call list when its first non-blank character is in `leading`, and
+    returns the content stripped when it finds calls. Content streams until the first marker;
+    whitespace at either end of the content sent so far is held (batch strips it); from the
+    marker on everything is held and `extract` decides at the end.
+
+    Batch treats the content before the first marker as opaque text (it holds no marker and does
+    not start with a leading character), so the end of the stream runs `extract` on `STAND_IN`
+    plus the held whitespace and text, and sends what follows the stand-in in its content. The
+    content's leading whitespace has gone out by then: our batch keeps it too
+    (`extract_with_leading_ws`), a listed deliberate difference where vLLM strips it."""
+
+    __slots__ = ("extract", "leading", "markers")
+
+    def __init__(self, markers: tuple[str, ...], leading: str, extract: Extract) -> None:
+        self.markers = markers
+        self.leading = leading
+        self.extract = extract
+
+    def _first_marker(self, text: str) -> int:
+        found = [i for i in (text.find(m) for m in self.markers) if i != -1]
+        return min(found) if found else -1
+
+    def _partial(self, text: str) -> int:
+        """Length of the longest suffix of `text` that is a proper prefix of a marker."""
+        return max(partial_tag_overlap(text, m) for m in self.markers)
+
+    def feed(self, st: MarkedCallsState, text: str) -> Delta | None:
+        if st.holding:
+            st.held.append(text)
+            return None
+        s, st.pend = st.pend + text, ""
+        if not st.released:
+            lead = s.lstrip()
+            if not lead:
+                st.ws += s
+                return None
+            if lead[0] in self.leading:
+                st.holding, st.held, st.ws = True, HeldText(st.ws + s), ""
+                return None
+        pos = self._first_marker(s)
+        if pos != -1:
+            out = self._content(st, s[:pos])
+            st.holding, st.held = True, HeldText(s[pos:])
+        else:
+            keep = self._partial(s)
+            st.pend = s[len(s) - keep :] if keep else ""
+            out = self._content(st, s[: len(s) - keep])
+        return Delta(content=out) if out else None
+
+    @staticmethod
+    def _content(st: MarkedCallsState, text: str) -> str:
+        """Content before any marker: all but its trailing whitespace goes out."""
+        whole = st.ws + text
+        body = whole.rstrip()
+        if not body:
+            st.ws = whole
+            return ""
+        st.released, st.ws = True, whole[len(body) :]
+        return body
+
+    def finish(self, st: MarkedCallsState, tool_id: ToolIdFn, opts: RequestOptions) -> Delta | None:
+        if not st.holding:
+            # No marker: batch returns the text unchanged.
+            out, st.ws, st.pend = st.ws + st.pend, "", ""
+            if not out or (not st.released and opts.forces_tool_calls and not out.strip()):
+                return None
+            return Delta(content=out)
+        rest = st.ws + st.held.text()
+        st.held, st.holding, st.ws = HeldText(), False, ""
+        prefix = STAND_IN if st.released else ""
+        called, calls, content = self.extract(prefix + rest)
+        if not called:
+            # No calls: batch keeps the whole text as content (blank content is dropped under
+            # required/named, as ChatParser's batch does).
+            content = None if not st.released and opts.forces_tool_calls and not rest.strip() else rest
+        elif prefix:
+            assert content is not None and content.startswith(prefix), content
+            content = content[len(prefix) :]
+        deltas: list[ToolCallDelta] = []
+        for i, call in enumerate(calls):
+            deltas.append(ToolCallDelta(index=i, id=call.id or tool_id(i), type="function", name=call.name))
+            deltas.append(ToolCallDelta(index=i, arguments=call.arguments))
+        if not content and not deltas:
+            return None
+        return Delta(content=content or None, tool_calls=deltas)
+
+    def extract_with_leading_ws(self, model_output: str) -> tuple[bool, list[FunctionCall], str | None]:
+        """Our batch answer: `extract`'s, except that content before the first marker keeps its
+        leading whitespace (the stream sent it before any marker was known)."""
+        rest = model_output.lstrip()
+        if not rest or rest[0] in self.leading:
+            return self.extract(model_output)
+        pos = self._first_marker(rest)
+        if pos == -1:
+            return self.extract(model_output)
+        body = rest[:pos].rstrip()
+        if not body:
+            return self.extract(model_output)
+        called, calls, content = self.extract(STAND_IN + rest[len(body) :])
+        if not called:
+            return False, [], model_output
+        assert content is not None and content.startswith(STAND_IN), content
+        return called, calls, model_output[: len(model_output) - len(rest)] + body + content[len(STAND_IN) :]

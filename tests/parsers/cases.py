@@ -194,20 +194,26 @@ def stream_through_snapshots(
     return deltas, sizes, writes
 
 
-# Hunyuan A13B's random ids keep a shape of their own: `call_HEX` (batch), `call_{i}_HEX` (streamed).
-_CALL_HEX_ID = re.compile(r"(call_(?:\d+_)?)[0-9a-f]{16}")
+# Random ids in a family's own shape: Hunyuan A13B's batch `call_HEX` is compared by its shape; a
+# `call_{index}_HEX` id (xlam's, where ours are `chatcmpl-tool-...`, and Hunyuan A13B's streamed ones)
+# counts as random, like `chatcmpl-tool-...`.
+_CALL_HEX_ID = re.compile(r"call_[0-9a-f]{16}")
+_INDEXED_RANDOM_ID = re.compile(r"call_\d+_[0-9a-f]{16}")
+
+
+def _random_id(tool_call_id: str) -> bool:
+    return tool_call_id.startswith("chatcmpl-tool-") or _INDEXED_RANDOM_ID.fullmatch(tool_call_id) is not None
 
 
 def shown_id(tool_call_id: str) -> str:
-    """Random-style ids (`chatcmpl-tool-...`) differ by design; a family's native ids must match
-    (random `call_HEX` ids by their shape)."""
-    if tool_call_id.startswith("chatcmpl-tool-"):
+    """Random-style ids differ by design; a family's native ids must match (`call_HEX` by its shape)."""
+    if _random_id(tool_call_id):
         return "ID"
-    return _CALL_HEX_ID.sub(r"\1ID", tool_call_id) if _CALL_HEX_ID.fullmatch(tool_call_id) else tool_call_id
+    return "call_ID" if _CALL_HEX_ID.fullmatch(tool_call_id) else tool_call_id
 
 
 def batch_call(name: str, arguments: str, tool_call_id: str) -> list[str]:
-    return [name, arguments] if tool_call_id.startswith("chatcmpl-tool-") else [name, arguments, shown_id(tool_call_id)]
+    return [name, arguments] if _random_id(tool_call_id) else [name, arguments, shown_id(tool_call_id)]
 
 
 def wire(delta: Any) -> dict | None:

@@ -176,6 +176,12 @@ PHI4_MINI_HELD = (
     "JSON list and drops all other text: content streams up to the marker, the rest is held to the end of the "
     "stream, where the calls arrive whole (or the held text as content)"
 )
+XLAM_HELD = (
+    "xlam: batch looks for code fences, [TOOL_CALLS], <tool_call> and </think> anywhere (or a whole output "
+    "that starts with '['), strips the content and drops the blocks it read; vLLM's stream re-parses the text "
+    "with chunk-dependent results: content streams up to the first marker (whitespace at either end held), "
+    "the rest is held to the end of the stream, where the calls arrive whole"
+)
 HELD_CALLS: dict[str, str] = {
     "hunyuan_a13b": HUNYUAN_CALLS_HELD,
     "hy_v3": HY_V3_CALLS_HELD,
@@ -191,6 +197,7 @@ HELD_CALLS: dict[str, str] = {
     "llama3_json": LLAMA_JSON_WHOLE_LIST,
     "llama4_json": LLAMA_JSON_WHOLE_LIST,
     "phi4_mini_json": PHI4_MINI_HELD,
+    "xlam": XLAM_HELD,
 }
 STEP3_TOOL_HELD = (
     "step3 tools: batch needs the calls block closed by <｜tool_calls_end｜> and one part that is a function call, "
@@ -380,6 +387,10 @@ PHI4_MINI_CONTENT_KEPT = (
     "(vLLM's batch drops it: content None)"
 )
 # (family golden file, "reasoning+tool") -> cause, where a record's batch answer may not be vLLM's
+XLAM_LEADING_WS = (
+    "xlam: when batch strips the content around the blocks it read, the content's leading whitespace stays "
+    "(the stream sent it before any marker; vLLM strips it)"
+)
 BATCH_CONFIGS: dict[tuple[str, str], str] = {
     ("hunyuan_a13b", "hunyuan_a13b+hunyuan_a13b"): HUNYUAN_REASONING_BATCH,
     ("hunyuan_a13b", "hunyuan_a13b+None"): HUNYUAN_REASONING_BATCH,
@@ -390,6 +401,8 @@ BATCH_CONFIGS: dict[tuple[str, str], str] = {
     ("olmo3", "olmo3+olmo3"): OLMO3_BATCH,
     ("olmo3", "None+olmo3"): OLMO3_CALLS_FIRST,
     ("phi4_mini_json", "None+phi4_mini_json"): PHI4_MINI_CONTENT_KEPT,
+    ("xlam", "None+xlam"): XLAM_LEADING_WS,
+    ("xlam", "qwen3+xlam"): XLAM_LEADING_WS,
     ("deepseek_v32", "deepseek_r1+deepseek_v32"): PROMPT_END_BATCH,
     ("deepseek_v32", "deepseek_v3+deepseek_v32"): PROMPT_END_BATCH,
     ("deepseek_v4", "deepseek_r1+deepseek_v4"): PROMPT_END_BATCH,

@@ -46,6 +46,7 @@ MODELS = {
     "ernie45": "ernie45",
     "minimax_m3": "minimax_m3",
     "phi4_mini_json": "phi4_mini",
+    "xlam": "xlam",
 }
 # Fixture folders built by tests/parsers/families/ (the others by render_service.model.example).
 BUILDERS: dict[str, Callable[[Path], Path]] = {

@@ -275,6 +275,54 @@ FAMILIES["phi4_mini_json"] = {
 }
 
 
+def _call_list(rng: random.Random) -> str:
+    return "[" + ", ".join(_call_obj(rng) for _ in range(rng.randrange(1, 4))) + "]"
+
+
+def xlam_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    if rng.random() < 0.2:
+        segs.append(rng.choice(["", "\n", "  "]))
+    if rng.random() < 0.25:
+        segs += ["@<think>", *_words(rng, 4), "@</think>" if rng.random() < 0.8 else "</think>"]
+    if rng.random() < 0.35:
+        segs.extend(_words(rng, 5))
+    shape = rng.random()
+    body = _cut(rng, _call_list(rng) if rng.random() < 0.9 else _call_obj(rng))
+    if shape < 0.3:
+        segs.append(body)
+    elif shape < 0.5:
+        segs += [_spelled(rng, rng.choice(["```json\n", "```", "```\n"])), body]
+        if rng.random() < 0.85:
+            segs.append(rng.choice(["\n```", "```"]))
+    elif shape < 0.6:
+        segs += [_spelled(rng, "[TOOL_CALLS]"), body, rng.choice(["\n", ""])]
+    elif shape < 0.75:
+        segs += [rng.choice(["@<tool_call>", "<tool_call>"]), body]
+        if rng.random() < 0.85:
+            segs.append(rng.choice(["@</tool_call>", "</tool_call>"]))
+    elif shape < 0.85:
+        segs.append(_spelled(rng, rng.choice(["``", "[TOOL_", "</think", "<tool_call", "[x]"])))
+    if rng.random() < 0.35:
+        segs.extend(_words(rng, 4))
+    if rng.random() < 0.5:
+        segs.append("@<|im_end|>")
+    return segs
+
+
+FAMILIES["xlam"] = {
+    "model": "xlam",
+    "configs": ((None, "xlam"), ("qwen3", "xlam")),
+    "segments": xlam_output,
+    "prompts": {
+        "open": ["@<|im_start|>", "user\nWhat is the weather?", "@<|im_end|>", "\n", "@<|im_start|>", "assistant\n"]
+    },
+    "requests": _REQUESTS,
+    "eos": eos("xlam"),
+    "builder": builder("xlam"),
+}
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0] or None)
     parser.add_argument("dir")
