@@ -58,12 +58,18 @@ class CallsHolder:
     marker that, seen before `start`, makes batch return the whole text as content (granite4's
     end tag without a start): from there on the stream is content, held back no more."""
 
-    __slots__ = ("_poison", "_tag", "extract")
+    __slots__ = ("_poison", "_tag", "extract", "holds_marker_chunk")
 
-    def __init__(self, start: str, extract: Extract, poison: str | None = None) -> None:
+    def __init__(
+        self, start: str, extract: Extract, poison: str | None = None, *, holds_marker_chunk: bool = False
+    ) -> None:
         self._tag = Tag(start)
         self._poison = Tag(poison) if poison else None
         self.extract = extract
+        # The content of the chunk that completes `start` is held with the calls (internlm: vLLM's
+        # stream sends nothing on that chunk and that content only later), so `extract` then
+        # sees it before the marker.
+        self.holds_marker_chunk = holds_marker_chunk
 
     def feed(self, st: HeldCallsState, text: str) -> Delta | None:
         """One chunk: the content that is decided, or None."""
@@ -81,6 +87,10 @@ class CallsHolder:
                 out = st.ws + released + self._tag.text[: len(self._tag.text) if found else st.k] + text[used:]
                 st.ws, st.k, st.released = "", 0, True
                 return Delta(content=out) if out else None
+        if found and self.holds_marker_chunk:
+            st.holding = True
+            st.held = HeldText(released + self._tag.text + text[used:])
+            return None
         out = held.content_before_calls(st, released)
         if found:
             st.holding = True

@@ -182,6 +182,11 @@ XLAM_HELD = (
     "with chunk-dependent results: content streams up to the first marker (whitespace at either end held), "
     "the rest is held to the end of the stream, where the calls arrive whole"
 )
+INTERNLM_HELD = (
+    "internlm: vLLM's stream re-dumps the partial JSON object after <|action_start|><|plugin|> and stops at a "
+    "bare <|action_start|> (batch: content); its batch raises where the object does not load (ours: content): "
+    "content streams up to the marker, the rest is held to the end of the stream, the call arrives whole"
+)
 HELD_CALLS: dict[str, str] = {
     "hunyuan_a13b": HUNYUAN_CALLS_HELD,
     "hy_v3": HY_V3_CALLS_HELD,
@@ -198,6 +203,7 @@ HELD_CALLS: dict[str, str] = {
     "llama4_json": LLAMA_JSON_WHOLE_LIST,
     "phi4_mini_json": PHI4_MINI_HELD,
     "xlam": XLAM_HELD,
+    "internlm": INTERNLM_HELD,
 }
 STEP3_TOOL_HELD = (
     "step3 tools: batch needs the calls block closed by <｜tool_calls_end｜> and one part that is a function call, "

@@ -47,6 +47,7 @@ MODELS = {
     "minimax_m3": "minimax_m3",
     "phi4_mini_json": "phi4_mini",
     "xlam": "xlam",
+    "internlm": "internlm",
 }
 # Fixture folders built by tests/parsers/families/ (the others by render_service.model.example).
 BUILDERS: dict[str, Callable[[Path], Path]] = {

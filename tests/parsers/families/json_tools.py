@@ -64,8 +64,7 @@ MARKERS: dict[str, tuple[list[tuple[str, bool]], str | None, list[str]]] = {
     ),
     "internlm": (
         [
-            ("<s>", True),
-            ("</s>", True),
+            ("<|endoftext|>", True),  # InternLM2's <s>/</s> are ordinary tokens of the Qwen vocabulary
             ("<|im_start|>", True),
             ("<|im_end|>", True),
             ("<|action_start|>", True),
@@ -73,8 +72,8 @@ MARKERS: dict[str, tuple[list[tuple[str, bool]], str | None, list[str]]] = {
             ("<|interpreter|>", True),
             ("<|plugin|>", True),
         ],
-        "<s>",
-        ["<|im_end|>", "</s>"],
+        None,
+        ["<|im_end|>", "<|endoftext|>"],
     ),
     "jamba": (
         [
@@ -126,7 +125,7 @@ TEMPLATES = {
         "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{% endif %}"
     ),
     "internlm": (
-        "{{- bos_token }}{%- if tools %}{{- '<|im_start|>system name=<|plugin|>\\n' + tools | tojson + '<|im_end|>\\n' }}"
+        "{%- if tools %}{{- '<|im_start|>system name=<|plugin|>\\n' + tools | tojson + '<|im_end|>\\n' }}"
         "{% endif %}{%- for message in messages %}"
         "{%- if message.role == 'assistant' and message.tool_calls %}"
         "{{- '<|im_start|>assistant\\n' + (message.content or '') }}"
@@ -320,6 +319,56 @@ FAMILIES["xlam"] = {
     "requests": _REQUESTS,
     "eos": eos("xlam"),
     "builder": builder("xlam"),
+}
+
+
+def _valid_call(rng: random.Random, keys: tuple[str, ...]) -> str:
+    """A call object that loads (vLLM's internlm batch raises on any other)."""
+    name = rng.choice(["get_weather", "search"])
+    obj: dict[str, Any] = {"name": name, rng.choice(keys): rng.choice(ARGS)}
+    if rng.random() < 0.1:
+        obj = {"name": name}
+    elif rng.random() < 0.1:
+        obj = {rng.choice(keys): rng.choice(ARGS), "name": name}
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def internlm_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    if rng.random() < 0.5:
+        segs.extend(_words(rng, 5))
+    roll = rng.random()
+    if roll < 0.7:
+        segs += [
+            "@<|action_start|>",
+            "@<|plugin|>",
+            rng.choice(["\n", "", " "]),
+            _valid_call(rng, ("parameters", "arguments")),
+        ]
+        if rng.random() < 0.15:
+            return segs  # unclosed: nothing may follow the object (vLLM's batch raises on extra data)
+        segs.append("@<|action_end|>")
+        if rng.random() < 0.2:
+            segs.extend(_words(rng, 4))
+    elif roll < 0.8:
+        segs += ["@<|action_start|>", "@<|interpreter|>", "\nprint(1)", "@<|action_end|>"]
+    elif roll < 0.9:
+        segs.append(rng.choice(["@<|action_start|>", "@<|plugin|>", "<|action_start|>"]))
+    if rng.random() < 0.5:
+        segs.append("@<|im_end|>")
+    return segs
+
+
+FAMILIES["internlm"] = {
+    "model": "internlm",
+    "configs": ((None, "internlm"),),
+    "segments": internlm_output,
+    "prompts": {
+        "open": ["@<|im_start|>", "user\nWhat is the weather?", "@<|im_end|>", "\n", "@<|im_start|>", "assistant\n"]
+    },
+    "requests": _REQUESTS,
+    "eos": eos("internlm"),
+    "builder": builder("internlm"),
 }
 
 
