@@ -187,6 +187,11 @@ INTERNLM_HELD = (
     "bare <|action_start|> (batch: content); its batch raises where the object does not load (ours: content): "
     "content streams up to the marker, the rest is held to the end of the stream, the call arrives whole"
 )
+JAMBA_HELD = (
+    "jamba: vLLM's stream drops the text before <tool_calls> in the chunk that brings it and streams partial-JSON "
+    "argument diffs; its batch makes the whole text content when the region does not load or never closes: "
+    "content streams up to the marker, the rest is held to the end of the stream, the calls arrive whole"
+)
 HELD_CALLS: dict[str, str] = {
     "hunyuan_a13b": HUNYUAN_CALLS_HELD,
     "hy_v3": HY_V3_CALLS_HELD,
@@ -204,6 +209,7 @@ HELD_CALLS: dict[str, str] = {
     "phi4_mini_json": PHI4_MINI_HELD,
     "xlam": XLAM_HELD,
     "internlm": INTERNLM_HELD,
+    "jamba": JAMBA_HELD,
 }
 STEP3_TOOL_HELD = (
     "step3 tools: batch needs the calls block closed by <｜tool_calls_end｜> and one part that is a function call, "

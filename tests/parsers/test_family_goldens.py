@@ -48,6 +48,7 @@ MODELS = {
     "phi4_mini_json": "phi4_mini",
     "xlam": "xlam",
     "internlm": "internlm",
+    "jamba": "jamba",
 }
 # Fixture folders built by tests/parsers/families/ (the others by render_service.model.example).
 BUILDERS: dict[str, Callable[[Path], Path]] = {

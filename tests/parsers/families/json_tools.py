@@ -372,6 +372,36 @@ FAMILIES["internlm"] = {
 }
 
 
+def jamba_output(rng: random.Random) -> list[Any]:
+    segs: list[Any] = []
+    if rng.random() < 0.5:
+        segs.extend(_words(rng, 5))
+    roll = rng.random()
+    if roll < 0.7:
+        body = rng.choice([_call_list(rng)] * 8 + ["[]", _call_obj(rng)])
+        segs += [rng.choice(["@<tool_calls>"] * 9 + ["<tool_calls>"]), rng.choice(["", "\n"]), _cut(rng, body, 0.05)]
+        if rng.random() < 0.9:
+            segs.append(rng.choice(["@</tool_calls>"] * 9 + ["</tool_calls>"]))
+        if rng.random() < 0.2:
+            segs.extend(_words(rng, 4))
+    elif roll < 0.8:
+        segs.append(rng.choice(["@<tool_calls>", "@</tool_calls>", "<tool_calls"]))
+    if rng.random() < 0.5:
+        segs.append("@<|eom|>")
+    return segs
+
+
+FAMILIES["jamba"] = {
+    "model": "jamba",
+    "configs": ((None, "jamba"),),
+    "segments": jamba_output,
+    "prompts": {"open": ["@<|bom|>", "@<|user|>", "What is the weather?", "@<|eom|>", "@<|bom|>", "@<|assistant|>"]},
+    "requests": _REQUESTS,
+    "eos": eos("jamba"),
+    "builder": builder("jamba"),
+}
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0] or None)
     parser.add_argument("dir")
