@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import regex as re
+import regex as re  # type: ignore[import-untyped]
 
 from render_service.parsers.base import Delta, FunctionCall, RequestOptions, ToolIdFn
 from render_service.parsers.held_calls import MarkedCallsHolder, MarkedCallsState
