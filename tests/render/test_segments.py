@@ -218,6 +218,58 @@ def test_nested_added_tokens_disable_prefix_reuse() -> None:
     assert segments.Segmenter({"<a>": 1, "<a><b>": 2}).split("x<a><b>y<a>") == ["x", "<a><b>", "y", "<a>", ""]
 
 
+# Tokens that share prefixes, nest and overlap: where a prefix tree's fallbacks and longest-first matter.
+_TRICKY_TOKENS = (
+    "<a>",
+    "<a><b>",
+    "<ab>",
+    "<abc>",
+    "a",
+    "ab",
+    "abcd",
+    "bc",
+    "<|",
+    "<|x|>",
+    "<|xy|>",
+    "|>",
+    "\u2581\u2581",
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tokens=st.lists(st.sampled_from(_TRICKY_TOKENS), min_size=1, unique=True),
+    pieces=st.lists(st.one_of(st.sampled_from(_TRICKY_TOKENS), _FRAGMENTS, _TEXT), max_size=14),
+)
+def test_the_prefix_tree_cuts_where_the_alternation_cuts(tokens: list[str], pieces: list[str]) -> None:
+    """`trie_pattern` (what the segmenter compiles) splits every text exactly as the longest-first
+    alternation of the tokens, the plain form it replaces."""
+    import re
+
+    text = "".join(pieces)
+    tree = re.compile("(" + segments.trie_pattern(tokens) + ")")
+    plain = re.compile("(" + segments.alternation_pattern(tokens) + ")")
+    assert tree.split(text) == plain.split(text)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_prefix_tree_cuts_like_the_alternation_on_each_tokenizer(model: Any, data: st.DataObject) -> None:
+    """The same on the fixtures' own added tokens (DeepSeek's 1,237 among them)."""
+    import re
+
+    segmenter, _ = segments.segmenter_for(model.hf_tokenizer)
+    assert segmenter is not None
+    tokens = list(segmenter.token_ids)
+    plain = re.compile("(" + segments.alternation_pattern(tokens) + ")")
+    drawn = st.sampled_from(tokens)
+    # Cut tokens too: their prefixes are where a prefix tree must fall back.
+    partial = drawn.flatmap(lambda token: st.integers(1, len(token)).map(lambda end: token[:end]))
+    pieces = data.draw(st.lists(st.one_of(drawn, partial, _FRAGMENTS, _TEXT), max_size=16))
+    text = "".join(pieces)
+    assert segmenter.split(text) == plain.split(text)
+
+
 def test_golden_prompts_encode_identically(qwen3_model_dir: Path, loaded_models: Callable[[Path], Any]) -> None:
     """Every recorded parity prompt's ids, through the cache (twice) and whole."""
     model = loaded_models(qwen3_model_dir)
