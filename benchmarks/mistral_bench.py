@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -38,7 +37,7 @@ from benchmarks._common import (
     start_render_service,
     start_vllm_render,
 )
-from benchmarks.renderer_bench import MODEL_NAME, measure
+from benchmarks.renderer_bench import MODEL_NAME, measure, start_baseline
 from benchmarks.renderer_bench import payload as renderer_payload
 from tests.mistral_fixture import VERSIONS, build_mistral_model
 
@@ -89,17 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         ours_args = [*server_args, "--workers", "1"]
         started["ours"] = start_render_service(model_dir, free_port(), ours_args, log=folder / "ours.log")
         if args.baseline is not None:
-            path = os.environ.get("PYTHONPATH")
-            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(args.baseline.resolve()), path]))
-            try:
-                started["baseline"] = start_render_service(
-                    model_dir, free_port(), ours_args, log=folder / "baseline.log"
-                )
-            finally:
-                if path is None:
-                    os.environ.pop("PYTHONPATH", None)
-                else:
-                    os.environ["PYTHONPATH"] = path
+            started["baseline"] = start_baseline(args.baseline, model_dir, ours_args, folder / "baseline.log")
         started["vLLM"] = start_vllm_render(model_dir, free_port(), server_args, python=args.oracle_python)
         result = asyncio.run(measure(started, bodies, args.requests, args.rounds, timed))
     finally:

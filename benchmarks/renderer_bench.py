@@ -12,6 +12,10 @@ sequentially, in rounds alternating between the two servers, and prints server C
 request (schedstat over each server's process tree) and the vLLM/ours ratio.
 
     python -m benchmarks.renderer_bench [--renderers deepseek_v4 kimi_k3] [--requests 40] [--json out.json]
+        [--baseline CHECKOUT]
+
+`--baseline CHECKOUT` also starts render-service from another checkout of this repository (its
+root goes first on PYTHONPATH), timed in the same rounds: the build before a change, next to it.
 
 `harmony` runs when $TIKTOKEN_ENCODINGS_BASE names a folder with o200k_base.tiktoken
 (scripts/fetch_o200k.py builds it); without it the default list leaves it out.
@@ -179,6 +183,19 @@ def _model_folder(target: Path, mode: str) -> tuple[str, list[str]]:
     return str(build_renderer_model(target, mode)), []
 
 
+def start_baseline(checkout: Path, model_dir: str, args: list[str], log: Path) -> Server:
+    """render-service from another checkout: its root first on PYTHONPATH while it starts."""
+    path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(checkout.resolve()), path]))
+    try:
+        return start_render_service(model_dir, free_port(), args, log=log)
+    finally:
+        if path is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     default = [*RENDERER_FAMILIES, "harmony"] if _has_o200k() else list(RENDERER_FAMILIES)
@@ -193,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--oracle-python", default=DEFAULT_ORACLE_PYTHON, help="python of a vLLM 0.33 env")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--baseline", type=Path, help="another checkout of render-service, timed next to ours")
     args = parser.parse_args(argv)
     if "harmony" in args.renderers and not _has_o200k():
         raise SystemExit("harmony needs TIKTOKEN_ENCODINGS_BASE with o200k_base.tiktoken (scripts/fetch_o200k.py)")
@@ -207,37 +225,45 @@ def main(argv: list[str] | None = None) -> int:
         for mode in args.renderers:
             model_dir, flags = _model_folder(folder / mode, mode)
             print(f"[{mode}] starting render-service and vLLM on {model_dir} ...", flush=True)
-            ours = start_render_service(
-                model_dir, free_port(), [*server_args, *flags, "--workers", "1"], log=folder / f"ours-{mode}.log"
-            )
+            ours_args = [*server_args, *flags, "--workers", "1"]
+            started: dict[str, Server] = {}
             try:
-                vllm = start_vllm_render(model_dir, free_port(), [*server_args, *flags], python=args.oracle_python)
-                try:
-                    results[mode] = asyncio.run(
-                        measure({"ours": ours, "vLLM": vllm}, bodies, args.requests, args.rounds, timed)
+                started["ours"] = start_render_service(
+                    model_dir, free_port(), ours_args, log=folder / f"ours-{mode}.log"
+                )
+                if args.baseline is not None:
+                    started["baseline"] = start_baseline(
+                        args.baseline, model_dir, ours_args, folder / f"baseline-{mode}.log"
                     )
-                finally:
-                    vllm.stop()
+                started["vLLM"] = start_vllm_render(
+                    model_dir, free_port(), [*server_args, *flags], python=args.oracle_python
+                )
+                results[mode] = asyncio.run(measure(started, bodies, args.requests, args.rounds, timed))
             finally:
-                ours.stop()
+                for server in started.values():
+                    server.stop()
             print(f"[{mode}] {results[mode]}", flush=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
     rows = []
     for mode, result in results.items():
-        ours_ms, vllm_ms = result["cpu_ms"]["ours"], result["cpu_ms"]["vLLM"]
-        rows.append(
-            [
-                mode,
-                fmt(result["prompt_tokens"], 0),
-                fmt(ours_ms),
-                fmt(vllm_ms),
-                fmt(vllm_ms / ours_ms if ours_ms else None, 1) + "x",
-                fmt(result["p50_ms"]["ours"]),
-                fmt(result["p50_ms"]["vLLM"]),
-            ]
-        )
+        vllm_ms = result["cpu_ms"]["vLLM"]
+        for target in ("ours", "baseline"):
+            if target not in result["cpu_ms"]:
+                continue
+            ms = result["cpu_ms"][target]
+            rows.append(
+                [
+                    mode if target == "ours" else f"  baseline ({args.baseline})",
+                    fmt(result["prompt_tokens"], 0),
+                    fmt(ms),
+                    fmt(vllm_ms),
+                    fmt(vllm_ms / ms if ms else None, 1) + "x",
+                    fmt(result["p50_ms"][target]),
+                    fmt(result["p50_ms"]["vLLM"]),
+                ]
+            )
     print(
         format_table(
             [
