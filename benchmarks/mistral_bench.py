@@ -34,10 +34,9 @@ from benchmarks._common import (
     fmt,
     format_table,
     free_port,
-    start_render_service,
     start_vllm_render,
 )
-from benchmarks.renderer_bench import MODEL_NAME, measure, start_baseline
+from benchmarks.renderer_bench import CHECKOUT, MODEL_NAME, measure, start_checkout
 from benchmarks.renderer_bench import payload as renderer_payload
 from tests.mistral_fixture import VERSIONS, build_mistral_model
 
@@ -86,9 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = str(build_mistral_model(folder / args.version, args.version))
         print(f"[mistral {args.version}] starting render-service and vLLM on {model_dir} ...", flush=True)
         ours_args = [*server_args, "--workers", "1"]
-        started["ours"] = start_render_service(model_dir, free_port(), ours_args, log=folder / "ours.log")
+        started["ours"] = start_checkout(CHECKOUT, model_dir, ours_args, folder / "ours.log")
         if args.baseline is not None:
-            started["baseline"] = start_baseline(args.baseline, model_dir, ours_args, folder / "baseline.log")
+            started["baseline"] = start_checkout(args.baseline, model_dir, ours_args, folder / "baseline.log")
         started["vLLM"] = start_vllm_render(model_dir, free_port(), server_args, python=args.oracle_python)
         result = asyncio.run(measure(started, bodies, args.requests, args.rounds, timed))
     finally:
