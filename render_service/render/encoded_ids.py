@@ -98,16 +98,24 @@ class _Previous(Protocol):
 def with_json(encoded: Encoded, previous: _Previous | None) -> tuple[EncodedIds, int]:
     """The ids of `encoded` with their JSON text, and how many bytes of that text write its head
     (`encoded.head_ids` ids; 0 when it has none), for the next turn. The ids copied from `previous`
-    are written from its text: a view of it, then the JSON of the new ids, joined in one copy."""
+    are written from its text: a view of it, then the JSON of the new ids, joined in one copy; an
+    unseen prompt's are one dump of the list."""
     ids = encoded.ids
     if type(ids) is not EncodedIds:
         ids = EncodedIds(ids)
-    written, base = 0, memoryview(b"[")
-    if previous is not None and previous.json_head and 0 < encoded.reused_ids == previous.head_ids:
-        written, base = previous.head_ids, memoryview(previous.ids_json)[: previous.json_head]
+    head = encoded.head_ids
+    if previous is None or not previous.json_head or not 0 < encoded.reused_ids == previous.head_ids:
+        # Nothing to copy (an unseen prompt): the whole list in one dump, and where its head ends
+        # from the JSON of the ids after it (`[H,T]` minus `[T]` is `[H`), which are few.
+        ids.json = text = orjson.dumps(ids)
+        if not head:
+            return ids, 0
+        if head >= len(ids):
+            return ids, len(text) - 1
+        return ids, len(text) - len(orjson.dumps(ids[head:]))
+    written, base = previous.head_ids, memoryview(previous.ids_json)[: previous.json_head]
     parts: list[Any] = [base]
     length = len(base)
-    head = encoded.head_ids
     head_length = 0
     for end in (head, len(ids)):
         if end > written:

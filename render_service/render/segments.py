@@ -267,25 +267,28 @@ class SegmentEncoder:
         mark_chars, mark_ids = marks.chars, marks.ids
         parts = self.segmenter.split(text[offset:] if offset else text)
         token_ids = self.segmenter.token_ids
-        # The new ids go to a plain list first and into `ids` at once: the container's own methods
-        # (EncodedIds overrides them in Python) run once, not once a piece.
-        added: list[int] = []
+        # An unseen prompt's ids are written straight into the container (no copy of ~10k ids after);
+        # after copied ids they go to a plain list first and into `ids` at once. Either way through
+        # list's own C methods: a container's overrides (EncodedIds's drop the JSON text it does not
+        # have yet) would run once a piece.
+        added: list[int] = container([]) if ids is None and container is not list else []
+        append, extend = list.append, list.extend
         head_chars, head_added = offset, 0
         with self._lock:
             for index, part in enumerate(parts):
                 offset += len(part)
                 if index & 1:
-                    added.append(token_ids[part])
+                    append(added, token_ids[part])
                     head_chars, head_added = offset, len(added)
                     mark_chars.append(offset)
                     mark_ids.append(reused + head_added)
                 elif part:
-                    added += self._piece(part)
+                    extend(added, self._piece(part))
             if reused:
                 self.reused_prompts += 1
                 self.reused_tokens += reused
         if ids is None:
-            ids = added if container is list else container(added)
+            ids = added
         else:
             ids.extend(added)
         return Encoded(ids, head_chars, reused + head_added, reused, marks)
