@@ -111,6 +111,39 @@ def test_v32_tools_go_into_a_new_leading_system_message() -> None:
     assert '{"name": "f", "description": null, "parameters": {}}\n</functions>\nSys.' in prompt
 
 
+@pytest.mark.parametrize("module", [deepseek_v32, deepseek_v4, deepseek_v41])
+def test_the_tools_section_is_rendered_once_per_tool_list(module: Any) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "description": "F.", "parameters": {"type": "object"}}}]
+    first = module.tools_section(tools)
+    assert first == module.render_tools_section(tools)
+    assert module.tools_section(json.loads(json.dumps(tools))) is first  # an equal list: the kept text
+    changed = [{"type": "function", "function": dict(tools[0]["function"], description="G.")}]
+    assert module.tools_section(changed) == module.render_tools_section(changed) != first
+
+
+def test_tool_lists_a_null_could_confuse_are_rendered_every_time() -> None:
+    """orjson writes NaN and None both as null; json.dumps (the prompt's JSON) does not."""
+    blocks = dsml.ToolBlocks(deepseek_v4.render_tools_section)
+    none = [{"type": "function", "function": {"name": "f", "description": None, "parameters": {"default": None}}}]
+    nan = [
+        {"type": "function", "function": {"name": "f", "description": None, "parameters": {"default": float("nan")}}}
+    ]
+    assert '"default": null' in blocks(none) and '"default": NaN' in blocks(nan)
+    assert blocks(none) is not blocks(none)  # not kept
+    assert '"default": null' in blocks(none)
+
+
+def test_tool_blocks_are_bounded() -> None:
+    blocks = dsml.ToolBlocks(deepseek_v4.render_tools_section, max_entries=3)
+    lists = [
+        [{"type": "function", "function": {"name": f"f{i}", "description": "d", "parameters": {}}}] for i in range(5)
+    ]
+    for tools in lists:
+        blocks(tools)
+    assert len(blocks._blocks) == 3
+    assert blocks(lists[-1]) is blocks(lists[-1])
+
+
 def test_v4_tool_results_follow_the_call_order_and_merge_into_one_user_turn() -> None:
     conversation: list[dict[str, Any]] = [
         {"role": "user", "content": [{"type": "text", "text": "Go"}]},

@@ -47,9 +47,13 @@ Here are the functions available in JSONSchema format:
 """
 
 
-def tools_section(tools: list[dict[str, Any]]) -> str:
+def render_tools_section(tools: list[dict[str, Any]]) -> str:
     schemas = "\n".join(dsml.to_json(function) for function in dsml.tool_functions(tools))
     return f"{_TOOLS_SECTION}{schemas}\n</functions>\n"
+
+
+# Rendered once per tool list (dsml.ToolBlocks).
+tools_section = dsml.ToolBlocks(render_tools_section)
 
 
 def _drop_reasoning(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

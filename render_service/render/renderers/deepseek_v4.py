@@ -76,9 +76,13 @@ _TOOLS_FOOTER = "\n\nYou MUST strictly follow the above defined tool name and pa
 _KEPT_ROLES = frozenset({"user", "system", "tool", "latest_reminder", "direct_search_results"})
 
 
-def tools_section(tools: list[dict[str, Any]]) -> str:
+def render_tools_section(tools: list[dict[str, Any]]) -> str:
     schemas = "\n".join(dsml.to_json(function) for function in dsml.tool_functions(tools))
     return f"{_TOOLS_SECTION}{schemas}{_TOOLS_FOOTER}"
+
+
+# Rendered once per tool list (dsml.ToolBlocks).
+tools_section = dsml.ToolBlocks(render_tools_section)
 
 
 def flatten_content(content: Any) -> Any:

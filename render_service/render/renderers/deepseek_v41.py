@@ -53,9 +53,13 @@ Otherwise, output directly after {dsml.THINK_END} with tool calls or final respo
 """
 
 
-def tools_section(tools: list[dict[str, Any]]) -> str:
+def render_tools_section(tools: list[dict[str, Any]]) -> str:
     schemas = "\n".join(dsml.to_json(function) for function in dsml.tool_functions(tools))
     return f"{_TOOLS_SECTION}{schemas}{v4._TOOLS_FOOTER}"
+
+
+# Rendered once per tool list (dsml.ToolBlocks).
+tools_section = dsml.ToolBlocks(render_tools_section)
 
 
 def tolerant_arguments(arguments: Any) -> dict[str, Any]:

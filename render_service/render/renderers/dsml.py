@@ -7,9 +7,14 @@ token, one `parameter` per argument: strings raw (`string="true"`), everything e
 from __future__ import annotations
 
 import json
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from render_service.exceptions import BadRequestError
+from render_service.render.templating import SharedTools
 
 BOS = "<｜begin▁of▁sentence｜>"
 EOS = "<｜end▁of▁sentence｜>"
@@ -41,6 +46,46 @@ def to_json(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
         return json.dumps(value, ensure_ascii=True)
+
+
+class ToolBlocks:
+    """A renderer's tools section, rendered once per tool list: an agent sends the same tools every
+    turn, and each render would write their JSON schemas again.
+
+    Keyed by the tools' orjson encoding (`SharedTools.key_of`), which tells apart every two tool
+    lists that `to_json` writes differently, except a NaN or infinity (orjson writes `null`,
+    json.dumps `NaN`): a list whose encoding has a null value is rendered every time, never cached;
+    so is one orjson cannot encode. Bounded by entries and bytes (LRU)."""
+
+    def __init__(self, render: Callable[[list[dict[str, Any]]], str], max_entries: int = 64) -> None:
+        self._render = render
+        self.max_entries = max_entries
+        self.max_bytes = 8 << 20
+        self._blocks: OrderedDict[bytes, str] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, tools: list[dict[str, Any]]) -> str:
+        key = SharedTools.key_of(tools)
+        if key is None:
+            return self._render(tools)
+        with self._lock:
+            block = self._blocks.get(key)
+            if block is not None:
+                self._blocks.move_to_end(key)
+                return block
+        block = self._render(tools)
+        size = len(key) + sys.getsizeof(block)
+        if size > self.max_bytes // 8:
+            return block
+        with self._lock:
+            if key not in self._blocks:
+                self._blocks[key] = block
+                self._bytes += size
+                while len(self._blocks) > self.max_entries or self._bytes > self.max_bytes:
+                    old_key, old = self._blocks.popitem(last=False)
+                    self._bytes -= len(old_key) + sys.getsizeof(old)
+        return block
 
 
 def response_format_block(response_format: Any) -> str:
