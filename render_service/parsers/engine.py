@@ -1076,7 +1076,7 @@ class Engine:
         call = built[0]
         calls.append(
             ToolCallDelta(
-                index=index, id=call.id or tool_id(index), type="function", name=call.name, arguments=call.arguments
+                index=index, id=call.call_id(tool_id, index), type="function", name=call.name, arguments=call.arguments
             )
         )
 

@@ -295,7 +295,7 @@ class MarkedCallsHolder:
             content = content[len(prefix) :]
         deltas: list[ToolCallDelta] = []
         for i, call in enumerate(calls):
-            deltas.append(ToolCallDelta(index=i, id=call.id or tool_id(i), type="function", name=call.name))
+            deltas.append(ToolCallDelta(index=i, id=call.call_id(tool_id, i), type="function", name=call.name))
             deltas.append(ToolCallDelta(index=i, arguments=call.arguments))
         if not content and not deltas:
             return None
