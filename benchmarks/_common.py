@@ -224,16 +224,30 @@ class Server:
             self.owned = False
 
 
+# This checkout: the installed `render-service` script imports whichever checkout the package was
+# installed from (an editable install elsewhere, a git worktree), not necessarily this one.
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
 def start_render_service(
-    model_dir: str, port: int, args: Sequence[str], *, log: Path, timeout: float = 120.0
+    model_dir: str,
+    port: int,
+    args: Sequence[str],
+    *,
+    log: Path,
+    timeout: float = 120.0,
+    checkout: Path = CHECKOUT,
 ) -> Server:
-    """`render-service serve MODEL_DIR --port PORT ARGS...` as a child process, healthy."""
+    """`render-service serve MODEL_DIR --port PORT ARGS...` as a child process, healthy, running
+    `checkout`'s code (its root first on the child's PYTHONPATH)."""
     executable = shutil.which("render-service")
     command = [executable] if executable else [sys.executable, "-m", "render_service.cli"]
     command += ["serve", model_dir, "--port", str(port), *args]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(checkout.resolve()), env.get("PYTHONPATH")]))
     with log.open("wb") as out:
         process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env
         )
     server = Server(
         "ours", f"http://127.0.0.1:{port}", process.pid, owned=True, log=log, info={"command": " ".join(command)}

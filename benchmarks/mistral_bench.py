@@ -34,9 +34,10 @@ from benchmarks._common import (
     fmt,
     format_table,
     free_port,
+    start_render_service,
     start_vllm_render,
 )
-from benchmarks.renderer_bench import CHECKOUT, MODEL_NAME, measure, start_checkout
+from benchmarks.renderer_bench import MODEL_NAME, measure, start_checkout
 from benchmarks.renderer_bench import payload as renderer_payload
 from tests.mistral_fixture import VERSIONS, build_mistral_model
 
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = str(build_mistral_model(folder / args.version, args.version))
         print(f"[mistral {args.version}] starting render-service and vLLM on {model_dir} ...", flush=True)
         ours_args = [*server_args, "--workers", "1"]
-        started["ours"] = start_checkout(CHECKOUT, model_dir, ours_args, folder / "ours.log")
+        started["ours"] = start_render_service(model_dir, free_port(), ours_args, log=folder / "ours.log")
         if args.baseline is not None:
             started["baseline"] = start_checkout(args.baseline, model_dir, ours_args, folder / "baseline.log")
         started["vLLM"] = start_vllm_render(model_dir, free_port(), server_args, python=args.oracle_python)

@@ -183,22 +183,9 @@ def _model_folder(target: Path, mode: str) -> tuple[str, list[str]]:
     return str(build_renderer_model(target, mode)), []
 
 
-# This checkout: `render-service` (the installed script) imports whichever checkout the package
-# was installed from, not necessarily the one this script runs from.
-CHECKOUT = Path(__file__).resolve().parents[1]
-
-
 def start_checkout(checkout: Path, model_dir: str, args: list[str], log: Path) -> Server:
-    """render-service from `checkout`: its root first on PYTHONPATH while it starts."""
-    path = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(checkout.resolve()), path]))
-    try:
-        return start_render_service(model_dir, free_port(), args, log=log)
-    finally:
-        if path is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = path
+    """render-service from `checkout` (this one, or a `--baseline` checkout)."""
+    return start_render_service(model_dir, free_port(), args, log=log, checkout=checkout)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,7 +220,9 @@ def main(argv: list[str] | None = None) -> int:
             ours_args = [*server_args, *flags, "--workers", "1"]
             started: dict[str, Server] = {}
             try:
-                started["ours"] = start_checkout(CHECKOUT, model_dir, ours_args, folder / f"ours-{mode}.log")
+                started["ours"] = start_render_service(
+                    model_dir, free_port(), ours_args, log=folder / f"ours-{mode}.log"
+                )
                 if args.baseline is not None:
                     started["baseline"] = start_checkout(
                         args.baseline, model_dir, ours_args, folder / f"baseline-{mode}.log"
