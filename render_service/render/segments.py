@@ -95,7 +95,8 @@ class Segmenter:
         # way whatever follows; that is what lets a later prompt reuse an earlier one's ids up to there.
         self.nested = _any_nested(added)
         # A capturing group: re.split returns [piece, token, piece, token, ..., piece].
-        self._pattern = re.compile("(" + trie_pattern(added) + ")") if added else None
+        tokens = [token for token in added if token]  # an empty token would cut everywhere
+        self._pattern = re.compile("(" + _cut_pattern(tokens) + ")") if tokens else None
 
     def split(self, text: str) -> list[str]:
         if self._pattern is None:
@@ -127,9 +128,28 @@ def trie_pattern(tokens: Iterable[str]) -> str:
     return _node_pattern(root)
 
 
+def _cut_pattern(tokens: list[str]) -> str:
+    """`trie_pattern`, or the alternation where the tree is too deep to write recursively (one
+    level per branching character: a chain of tokens each one character longer than the last)."""
+    try:
+        return trie_pattern(tokens)
+    except RecursionError:
+        return alternation_pattern(tokens)
+
+
 def _node_pattern(node: dict[str, Any]) -> str:
     ends = "" in node
-    branches = [re.escape(char) + _node_pattern(child) for char, child in sorted(node.items()) if char]
+    branches: list[str] = []
+    for char, child in sorted(node.items()):
+        if not char:
+            continue
+        run = [char]
+        # A chain of single children that ends no token is written as one literal: the recursion
+        # goes one level per branching point, not per character (a long added token is one level).
+        while len(child) == 1 and "" not in child:
+            ((char, child),) = child.items()
+            run.append(char)
+        branches.append(re.escape("".join(run)) + _node_pattern(child))
     if not branches:
         return ""
     body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"

@@ -252,6 +252,23 @@ def test_the_prefix_tree_cuts_where_the_alternation_cuts(tokens: list[str], piec
     assert tree.split(text) == plain.split(text)
 
 
+def test_long_added_tokens_and_deep_chains_still_cut_as_the_alternation() -> None:
+    """A 2,000-character added token is one literal of the tree (no recursion per character); a
+    chain of 3,000 tokens each one character longer than the last, too deep for the recursive
+    tree, falls back to the alternation. Both cut as the alternation does; an empty token is
+    ignored."""
+    import re
+
+    long_token = "<|" + "x" * 2000 + "|>"
+    chain = ["y" * n for n in range(1, 3001)]
+    for tokens in ([long_token, "<|x|>"], chain):
+        segmenter = segments.Segmenter({token: i for i, token in enumerate(["", *tokens])})
+        plain = re.compile("(" + segments.alternation_pattern(tokens) + ")")
+        for text in (f"a{long_token}b<|x|>c<|xx", "z" + "y" * 3005 + "z" + "y" * 7):
+            assert segmenter.split(text) == plain.split(text)
+    assert segments.trie_pattern([long_token]) == re.escape(long_token)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_the_prefix_tree_cuts_like_the_alternation_on_each_tokenizer(model: Any, data: st.DataObject) -> None:
