@@ -296,10 +296,15 @@ class MinimaxM3ReasoningParser(ReasoningParser):
 
     @staticmethod
     def _rfind(ids: Sequence[int], marker: tuple[int, ...]) -> int:
+        """The last position of the id sequence `marker` in `ids`, or -1: compares the last id
+        first, so a prompt (often ~100k ids, on every render) is walked once without slicing."""
         n = len(marker)
-        for i in range(len(ids) - n, -1, -1):
-            if tuple(ids[i : i + n]) == marker:
-                return i
+        if n == 0:
+            return -1
+        last = marker[-1]
+        for i in range(len(ids) - 1, n - 2, -1):
+            if ids[i] == last and (n == 1 or tuple(ids[i - n + 1 : i + 1]) == marker):
+                return i - n + 1
         return -1
 
     def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:

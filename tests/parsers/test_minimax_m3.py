@@ -196,3 +196,17 @@ def test_render_leaves_the_request_alone() -> None:
             body, chat=True, tool_parser="minimax_m3", enable_auto_tool_choice=True, reasoning_parser="minimax_m3"
         )
         assert result.structured_outputs is None, choice
+
+
+def test_the_prompt_scan_finds_the_last_marker_sequence() -> None:
+    """`_rfind` (the prompt-ends-reasoning scan, last id first) against a plain slice-by-slice scan."""
+
+    def plain(ids: list[int], marker: tuple[int, ...]) -> int:
+        n = len(marker)
+        return next((i for i in range(len(ids) - n, -1, -1) if tuple(ids[i : i + n]) == marker), -1)
+
+    rng = random.Random(0)
+    for _ in range(5000):
+        ids = [rng.randrange(4) for _ in range(rng.randrange(12))]
+        marker = tuple(rng.randrange(4) for _ in range(rng.randrange(1, 4)))
+        assert native.MinimaxM3ReasoningParser._rfind(ids, marker) == plain(ids, marker), (ids, marker)
