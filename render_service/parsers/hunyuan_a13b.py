@@ -137,7 +137,7 @@ def extract_calls(text: str, id_prefix: str = "call_") -> tuple[bool, list[Funct
             continue
         try:
             data = json.loads(match.group(1).strip())
-        except ValueError:
+        except (ValueError, RecursionError):  # deeply nested model output is text too
             continue
         return _calls(data, text, text[:start], id_prefix)
     return False, [], text

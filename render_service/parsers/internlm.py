@@ -40,7 +40,7 @@ def extract_calls(model_output: str) -> tuple[bool, list[FunctionCall], str | No
         obj: Any = json.loads(action)
         name = obj["name"]
         args = obj.get("parameters", obj.get("arguments", {}))
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return False, [], model_output  # vLLM raises
     if not isinstance(name, str):
         return False, [], model_output  # vLLM's FunctionCall raises

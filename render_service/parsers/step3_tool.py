@@ -178,7 +178,7 @@ class Step3ToolParser(ToolParser):
         tail = (pending + post).rstrip() if st.released else (pending + post).strip()
         deltas: list[ToolCallDelta] = []
         for i, call in enumerate(calls):
-            deltas.append(ToolCallDelta(index=i, id=tool_id(i), type="function", name=call.name))
+            deltas.append(ToolCallDelta(index=i, id=call.call_id(tool_id, i), type="function", name=call.name))
             deltas.append(ToolCallDelta(index=i, arguments=call.arguments))
         return Delta(content=tail or None, tool_calls=deltas)
 

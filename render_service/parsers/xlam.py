@@ -44,7 +44,7 @@ MARKERS = ("```", "[TOOL_CALLS]", "<tool_call>", THINK_END)
 def _loads(text: str) -> bool:
     try:
         json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # deeply nested model output is text too
         return False
     return True
 
@@ -80,7 +80,7 @@ def vllm_extract(model_output: str) -> tuple[bool, list[FunctionCall], str | Non
         return False, [], content
     try:
         data: Any = json.loads(calls_json)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # deeply nested model output is text too
         return False, [], model_output
     if not isinstance(data, list):
         return False, [], content or model_output
