@@ -26,11 +26,7 @@ from tests.parsers.cases import TOOLS
 from tests.parsers.families.outputs import ARGS, WORDS
 from tests.parsers.families.vocab import (
     QWEN_VOCAB,
-    added_tokens_decoder,
-    qwen_tokenizer_with,
-    template,
-    tiny_config,
-    write_json,
+    build_qwen_family,
 )
 
 A13B_ADDED = [
@@ -54,35 +50,12 @@ HY_ADDED.append((f"<tool_sep{SUFFIX}>", False))
 HY_IDS = {content: QWEN_VOCAB + i for i, (content, _) in enumerate(HY_ADDED)}
 
 
-def _write(path: Path, added: list[tuple[str, bool]], chat_template: str, eos: str, **config: Any) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    parsed = qwen_tokenizer_with(added)
-    (path / "tokenizer.json").write_text(json.dumps(parsed, ensure_ascii=False), encoding="utf-8")
-    ids = {content: QWEN_VOCAB + i for i, (content, _) in enumerate(added)}
-    write_json(
-        path / "tokenizer_config.json",
-        {
-            "added_tokens_decoder": added_tokens_decoder(parsed),
-            "chat_template": template(chat_template),
-            "clean_up_tokenization_spaces": False,
-            "eos_token": eos,
-            "model_max_length": 131072,
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "unk_token": None,
-            **config,
-        },
-    )
-    write_json(path / "config.json", tiny_config(QWEN_VOCAB + len(added), eos=ids[eos]))
-    write_json(path / "generation_config.json", {"eos_token_id": ids[eos], "temperature": 0.7})
-    return path
-
-
 def build_a13b(target: str | Path) -> Path:
-    return _write(Path(target), A13B_ADDED, "hunyuan_a13b.jinja", "<|eos|>", bos_token="<|startoftext|>")
+    return build_qwen_family(Path(target), A13B_ADDED, "hunyuan_a13b.jinja", "<|eos|>", bos_token="<|startoftext|>")
 
 
 def build_hy(target: str | Path) -> Path:
-    return _write(Path(target), HY_ADDED, "hy_v3.jinja", "<|hy_end|>", token_suffix=SUFFIX)
+    return build_qwen_family(Path(target), HY_ADDED, "hy_v3.jinja", "<|hy_end|>", token_suffix=SUFFIX)
 
 
 # -- Hunyuan A13B outputs ---------------------------------------------------------------------------

@@ -15,7 +15,6 @@ family's markers added (`vocab.py`) and a chat template written here:
 from __future__ import annotations
 
 import argparse
-import json
 import random
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,7 @@ from tests.parsers.cases import REQ
 from tests.parsers.families.outputs import WORDS
 from tests.parsers.families.vocab import (
     QWEN_VOCAB,
-    added_tokens_decoder,
-    qwen_tokenizer_with,
-    template,
-    tiny_config,
-    write_json,
+    build_qwen_family,
 )
 
 STEP3_ADDED = [
@@ -48,35 +43,12 @@ OLMO3_ADDED = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", T
 OLMO3_IDS = {content: QWEN_VOCAB + i for i, (content, _) in enumerate(OLMO3_ADDED)}
 
 
-def _write(path: Path, added: list[tuple[str, bool]], chat_template: str, eos: str, **config: Any) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    parsed = qwen_tokenizer_with(added)
-    (path / "tokenizer.json").write_text(json.dumps(parsed, ensure_ascii=False), encoding="utf-8")
-    ids = {content: QWEN_VOCAB + i for i, (content, _) in enumerate(added)}
-    write_json(
-        path / "tokenizer_config.json",
-        {
-            "added_tokens_decoder": added_tokens_decoder(parsed),
-            "chat_template": template(chat_template),
-            "clean_up_tokenization_spaces": False,
-            "eos_token": eos,
-            "model_max_length": 131072,
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "unk_token": None,
-            **config,
-        },
-    )
-    write_json(path / "config.json", tiny_config(QWEN_VOCAB + len(added), eos=ids[eos]))
-    write_json(path / "generation_config.json", {"eos_token_id": ids[eos], "temperature": 0.7})
-    return path
-
-
 def build_step3(target: str | Path) -> Path:
-    return _write(Path(target), STEP3_ADDED, "step3.jinja", "<|EOT|>", bos_token="<｜begin▁of▁sentence｜>")
+    return build_qwen_family(Path(target), STEP3_ADDED, "step3.jinja", "<|EOT|>", bos_token="<｜begin▁of▁sentence｜>")
 
 
 def build_olmo3(target: str | Path) -> Path:
-    return _write(Path(target), OLMO3_ADDED, "olmo3.jinja", "<|im_end|>", pad_token="<|pad|>")
+    return build_qwen_family(Path(target), OLMO3_ADDED, "olmo3.jinja", "<|im_end|>", pad_token="<|pad|>")
 
 
 # -- Step3 tool calls ---------------------------------------------------------------------------------

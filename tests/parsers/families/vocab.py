@@ -106,3 +106,29 @@ def tiny_config(vocab_size: int, eos: int, bos: int | None = None, **extra: Any)
     }
     config.update(extra)
     return config
+
+
+def build_qwen_family(path: Path, added: list[tuple[str, bool]], chat_template: str, eos: str, **config: Any) -> Path:
+    """A family folder: the Qwen vocabulary plus `added` (content, special) after it, the chat
+    template `templates/<chat_template>`, `eos` as the end token, and `config` in
+    tokenizer_config.json."""
+    path.mkdir(parents=True, exist_ok=True)
+    parsed = qwen_tokenizer_with(added)
+    (path / "tokenizer.json").write_text(json.dumps(parsed, ensure_ascii=False), encoding="utf-8")
+    ids = {content: QWEN_VOCAB + i for i, (content, _) in enumerate(added)}
+    write_json(
+        path / "tokenizer_config.json",
+        {
+            "added_tokens_decoder": added_tokens_decoder(parsed),
+            "chat_template": template(chat_template),
+            "clean_up_tokenization_spaces": False,
+            "eos_token": eos,
+            "model_max_length": 131072,
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "unk_token": None,
+            **config,
+        },
+    )
+    write_json(path / "config.json", tiny_config(QWEN_VOCAB + len(added), eos=ids[eos]))
+    write_json(path / "generation_config.json", {"eos_token_id": ids[eos], "temperature": 0.7})
+    return path
